@@ -1,0 +1,5 @@
+import sys
+
+from loaderdoctor.cli import main
+
+sys.exit(main())
