@@ -1,7 +1,65 @@
-"""loaderdoctor: every PyTorch DataLoader worker death gets a verdict."""
+"""loaderdoctor: every PyTorch DataLoader worker death gets a verdict.
+
+The public surface is ``__all__``. Names load on first use, so ``loaderdoctor --help`` and
+``loaderdoctor env`` answer without importing torch.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from loaderdoctor.forensics import CAUSES, Cause, Diagnosis, Evidence, diagnose
+    from loaderdoctor.supervise import (
+        DataLoader,
+        Incident,
+        LoaderError,
+        WorkerDiedError,
+        WorkerHangError,
+        WorkerStartError,
+    )
+
+_EXPORTS = {
+    "DataLoader": "loaderdoctor.supervise",
+    "Incident": "loaderdoctor.supervise",
+    "LoaderError": "loaderdoctor.supervise",
+    "WorkerDiedError": "loaderdoctor.supervise",
+    "WorkerHangError": "loaderdoctor.supervise",
+    "WorkerStartError": "loaderdoctor.supervise",
+    "CAUSES": "loaderdoctor.forensics",
+    "Cause": "loaderdoctor.forensics",
+    "Diagnosis": "loaderdoctor.forensics",
+    "Evidence": "loaderdoctor.forensics",
+    "diagnose": "loaderdoctor.forensics",
+}
+
+__all__ = [
+    "CAUSES",
+    "Cause",
+    "DataLoader",
+    "Diagnosis",
+    "Evidence",
+    "Incident",
+    "LoaderError",
+    "WorkerDiedError",
+    "WorkerHangError",
+    "WorkerStartError",
+    "__version__",
+    "diagnose",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'loaderdoctor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

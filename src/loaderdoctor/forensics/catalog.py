@@ -1,0 +1,264 @@
+"""The cause catalog: every verdict loaderdoctor can reach, as data.
+
+Docs, the ``explain`` table and the tests iterate this catalog, so a cause cannot exist without its
+title, explanation and fixes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DOCS_BASE = "docs/causes"
+
+
+@dataclass(frozen=True)
+class Cause:
+    id: str
+    title: str
+    explanation: str
+    fixes: tuple[str, ...]
+    # What the failure looks like to a user of stock PyTorch (for docs and ``explain``).
+    symptoms: tuple[str, ...] = ()
+
+    @property
+    def docs_url(self) -> str:
+        return f"{DOCS_BASE}/{self.id}.md"
+
+
+CAUSES: dict[str, Cause] = {
+    cause.id: cause
+    for cause in (
+        Cause(
+            id="sample-error",
+            title="A sample raised an exception in the Dataset",
+            explanation=(
+                "Dataset.__getitem__ (or a transform it calls) raised a Python exception for a "
+                "specific index: a corrupt or missing file, a bad label, a transform that does "
+                "not accept this input."
+            ),
+            fixes=(
+                "Open the sample named above and fix it or remove it from the file list.",
+                "Reproduce it in the main process: `dataset[INDEX]` with the index above, under "
+                "a debugger (`python -m pdb`).",
+                "Make the Dataset robust: validate inputs in __init__ and raise with the file "
+                "name in the message.",
+            ),
+            symptoms=("Caught <Exception> in DataLoader worker process N.",),
+        ),
+        Cause(
+            id="collate-error",
+            title="collate_fn could not merge the samples of a batch",
+            explanation=(
+                "The samples of one batch have different shapes or types (ragged tensors, a None, "
+                "a different number of fields), or a custom collate_fn raised."
+            ),
+            fixes=(
+                "Make every sample the same shape (resize/crop/pad in the Dataset), or",
+                "write a collate_fn that pads variable-length fields (e.g. "
+                "torch.nn.utils.rnn.pad_sequence) or returns lists for them.",
+                "Check the odd samples named above: they differ from the rest of the batch.",
+            ),
+            symptoms=(
+                "RuntimeError: stack expects each tensor to be equal size",
+                "Caught RuntimeError in DataLoader worker process N ... in collate",
+            ),
+        ),
+        Cause(
+            id="init-error",
+            title="worker_init_fn raised an exception",
+            explanation=(
+                "The worker_init_fn passed to the DataLoader raised while a worker was starting, "
+                "so that worker could not load any sample."
+            ),
+            fixes=(
+                "Read the traceback above; worker_init_fn runs once per worker, in the worker.",
+                "Test it in the main process: call worker_init_fn(0) before building the loader.",
+            ),
+            symptoms=("Caught <Exception> in DataLoader worker process N ... worker_init_fn",),
+        ),
+        Cause(
+            id="native-crash",
+            title="The worker crashed in native code",
+            explanation=(
+                "A C/C++ extension (an image or video decoder, OpenCV, a custom op, numpy "
+                "with a bad buffer) crashed the worker with a fatal signal such as SIGSEGV or "
+                "SIGABRT. Python cannot catch it; the Python stack at the moment of the crash "
+                "shows which call did it."
+            ),
+            fixes=(
+                "Look at the Python stack above: the innermost call into a native library crashed.",
+                "Check the sample named above with that library alone (a corrupt file often "
+                "crashes a decoder); upgrade or replace the library.",
+                "Set `cv2.setNumThreads(0)` in the Dataset when OpenCV is used with workers.",
+            ),
+            symptoms=(
+                "DataLoader worker (pid N) is killed by signal: Segmentation fault.",
+                "DataLoader worker (pid(s) N) exited unexpectedly",
+                "ERROR: Unexpected segmentation fault encountered in worker.",
+            ),
+        ),
+        Cause(
+            id="oom-killed",
+            title="The kernel OOM killer killed the worker",
+            explanation=(
+                "The machine or the container (memory cgroup) ran out of memory and the kernel "
+                "killed the worker with SIGKILL. Each worker holds its own copy of what it "
+                "touches, plus prefetch_factor batches in flight."
+            ),
+            fixes=(
+                "Lower num_workers or prefetch_factor, or the batch size.",
+                "Keep per-sample metadata in numpy arrays or tensors instead of Python lists or "
+                "dicts: reading Python objects in forked workers copies their pages "
+                "(copy-on-read, PyTorch issue #13246).",
+                "Raise the container's memory limit (docker --memory, the Kubernetes "
+                "resources.limits.memory).",
+            ),
+            symptoms=(
+                "DataLoader worker (pid N) is killed by signal: Killed.",
+                "Out of memory: Killed process N (python)",
+            ),
+        ),
+        Cause(
+            id="shm-exhausted",
+            title="/dev/shm is full",
+            explanation=(
+                "Workers hand batches to the main process through shared memory in /dev/shm. "
+                "When it is too small (64 MiB is the Docker default) allocating a batch fails "
+                "with ENOSPC, or touching a mapped page raises SIGBUS."
+            ),
+            fixes=(
+                "Give the container more shared memory: `docker run --shm-size=8g`, or in "
+                "Kubernetes mount an `emptyDir: {medium: Memory}` at /dev/shm.",
+                "Lower num_workers × prefetch_factor × batch bytes.",
+                "Or switch the sharing strategy: "
+                "`torch.multiprocessing.set_sharing_strategy('file_system')`.",
+            ),
+            symptoms=(
+                "ERROR: Unexpected bus error encountered in worker. This might be caused by "
+                "insufficient shared memory (shm).",
+                "RuntimeError: unable to write to file </torch_...>: No space left on device (28)",
+                "unable to allocate shared memory(shm) for file",
+            ),
+        ),
+        Cause(
+            id="worker-hang",
+            title="The worker stopped making progress",
+            explanation=(
+                "A worker spent longer than the hang timeout on one sample: a network read "
+                "without a timeout, a deadlock (a lock held at fork time, OpenCV or another "
+                "thread pool forked mid-operation), or an infinite loop."
+            ),
+            fixes=(
+                "Read the worker's Python stack above: it shows where it is stuck.",
+                "Put timeouts on network and file-system reads in the Dataset.",
+                "Avoid forking while threads hold locks: set `cv2.setNumThreads(0)`, or use the "
+                "'spawn' or 'forkserver' start method (multiprocessing_context=...).",
+            ),
+            symptoms=("The training loop stops with no error", "DataLoader timed out after N seconds"),
+        ),
+        Cause(
+            id="worker-exit",
+            title="The worker exited by itself with a non-zero code",
+            explanation=(
+                "Code running in the worker called sys.exit() / os._exit() or a library aborted "
+                "the process with an exit status, without a Python exception reaching the "
+                "DataLoader."
+            ),
+            fixes=(
+                "Search the Dataset and the libraries it calls for exit()/os._exit()/abort paths.",
+                "Run the sample named above in the main process (num_workers=0) to see the message "
+                "printed before the exit.",
+            ),
+            symptoms=("DataLoader worker (pid(s) N) exited unexpectedly",),
+        ),
+        Cause(
+            id="killed-by-signal",
+            title="Something outside the worker killed it",
+            explanation=(
+                "The worker received SIGKILL or SIGTERM and the kernel log shows no OOM kill: "
+                "a job scheduler, a watchdog, a user's kill command, or an OOM killer whose log "
+                "cannot be read here."
+            ),
+            fixes=(
+                "Check the scheduler's logs (Slurm, Kubernetes events: `kubectl describe pod`).",
+                "If the kernel log could not be read, run `dmesg | grep -i killed` as root to rule "
+                "out the OOM killer.",
+            ),
+            symptoms=("DataLoader worker (pid N) is killed by signal: Killed.", "Terminated"),
+        ),
+        Cause(
+            id="unpicklable",
+            title="The worker's arguments cannot be pickled for spawn/forkserver",
+            explanation=(
+                "With the 'spawn' or 'forkserver' start method (the default on macOS, Windows, and "
+                "on Linux from Python 3.14) the Dataset, collate_fn and worker_init_fn are "
+                "pickled into each worker. Lambdas, nested functions, local classes and open "
+                "handles cannot be."
+            ),
+            fixes=(
+                "Define collate_fn / worker_init_fn as module-level functions, not lambdas or "
+                "nested functions (functools.partial of a module-level function is fine).",
+                "Open files, database and network handles lazily in __getitem__ (or in "
+                "worker_init_fn), not in __init__.",
+                "Or choose fork explicitly: DataLoader(..., multiprocessing_context='fork') (Linux).",
+            ),
+            symptoms=(
+                "Can't pickle <function <lambda>>: attribute lookup <lambda> on __main__ failed",
+                "AttributeError: Can't pickle local object",
+                "Can't get attribute 'X' on <module '__main__'",
+            ),
+        ),
+        Cause(
+            id="main-guard-missing",
+            title="The script has no `if __name__ == \"__main__\":` guard",
+            explanation=(
+                "With 'spawn' or 'forkserver' each worker imports the main script again. Without "
+                "the guard the worker re-runs the training code at import, tries to start its "
+                "own workers and dies during bootstrapping."
+            ),
+            fixes=(
+                "Move the training code into a function and call it under "
+                "`if __name__ == \"__main__\":`.",
+                "Run `loaderdoctor lint SCRIPT` to find the unguarded DataLoader.",
+            ),
+            symptoms=(
+                "An attempt has been made to start a new process before the current process has "
+                "finished its bootstrapping phase.",
+            ),
+        ),
+        Cause(
+            id="fd-exhausted",
+            title="Too many open files (EMFILE)",
+            explanation=(
+                "A process hit its open-file limit (ulimit -n). Datasets that open files without "
+                "closing them leak descriptors, and with the 'file_descriptor' sharing strategy "
+                "every tensor in flight between processes holds one."
+            ),
+            fixes=(
+                "Close files in __getitem__ (use `with open(...)`).",
+                "Raise the limit: `ulimit -n 65536` before starting, or "
+                "resource.setrlimit(RLIMIT_NOFILE, ...) at start-up.",
+                "Or `torch.multiprocessing.set_sharing_strategy('file_system')`.",
+            ),
+            symptoms=("OSError: [Errno 24] Too many open files", "received 0 items of ancdata"),
+        ),
+        Cause(
+            id="cuda-in-worker",
+            title="CUDA was used in a forked worker",
+            explanation=(
+                "CUDA was initialised in the main process before the workers were forked, and a "
+                "worker then touched CUDA. A forked child cannot re-initialise CUDA."
+            ),
+            fixes=(
+                "Keep the Dataset and collate_fn on the CPU; move batches to the GPU in the "
+                "training loop (`batch.to(device, non_blocking=True)` with pin_memory=True).",
+                "Or use the 'spawn' start method: DataLoader(..., multiprocessing_context='spawn').",
+            ),
+            symptoms=("RuntimeError: Cannot re-initialize CUDA in forked subprocess.",),
+        ),
+    )
+}
+
+
+def get_cause(cause_id: str) -> Cause:
+    return CAUSES[cause_id]

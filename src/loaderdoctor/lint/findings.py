@@ -1,0 +1,103 @@
+"""The data the linter returns: findings, fixes and the report that holds them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True, order=True)
+class LintFinding:
+    """One problem at one place. ``cell`` is the notebook code cell (1-based) for ``.ipynb``."""
+
+    path: str
+    line: int
+    col: int
+    code: str
+    message: str
+    fix: str
+    cell: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "path": self.path,
+            "line": self.line,
+            "col": self.col,
+            "code": self.code,
+            "message": self.message,
+            "fix": self.fix,
+        }
+        if self.cell is not None:
+            data["cell"] = self.cell
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LintFinding:
+        cell = data.get("cell")
+        return cls(
+            path=str(data["path"]),
+            line=int(data["line"]),
+            col=int(data["col"]),
+            code=str(data["code"]),
+            message=str(data["message"]),
+            fix=str(data.get("fix", "")),
+            cell=None if cell is None else int(cell),
+        )
+
+
+@dataclass(frozen=True, order=True)
+class FixRecord:
+    """One mechanical rewrite that ``--fix`` applied."""
+
+    path: str
+    line: int
+    code: str
+    description: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "code": self.code,
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FixRecord:
+        return cls(
+            path=str(data["path"]),
+            line=int(data["line"]),
+            code=str(data["code"]),
+            description=str(data["description"]),
+        )
+
+
+@dataclass
+class LintReport:
+    """The result of linting some paths: findings sorted by place, and any fixes applied."""
+
+    findings: list[LintFinding] = field(default_factory=list)
+    files_checked: int = 0
+    lines_checked: int = 0
+    fixed: list[FixRecord] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "schema": SCHEMA,
+            "findings": [finding.to_json() for finding in self.findings],
+        }
+        if self.fixed:
+            data["fixed"] = [record.to_json() for record in self.fixed]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LintReport:
+        schema = data.get("schema")
+        if schema != SCHEMA:
+            raise ValueError(f"unsupported lint report schema {schema!r} (expected {SCHEMA})")
+        return cls(
+            findings=[LintFinding.from_json(item) for item in data.get("findings", [])],
+            fixed=[FixRecord.from_json(item) for item in data.get("fixed", [])],
+        )

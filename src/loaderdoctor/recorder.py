@@ -1,0 +1,173 @@
+"""The flight recorder: one row of int64 counters per worker, in shared memory.
+
+Workers write their row (which sample is in flight, which stage, a timestamp, their RSS); the
+parent reads it after a death or while waiting, so it knows what a worker was doing when it died
+without the worker's cooperation.
+
+The table is a shared torch tensor. With torch's default ``file_descriptor`` sharing strategy the
+backing /dev/shm file is unlinked right after it is created, so nothing is left behind even when
+the parent is SIGKILLed; under spawn/forkserver the tensor travels to the workers as a file
+descriptor with the pickled dataset.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import torch
+
+
+class Field(IntEnum):
+    PID = 0
+    STAGE = 1
+    INDEX = 2  # the sample index being fetched (NO_INDEX when not an int)
+    SAMPLES_STARTED = 3  # samples this worker started to fetch, over its life
+    BATCHES_DONE = 4  # batches this worker collated, over its life
+    STAGE_SINCE_NS = 5  # CLOCK_MONOTONIC (shared by all processes) when the stage began
+    RSS_BYTES = 6
+    GENERATION = 7  # bumped when a slot is handed to a new worker process
+    ERRORS = 8  # Python exceptions raised by the Dataset/collate in this worker
+
+
+N_FIELDS = len(Field)
+NO_INDEX = -(2**62)
+
+
+class Stage(IntEnum):
+    NOT_STARTED = 0
+    INIT = 1
+    IDLE = 2
+    FETCH = 3
+    COLLATE = 4
+
+
+STAGE_NAMES = {
+    Stage.NOT_STARTED: "not-started",
+    Stage.INIT: "init",
+    Stage.IDLE: "idle",
+    Stage.FETCH: "fetch",
+    Stage.COLLATE: "collate",
+}
+
+
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    worker_id: int
+    pid: int
+    stage: str
+    in_flight_index: int | None
+    samples_started: int
+    batches_done: int
+    stage_age_s: float
+    rss_bytes: int
+    errors: int
+
+    @property
+    def reached_init(self) -> bool:
+        return self.pid != 0
+
+
+class FlightRecorder:
+    """Owned by the parent; a picklable handle of it goes to every worker."""
+
+    def __init__(self, num_workers: int) -> None:
+        self.num_workers = num_workers
+        self.table = torch.zeros((num_workers, N_FIELDS), dtype=torch.int64).share_memory_()
+        self._view: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"num_workers": self.num_workers, "table": self.table}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.num_workers = state["num_workers"]
+        self.table = state["table"]
+        self._view = None
+
+    @property
+    def view(self) -> Any:
+        # A numpy view of the shared storage: an item write costs ~0.1 µs, a tensor index ~5 µs.
+        if self._view is None:
+            self._view = self.table.numpy()
+        return self._view
+
+    # --- parent side ---------------------------------------------------------------------
+    def reset_slot(self, worker_id: int) -> None:
+        row = self.view[worker_id]
+        generation = int(row[Field.GENERATION])
+        row[:] = 0
+        row[Field.GENERATION] = generation + 1
+        row[Field.INDEX] = NO_INDEX
+
+    def snapshot(self, worker_id: int) -> WorkerSnapshot:
+        row = [int(v) for v in self.view[worker_id]]
+        index = row[Field.INDEX]
+        since = row[Field.STAGE_SINCE_NS]
+        age = (time.monotonic_ns() - since) / 1e9 if since else 0.0
+        return WorkerSnapshot(
+            worker_id=worker_id,
+            pid=row[Field.PID],
+            stage=STAGE_NAMES.get(Stage(row[Field.STAGE]), "unknown"),
+            in_flight_index=None if index == NO_INDEX else index,
+            samples_started=row[Field.SAMPLES_STARTED],
+            batches_done=row[Field.BATCHES_DONE],
+            stage_age_s=age,
+            rss_bytes=row[Field.RSS_BYTES],
+            errors=row[Field.ERRORS],
+        )
+
+    # --- worker side ---------------------------------------------------------------------
+    def attach(self, worker_id: int) -> WorkerSlot:
+        return WorkerSlot(self.view[worker_id])
+
+
+class WorkerSlot:
+    """A worker's own row. Every method is a handful of numpy item writes."""
+
+    __slots__ = ("_monotonic_ns", "_row", "_statm_fd", "_page")
+
+    def __init__(self, row: Any) -> None:
+        self._row = row
+        self._monotonic_ns = time.monotonic_ns
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        try:
+            self._statm_fd: int | None = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            self._statm_fd = None
+        row[Field.PID] = os.getpid()
+        row[Field.INDEX] = NO_INDEX
+        self.stage(Stage.INIT)
+
+    def stage(self, stage: Stage) -> None:
+        row = self._row
+        row[Field.STAGE] = stage
+        row[Field.STAGE_SINCE_NS] = self._monotonic_ns()
+
+    def fetching(self, index: Any) -> None:
+        row = self._row
+        row[Field.INDEX] = index if type(index) is int else NO_INDEX
+        row[Field.SAMPLES_STARTED] += 1
+        row[Field.STAGE] = Stage.FETCH
+        row[Field.STAGE_SINCE_NS] = self._monotonic_ns()
+
+    def collated(self) -> None:
+        row = self._row
+        row[Field.BATCHES_DONE] += 1
+        row[Field.STAGE] = Stage.IDLE
+        row[Field.STAGE_SINCE_NS] = self._monotonic_ns()
+        self.sample_rss()
+
+    def error(self) -> None:
+        self._row[Field.ERRORS] += 1
+
+    def sample_rss(self) -> None:
+        if self._statm_fd is None:
+            return
+        try:
+            fields = os.pread(self._statm_fd, 128, 0).split()
+            self._row[Field.RSS_BYTES] = int(fields[1]) * self._page
+        except (OSError, IndexError, ValueError):
+            pass

@@ -1,0 +1,1 @@
+"""Renderers: format loaderdoctor data objects (terminal, JSON, HTML)."""

@@ -1,0 +1,123 @@
+"""Load the user's dataset from a spec: ``path/to/file.py:NAME`` or ``package.module:NAME``.
+
+``NAME`` is a Dataset object (or DataLoader) or a zero-argument callable returning one. Every way
+this can fail is a ``SpecError`` with one line that says what to fix; ``env``, ``scan`` and
+``tune`` share it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import traceback
+from types import ModuleType, TracebackType
+
+
+class SpecError(Exception):
+    """A dataset spec that does not load; the message is one line meant for the user."""
+
+
+def load_dataset(spec: str) -> object:
+    location, separator, name = spec.rpartition(":")
+    if not separator or not location or not name:
+        raise SpecError(
+            f"dataset spec {spec!r} has no ':NAME'; expected path/to/file.py:NAME "
+            "or package.module:NAME"
+        )
+    is_file = location.endswith(".py") or os.sep in location or "/" in location
+    module = _import_file(location) if is_file else _import_module(location)
+    if not hasattr(module, name):
+        public = sorted(n for n in vars(module) if not n.startswith("_"))[:8]
+        hint = f" (it has: {', '.join(public)})" if public else ""
+        raise SpecError(f"{location} has no name {name!r}{hint}")
+    value = getattr(module, name)
+    if not _is_dataset_like(value) and callable(value):
+        try:
+            value = value()
+        except Exception as error:
+            raise SpecError(
+                f"{location}:{name}() raised {_describe(error)}{_where(error.__traceback__)}"
+            ) from None
+    if not _is_dataset_like(value):
+        raise SpecError(
+            f"{location}:{name} is a {type(value).__name__}, not a dataset: it needs "
+            "__getitem__ and __len__ (map-style) or __iter__ (iterable-style)"
+        )
+    return value
+
+
+def _is_dataset_like(value: object) -> bool:
+    if isinstance(value, type):
+        return False  # a Dataset class is a factory, not a dataset
+    map_style = hasattr(value, "__getitem__") and hasattr(value, "__len__")
+    return map_style or hasattr(value, "__iter__")
+
+
+def _import_file(path: str) -> ModuleType:
+    if not os.path.isfile(path):
+        raise SpecError(f"no such file: {path}")
+    absolute = os.path.abspath(path)
+    stem = os.path.splitext(os.path.basename(absolute))[0]
+    # Register under the file's own name when free, as ``python file.py`` would make it
+    # importable, so that pickling its classes (spawn, forkserver) finds them.
+    module_name = stem if stem.isidentifier() and stem not in sys.modules else f"_ld_spec_{stem}"
+    module_spec = importlib.util.spec_from_file_location(module_name, absolute)
+    if module_spec is None or module_spec.loader is None:
+        raise SpecError(f"cannot import {path}: not a Python source file")
+    module = importlib.util.module_from_spec(module_spec)
+    directory = os.path.dirname(absolute)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)  # sibling imports, as when running the file
+    sys.modules[module_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException as error:
+        sys.modules.pop(module_name, None)
+        if not isinstance(error, Exception):
+            raise  # KeyboardInterrupt, SystemExit... are not ours to swallow
+        raise SpecError(
+            f"importing {path} failed: {_describe(error)}{_where_in(error, absolute)}"
+        ) from None
+    return module
+
+
+def _import_module(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and (name == error.name or name.startswith(error.name + ".")):
+            raise SpecError(
+                f"no module named {error.name!r} (is it installed, or on PYTHONPATH?)"
+            ) from None
+        raise SpecError(
+            f"importing {name} failed: {_describe(error)}{_where(error.__traceback__)}"
+        ) from None
+    except Exception as error:
+        raise SpecError(
+            f"importing {name} failed: {_describe(error)}{_where(error.__traceback__)}"
+        ) from None
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def _where_in(error: BaseException, path: str) -> str:
+    if isinstance(error, SyntaxError) and error.lineno is not None:
+        return f" ({os.path.basename(error.filename or path)}, line {error.lineno})"
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == path]
+    if frames:
+        return f" ({os.path.basename(path)}, line {frames[-1].lineno})"
+    return _where(error.__traceback__)
+
+
+def _where(trace: TracebackType | None) -> str:
+    """The innermost frame outside this module: where the user's code failed."""
+    frames = [f for f in traceback.extract_tb(trace) if f.filename != __file__]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" ({os.path.basename(frame.filename)}, line {frame.lineno})"

@@ -1,0 +1,20 @@
+"""The supervised DataLoader: wraps the dataset, collate_fn and worker_init_fn; watches workers."""
+
+from __future__ import annotations
+
+from loaderdoctor.supervise.errors import (
+    LoaderError,
+    WorkerDiedError,
+    WorkerHangError,
+    WorkerStartError,
+)
+from loaderdoctor.supervise.loader import DataLoader, Incident
+
+__all__ = [
+    "DataLoader",
+    "Incident",
+    "LoaderError",
+    "WorkerDiedError",
+    "WorkerHangError",
+    "WorkerStartError",
+]

@@ -1,0 +1,176 @@
+"""Collect the evidence about a failed worker: the recorder, the kernel, cgroups, /dev/shm, stacks."""
+
+from __future__ import annotations
+
+import ast
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from loaderdoctor.forensics.evidence import Evidence
+from loaderdoctor.recorder import WorkerSnapshot
+
+# The OOM killer logs before it kills, but the record can reach /dev/kmsg a moment after the
+# parent sees the child gone: look again for this long before concluding "no OOM kill".
+KERNEL_LOG_GRACE_S = 1.0
+
+
+@dataclass
+class Baseline:
+    """Counters read when the workers start, to compare with after a death."""
+
+    oom_kills: int | None
+    note: str | None
+
+
+def read_baseline() -> Baseline:
+    from loaderdoctor.system import cgroup
+
+    try:
+        memory = cgroup.memory_cgroup()
+    except Exception as error:  # a probe must never break the loader
+        return Baseline(None, f"memory cgroup not readable: {error}")
+    return Baseline(memory.oom_kill_count, memory.note)
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def read_stack_log(log_dir: str | None, worker_id: int, pid: int | None) -> str | None:
+    if not log_dir or pid is None:
+        return None
+    path = os.path.join(log_dir, f"worker-{worker_id}-{pid}.log")
+    try:
+        with open(path, errors="replace") as handle:
+            text = handle.read().strip()
+    except OSError:
+        return None
+    return text or None
+
+
+def read_bootstrap_markers(log_dir: str | None) -> str | None:
+    if not log_dir:
+        return None
+    try:
+        names = sorted(n for n in os.listdir(log_dir) if n.startswith("bootstrap-"))
+    except OSError:
+        return None
+    for name in names:
+        try:
+            with open(os.path.join(log_dir, name)) as handle:
+                return handle.read().strip()
+        except OSError:
+            continue
+    return None
+
+
+def main_script_unguarded() -> tuple[str | None, bool | None]:
+    """(the main script, whether it creates or iterates a DataLoader without a main guard)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or not os.path.isfile(path):
+        return None, None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            source = handle.read()
+    except OSError:
+        return path, None
+    try:
+        from loaderdoctor.lint import check_source
+    except ImportError:
+        check_source = None
+    if check_source is not None:
+        try:
+            return path, bool(check_source(source, path, select=["LD101"]))
+        except Exception:
+            pass
+    return path, not _has_main_guard(source)
+
+
+def _has_main_guard(source: str) -> bool:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return True  # cannot tell: do not accuse
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def add_machine_evidence(ev: Evidence, baseline: Baseline | None) -> None:
+    """Kernel log, memory cgroup and /dev/shm, each saying why when it cannot be read."""
+    from loaderdoctor.system import cgroup, kmsg, shm
+
+    if ev.signal == "SIGKILL" and ev.pid is not None:
+        deadline = time.monotonic() + KERNEL_LOG_GRACE_S
+        while True:
+            log = kmsg.read_kernel_log()
+            ev.kernel_log_readable = log.readable
+            if not log.readable:
+                ev.notes.append(f"kernel log not readable: {log.note}")
+                break
+            kills = [k for k in kmsg.oom_kills(log.lines) if k.pid == ev.pid]
+            if kills:
+                ev.oom_kill_for_pid = True
+                ev.kernel_log = [k.line for k in kills][-2:]
+                break
+            if time.monotonic() > deadline:
+                ev.kernel_log = kmsg.lines_for_pid(log.lines, ev.pid)[-4:]
+                break
+            time.sleep(0.1)
+    try:
+        memory = cgroup.memory_cgroup()
+        ev.cgroup_limit_bytes = memory.limit_bytes
+        ev.cgroup_oom_kills_after = memory.oom_kill_count
+        if baseline is not None:
+            ev.cgroup_oom_kills_before = baseline.oom_kills
+        if memory.oom_kill_count is None and memory.note:
+            ev.notes.append(f"memory cgroup OOM counter not readable: {memory.note}")
+    except Exception as error:
+        ev.notes.append(f"memory cgroup not readable: {error}")
+    try:
+        usage = shm.shm_usage()
+        ev.shm_total_bytes = usage.total_bytes
+        ev.shm_free_bytes = usage.free_bytes
+        if usage.total_bytes is None and usage.note:
+            ev.notes.append(f"/dev/shm not readable: {usage.note}")
+    except Exception as error:
+        ev.notes.append(f"/dev/shm not readable: {error}")
+
+
+def from_snapshot(ev: Evidence, snapshot: WorkerSnapshot | None, iterable: bool) -> None:
+    if snapshot is None:
+        return
+    ev.reached_worker_init = snapshot.reached_init
+    ev.stage = snapshot.stage
+    if snapshot.rss_bytes:
+        ev.worker_rss_bytes = snapshot.rss_bytes
+    if iterable:
+        if snapshot.stage == "fetch" and snapshot.samples_started:
+            ev.iterable_position = snapshot.samples_started - 1
+    elif snapshot.stage == "fetch":
+        ev.in_flight_index = snapshot.in_flight_index
+
+
+def facts_from_tags(ev: Evidence, tags: dict[str, Any]) -> None:
+    if not tags:
+        return
+    ev.stage = tags.get("stage") or ev.stage
+    if tags.get("index") is not None:
+        ev.in_flight_index = tags["index"]
+    if tags.get("position") is not None:
+        ev.iterable_position = tags["position"]
+    if tags.get("batch"):
+        ev.batch_indices = list(tags["batch"])
+    if tags.get("odd"):
+        ev.odd_indices = list(tags["odd"])
+    if ev.worker_id is None and tags.get("worker") is not None:
+        ev.worker_id = tags["worker"]

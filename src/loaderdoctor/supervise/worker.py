@@ -1,0 +1,290 @@
+"""The worker side: wrappers around the user's Dataset, collate_fn and worker_init_fn.
+
+They write the flight recorder (which sample is in flight, which stage) and tag every Python
+exception with the sample index before torch ships it to the main process. A clean sample costs a
+few numpy item writes.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import Dataset, IterableDataset
+
+from loaderdoctor import torch_compat
+from loaderdoctor.recorder import FlightRecorder, Stage, WorkerSlot
+
+# The parent sends this to a stuck worker to make faulthandler dump every thread's Python stack.
+# A real-time signal: user code rarely installs handlers for those, unlike SIGUSR1/SIGUSR2.
+STACK_DUMP_SIGNAL = signal.SIGRTMIN + 6
+MARKER = "[loaderdoctor] "
+BOOTSTRAP_DIR_ENV = "LOADERDOCTOR_BOOTSTRAP_DIR"
+
+
+class _WorkerState:
+    """Per-process state, set in the worker by ``SupervisedWorkerInit``."""
+
+    def __init__(self) -> None:
+        self.slot: WorkerSlot | None = None
+        self.worker_id: int | None = None
+        self.batch_indices: list[Any] = []
+        self.stack_log: Any = None
+
+
+STATE = _WorkerState()
+
+
+def tag_exception(error: BaseException, **facts: Any) -> None:
+    """Attach the facts (index, stage, worker) as a note; the note travels in torch's traceback."""
+    facts["worker"] = STATE.worker_id
+    try:
+        note = MARKER + json.dumps(facts, default=repr)
+    except (TypeError, ValueError):  # pragma: no cover - default=repr handles every object
+        note = MARKER + json.dumps({k: repr(v) for k, v in facts.items()})
+    if any(n.startswith(MARKER) for n in getattr(error, "__notes__", ())):
+        return  # the innermost wrapper knows best
+    error.add_note(note)
+
+
+def read_tags(text: str) -> dict[str, Any]:
+    """The facts of the last tag in a formatted traceback (``{}`` when there is none)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                facts = json.loads(line[len(MARKER) :])
+            except ValueError:
+                return {}
+            return facts if isinstance(facts, dict) else {}
+    return {}
+
+
+def strip_tags(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith(MARKER))
+
+
+def _structure(sample: Any) -> Any:
+    """A hashable description of a sample's shape and types, to find the odd one in a batch."""
+    shape = getattr(sample, "shape", None)
+    dtype = getattr(sample, "dtype", None)
+    if shape is not None and dtype is not None:
+        return (type(sample).__name__, tuple(shape), str(dtype))
+    if isinstance(sample, dict):
+        return ("dict", tuple(sorted((str(k), _structure(v)) for k, v in sample.items())))
+    if isinstance(sample, (list, tuple)):
+        return (type(sample).__name__, tuple(_structure(v) for v in sample))
+    if isinstance(sample, (str, bytes)):
+        return type(sample).__name__
+    return type(sample).__name__
+
+
+def odd_samples(samples: Any, indices: list[Any]) -> list[Any]:
+    """Indices whose structure differs from the majority of the batch (empty when all agree)."""
+    if not isinstance(samples, (list, tuple)) or len(samples) != len(indices) or len(samples) < 2:
+        return []
+    try:
+        structures = [_structure(s) for s in samples]
+    except Exception:
+        return []
+    counts: dict[Any, int] = {}
+    for structure in structures:
+        counts[structure] = counts.get(structure, 0) + 1
+    if len(counts) < 2:
+        return []
+    majority = max(counts, key=lambda s: counts[s])
+    return [index for index, s in zip(indices, structures) if s != majority]
+
+
+class SupervisedMapDataset(Dataset[Any]):
+    """Forwards to the user's map-style dataset and records which index is in flight."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __getitem__(self, index: Any) -> Any:
+        slot = STATE.slot
+        if slot is not None:
+            slot.fetching(index)
+        STATE.batch_indices.append(index)
+        try:
+            return self.dataset[index]
+        except Exception as error:
+            if slot is not None:
+                slot.error()
+            tag_exception(error, index=index, stage="fetch", batch=list(STATE.batch_indices))
+            STATE.batch_indices.clear()
+            raise
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getattr__(self, name: str) -> Any:
+        # Dunder lookups must not be forwarded: torch probes ``hasattr(ds, "__getitems__")``.
+        if name.startswith("__") or "dataset" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+class SupervisedBatchedMapDataset(SupervisedMapDataset):
+    """For datasets that fetch a whole batch at once with ``__getitems__``."""
+
+    def __getitems__(self, indices: list[Any]) -> Any:
+        slot = STATE.slot
+        if slot is not None and indices:
+            slot.fetching(indices[0])
+        STATE.batch_indices.extend(indices)
+        try:
+            return self.dataset.__getitems__(indices)
+        except Exception as error:
+            if slot is not None:
+                slot.error()
+            tag_exception(error, index=None, stage="fetch", batch=list(indices))
+            STATE.batch_indices.clear()
+            raise
+
+
+class _SupervisedIterator:
+    def __init__(self, iterator: Iterator[Any]) -> None:
+        self.iterator = iterator
+        self.position = 0
+
+    def __iter__(self) -> _SupervisedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        slot = STATE.slot
+        if slot is not None:
+            slot.fetching(None)
+        try:
+            item = next(self.iterator)
+        except StopIteration:
+            if slot is not None:
+                slot.stage(Stage.IDLE)
+            raise
+        except Exception as error:
+            if slot is not None:
+                slot.error()
+            tag_exception(error, position=self.position, stage="fetch")
+            self.position += 1
+            raise
+        self.position += 1
+        return item
+
+
+class SupervisedIterableDataset(IterableDataset[Any]):
+    """Forwards to the user's IterableDataset and records the position in each worker's stream."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[Any]:
+        return _SupervisedIterator(iter(self.dataset))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or "dataset" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+class SupervisedCollate:
+    def __init__(self, collate_fn: Callable[[Any], Any]) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, samples: Any) -> Any:
+        slot = STATE.slot
+        if slot is not None:
+            slot.stage(Stage.COLLATE)
+        indices = list(STATE.batch_indices)
+        STATE.batch_indices.clear()
+        try:
+            batch = self.collate_fn(samples)
+        except Exception as error:
+            if slot is not None:
+                slot.error()
+                slot.stage(Stage.IDLE)
+            tag_exception(
+                error, index=None, stage="collate", batch=indices, odd=odd_samples(samples, indices)
+            )
+            raise
+        if slot is not None:
+            slot.collated()
+        return batch
+
+
+class SupervisedWorkerInit:
+    """Runs first in every worker: attach the recorder, arm faulthandler, then the user's init."""
+
+    def __init__(
+        self,
+        user_init: Callable[[int], Any] | None,
+        recorder: FlightRecorder,
+        log_dir: str,
+        dataset: Any,
+    ) -> None:
+        self.user_init = user_init
+        self.recorder = recorder
+        self.log_dir = log_dir
+        self.dataset = dataset
+
+    def __call__(self, worker_id: int) -> None:
+        STATE.worker_id = worker_id
+        STATE.batch_indices = []
+        slot = self.recorder.attach(worker_id)
+        STATE.slot = slot
+        try:
+            # One file per worker process: faulthandler writes the Python stack of every thread
+            # into it at a fatal signal (SIGSEGV, SIGBUS, ...) and on STACK_DUMP_SIGNAL.
+            path = os.path.join(self.log_dir, f"worker-{worker_id}-{os.getpid()}.log")
+            STATE.stack_log = open(path, "w")  # noqa: SIM115 - must outlive this call
+            faulthandler.enable(file=STATE.stack_log, all_threads=True)
+            faulthandler.register(
+                STACK_DUMP_SIGNAL, file=STATE.stack_log, all_threads=True, chain=False
+            )
+        except (OSError, RuntimeError, ValueError):
+            pass  # no stack on a crash; every other piece of evidence still works
+        torch_compat.show_user_dataset_in_worker_info(self.dataset)
+        if self.user_init is not None:
+            try:
+                self.user_init(worker_id)
+            except Exception as error:
+                tag_exception(error, index=None, stage="init")
+                raise
+        slot.stage(Stage.IDLE)
+
+
+def write_bootstrap_marker() -> None:
+    """Called when a spawned worker re-runs an unguarded main script and reaches a DataLoader.
+
+    The parent names the missing ``if __name__ == "__main__":`` guard from this file.
+    """
+    directory = os.environ.get(BOOTSTRAP_DIR_ENV)
+    if not directory or not os.path.isdir(directory):
+        return
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None) or "the main script"
+    where = ""
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        if script and os.path.abspath(frame.filename) == os.path.abspath(script):
+            where = f" (line {frame.lineno}: {(frame.line or '').strip()})"
+            break
+    text = (
+        f"worker pid {os.getpid()} re-ran {script} while starting and reached a DataLoader "
+        f"at import{where}"
+    )
+    try:
+        with open(os.path.join(directory, f"bootstrap-{os.getpid()}.txt"), "w") as handle:
+            handle.write(text)
+    except OSError:
+        pass
+
+
+def is_spawn_bootstrapping() -> bool:
+    import multiprocessing
+
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))

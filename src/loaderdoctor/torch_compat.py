@@ -1,0 +1,106 @@
+"""Every reach into PyTorch's private DataLoader internals, in one place.
+
+loaderdoctor subclasses the stock iterators so that a clean run takes exactly torch's code path.
+These are the private names it relies on; ``tests/test_torch_compat.py`` fails loudly when a torch
+release moves one of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch.utils.data.dataloader as _dataloader
+from torch._utils import ExceptionWrapper, KeyErrorMessage
+from torch.utils.data import _utils
+from torch.utils.data._utils import worker as _worker
+
+MultiProcessingIter = _dataloader._MultiProcessingDataLoaderIter
+SingleProcessIter = _dataloader._SingleProcessDataLoaderIter
+DatasetKind = _dataloader._DatasetKind
+MP_STATUS_CHECK_INTERVAL: float = _utils.MP_STATUS_CHECK_INTERVAL
+ResumeIteration = _worker._ResumeIteration
+IterableDatasetStopIteration = _worker._IterableDatasetStopIteration
+
+try:  # DataPipes were removed from recent torch releases
+    from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
+
+    DATAPIPE_TYPES: tuple[type, ...] = (IterDataPipe, MapDataPipe)
+except ImportError:  # pragma: no cover - depends on the torch release
+    DATAPIPE_TYPES = ()
+
+PRIVATE_NAMES = (
+    "torch.utils.data.dataloader._MultiProcessingDataLoaderIter",
+    "torch.utils.data.dataloader._SingleProcessDataLoaderIter",
+    "torch.utils.data._utils.worker._worker_info",
+    "torch.utils.data._utils.signal_handling._remove_worker_pids",
+)
+
+# Attributes of _MultiProcessingDataLoaderIter that the supervisor reads or overrides.
+ITERATOR_ATTRIBUTES = (
+    "_workers",
+    "_workers_status",
+    "_task_info",
+    "_send_idx",
+    "_rcvd_idx",
+    "_workers_num_tasks",
+    "_data_queue",
+    "_index_queues",
+    "_shutdown",
+    "_worker_pids_set",
+    "_try_get_data",
+    "_get_data",
+    "_process_data",
+    "_try_put_index",
+    "_next_index",
+    "_next_data",
+    "_shutdown_workers",
+    "_mark_worker_as_unavailable",
+)
+
+
+def stop_sigchld_checks(iterator: Any) -> None:
+    """Take the iterator's workers out of torch's SIGCHLD handler.
+
+    torch's handler raises ``RuntimeError: DataLoader worker ... is killed by signal`` from a
+    signal handler, i.e. at whatever line the main thread is executing (often inside the user's
+    training step), before anyone can collect evidence. The supervisor watches its own workers
+    and raises the verdict from ``__next__`` instead.
+    """
+    if getattr(iterator, "_worker_pids_set", False):
+        _utils.signal_handling._remove_worker_pids(id(iterator))
+        iterator._worker_pids_set = False
+
+
+def show_user_dataset_in_worker_info(dataset: Any) -> None:
+    """Make ``get_worker_info().dataset`` the user's dataset object, not loaderdoctor's wrapper.
+
+    worker_init_fn commonly configures ``get_worker_info().dataset`` (IterableDataset sharding);
+    the wrapper forwards to that very object, so the configuration takes effect.
+    """
+    info = _worker._worker_info
+    if info is None:
+        return
+    _worker._worker_info = dataclasses.replace(info, dataset=dataset)
+
+
+def is_exception_wrapper(data: Any) -> bool:
+    return isinstance(data, ExceptionWrapper)
+
+
+__all__ = [
+    "DATAPIPE_TYPES",
+    "ITERATOR_ATTRIBUTES",
+    "MP_STATUS_CHECK_INTERVAL",
+    "PRIVATE_NAMES",
+    "DatasetKind",
+    "ExceptionWrapper",
+    "KeyErrorMessage",
+    "IterableDatasetStopIteration",
+    "MultiProcessingIter",
+    "ResumeIteration",
+    "SingleProcessIter",
+    "is_exception_wrapper",
+    "show_user_dataset_in_worker_info",
+    "stop_sigchld_checks",
+]
