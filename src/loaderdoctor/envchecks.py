@@ -22,6 +22,7 @@ class EnvCheckSpec:
     title: str
     why: str
     fix: str
+    unit: str = "text"  # how renderers show ``value``: "bytes", "count", "text" or "mapping"
 
 
 CATALOG: tuple[EnvCheckSpec, ...] = (
@@ -33,6 +34,7 @@ CATALOG: tuple[EnvCheckSpec, ...] = (
         "with 'Bus error' or 'unable to allocate shared memory'.",
         "Give /dev/shm more room: `docker run --shm-size=8g` (podman: the same flag), or in "
         "kubernetes mount an emptyDir with `medium: Memory` at /dev/shm.",
+        unit="bytes",
     ),
     EnvCheckSpec(
         "shm-need",
@@ -40,6 +42,7 @@ CATALOG: tuple[EnvCheckSpec, ...] = (
         "Up to num_workers × prefetch_factor collated batches sit in /dev/shm at once; when they "
         "do not fit, a worker dies mid-epoch.",
         "Lower num_workers, prefetch_factor or batch_size, or enlarge /dev/shm (see shm-size).",
+        unit="bytes",
     ),
     EnvCheckSpec(
         "memory-limit",
@@ -48,6 +51,7 @@ CATALOG: tuple[EnvCheckSpec, ...] = (
         "killed this way leaves only 'killed by signal: Killed'.",
         "Raise the container's memory limit (`docker run --memory=...`, kubernetes "
         "`resources.limits.memory`), or use fewer workers.",
+        unit="bytes",
     ),
     EnvCheckSpec(
         "worker-memory",
@@ -56,6 +60,7 @@ CATALOG: tuple[EnvCheckSpec, ...] = (
         "decoded samples, caches) adds up across workers against the memory limit.",
         "Use fewer workers; keep dataset metadata in numpy arrays rather than Python lists and "
         "dicts (copy-on-write, pytorch/pytorch#13246); open files lazily in each worker.",
+        unit="bytes",
     ),
     EnvCheckSpec(
         "open-files",
@@ -65,6 +70,7 @@ CATALOG: tuple[EnvCheckSpec, ...] = (
         "fail with 'Too many open files'.",
         "Raise the limit (`ulimit -n 65536`, docker `--ulimit nofile=65536:65536`), or call "
         "`torch.multiprocessing.set_sharing_strategy('file_system')`.",
+        unit="count",
     ),
     EnvCheckSpec(
         "cpu",
@@ -72,6 +78,7 @@ CATALOG: tuple[EnvCheckSpec, ...] = (
         "os.cpu_count() reports the host; affinity and the cgroup quota decide how many workers "
         "really run at once. More workers than usable cores only add memory and contention.",
         "Set num_workers to at most the usable cores (leave one for the main process).",
+        unit="count",
     ),
     EnvCheckSpec(
         "start-method",
@@ -95,6 +102,7 @@ CATALOG: tuple[EnvCheckSpec, ...] = (
         "told otherwise: workers × cores threads fight over the same cores.",
         "Export OMP_NUM_THREADS=1 (and MKL_NUM_THREADS, OPENBLAS_NUM_THREADS), or call "
         "`cv2.setNumThreads(0)` in worker_init_fn.",
+        unit="count",
     ),
     EnvCheckSpec(
         "kernel-log",
@@ -109,12 +117,25 @@ CATALOG: tuple[EnvCheckSpec, ...] = (
         "Python, torch, numpy and pillow versions",
         "Bug reports and fixes depend on versions; some worker bugs are fixed only in newer torch.",
         "Include these versions in any bug report.",
+        unit="mapping",
     ),
 )
 
 CATALOG_BY_ID: dict[str, EnvCheckSpec] = {spec.id: spec for spec in CATALOG}
 
 JsonValue = Any  # what json.dumps accepts
+
+
+def human_bytes(count: float | None) -> str:
+    """``67108864`` -> ``"64.0 MiB"``."""
+    if count is None:
+        return "unknown"
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
 
 
 @dataclass

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 
 from loaderdoctor._loadprobe import LoaderParts, LoadProbe, loader_parts, run_load_probe
-from loaderdoctor.envchecks import CATALOG, EnvCheck, EnvReport, Status, make_check
+from loaderdoctor.envchecks import CATALOG, EnvCheck, EnvReport, Status, human_bytes, make_check
 from loaderdoctor.system.cgroup import MemoryCgroup, memory_cgroup
 from loaderdoctor.system.container import ContainerInfo, detect_container
 from loaderdoctor.system.cpu import CpuInfo, cpu_info
@@ -28,17 +28,6 @@ GiB = 1024 * MiB
 # A batch being consumed by the main process and the one a worker is writing are in /dev/shm too.
 SHM_HEADROOM = 1.25
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-def human_bytes(count: int | float | None) -> str:
-    if count is None:
-        return "unknown"
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from loaderdoctor.forensics.catalog import CAUSES
 from loaderdoctor.forensics.evidence import Diagnosis, Evidence
@@ -45,7 +46,7 @@ MESSAGE_SIGNATURES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
     (
         "main-guard-missing",
         0.98,
-        re.compile(r"before the current process has\s+finished its bootstrapping phase"),
+        re.compile(r"before\s+the\s+current\s+process\s+has\s+finished\s+its\s+bootstrapping\s+phase"),
     ),
     (
         "unpicklable",
@@ -263,7 +264,9 @@ def evidence_lines(ev: Evidence) -> list[str]:
     if ev.worker_rss_bytes:
         lines.append(f"worker RSS at last report: {_mib(ev.worker_rss_bytes)}")
     if ev.shm_free_bytes is not None and ev.shm_total_bytes:
-        lines.append(f"/dev/shm: {_mib(ev.shm_free_bytes)} free of {_mib(ev.shm_total_bytes)}")
+        lines.append(
+            f"/dev/shm now: {_mib(ev.shm_free_bytes)} free of {_mib(ev.shm_total_bytes)}"
+        )
     lines.extend(ev.notes)
     return lines
 
@@ -279,10 +282,11 @@ def diagnose(ev: Evidence) -> Diagnosis:
         if finding.cause != best.cause:
             best_by_cause[finding.cause] = max(best_by_cause.get(finding.cause, 0.0), finding.score)
     cause = CAUSES[best.cause]
-    indices = list(ev.batch_indices or [])
-    if cause.id == "collate-error" and ev.odd_indices:
-        indices = list(ev.odd_indices)
-    elif cause.id != "collate-error" and ev.in_flight_index is not None:
+    # The culprits: the sample in flight; for collate, the odd samples (else the whole batch).
+    indices: list[Any] = []
+    if cause.id == "collate-error":
+        indices = list(ev.odd_indices or ev.batch_indices or [])
+    elif ev.in_flight_index is not None:
         indices = [ev.in_flight_index]
     return Diagnosis(
         cause=cause.id,

@@ -74,5 +74,5 @@ def format_death_headline(d: Diagnosis) -> str:
     elif d.exit_code is not None:
         what = f"exited unexpectedly with code {d.exit_code}"
     else:
-        what = "could not start"
+        what = "failed"
     return f"{who} {what}. {d.title}."

@@ -174,3 +174,17 @@ def facts_from_tags(ev: Evidence, tags: dict[str, Any]) -> None:
         ev.odd_indices = list(tags["odd"])
     if ev.worker_id is None and tags.get("worker") is not None:
         ev.worker_id = tags["worker"]
+
+
+def fd_usage(pid: int) -> tuple[int, int] | None:
+    """(open descriptors, soft RLIMIT_NOFILE) of a live process, from /proc."""
+    try:
+        count = len(os.listdir(f"/proc/{pid}/fd"))
+        with open(f"/proc/{pid}/limits") as handle:
+            for line in handle:
+                if line.startswith("Max open files"):
+                    soft = line.split()[3]
+                    return count, (int(soft) if soft.isdigit() else 1 << 62)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

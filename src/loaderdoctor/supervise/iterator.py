@@ -17,6 +17,7 @@ import signal
 import tempfile
 import time
 import traceback
+import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -139,7 +140,10 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         previous = os.environ.get(BOOTSTRAP_DIR_ENV)
         os.environ[BOOTSTRAP_DIR_ENV] = self._ld_log_dir
         try:
-            super().__init__(view)
+            with warnings.catch_warnings():
+                # torch's generic hint; the verdict below names the part that cannot be pickled.
+                warnings.filterwarnings("ignore", message="Got pickle error when attempting")
+                super().__init__(view)
         except Exception as error:
             self._ld_abort_start()
             raise self._ld_start_failure(error) from error
@@ -210,8 +214,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 if error.errno == errno_module.EMFILE:
                     self._ld_fail_main_process(error)
                 raise
-            except Exception:
+            except Exception as error:
                 self._ld_check_workers()
+                self._ld_fail_transfer(error)
                 raise
             self._ld_check_workers()
             if time.monotonic() >= deadline:
@@ -378,6 +383,38 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         for process in self._workers:
             process.join(timeout=5)
         self._shutdown_workers()
+
+    def _ld_fail_transfer(self, error: Exception) -> None:
+        """A batch could not be received. Name the process that ran out of descriptors, if any.
+
+        With the ``file_descriptor`` sharing strategy each tensor crosses as a descriptor served
+        by the sender's resource-sharer thread; when the worker is at its RLIMIT_NOFILE the
+        parent only sees EOFError or ConnectionRefusedError (PyTorch issues #11201, #973).
+        """
+        exhausted = []
+        for worker_id, process in enumerate(self._workers):
+            usage = collect.fd_usage(process.pid) if process.pid else None
+            if usage and usage[0] >= usage[1] * 0.95:
+                exhausted.append((worker_id, process.pid, *usage))
+        usage = collect.fd_usage(os.getpid())
+        if usage and usage[0] >= usage[1] * 0.95:
+            exhausted.append((None, os.getpid(), *usage))
+        if not exhausted:
+            return
+        worker_id = exhausted[0][0]
+        ev = (
+            self._ld_base_evidence("exception", worker_id)
+            if worker_id is not None
+            else Evidence(kind="exception", pid=os.getpid(), epoch=self._ld_epoch)
+        )
+        ev.start_method = self._ld_start_method
+        ev.errno = errno_module.EMFILE
+        ev.notes.append(f"the main process got {type(error).__name__} receiving a batch")
+        for wid, pid, count, limit in exhausted:
+            who = "the main process" if wid is None else f"worker {wid}"
+            ev.notes.append(f"{who} (pid {pid}) has {count} open files, its limit is {limit}")
+        ev.notes.append("receiving a batch failed: the sender could not pass file descriptors")
+        self._ld_fail(ev)
 
     def _ld_fail_main_process(self, error: OSError) -> NoReturn:
         ev = Evidence(

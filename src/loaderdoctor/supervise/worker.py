@@ -266,7 +266,7 @@ def write_bootstrap_marker() -> None:
     directory = os.environ.get(BOOTSTRAP_DIR_ENV)
     if not directory or not os.path.isdir(directory):
         return
-    main = sys.modules.get("__main__")
+    main = sys.modules.get("__mp_main__") or sys.modules.get("__main__")
     script = getattr(main, "__file__", None) or "the main script"
     where = ""
     for frame in reversed(traceback.extract_stack()[:-1]):

@@ -52,7 +52,7 @@ def detect_container(environ: dict[str, str] | None = None, root: str = "/") -> 
     if not found:
         return ContainerInfo(None, [], "; ".join(notes) or None)
     # kubernetes runs on docker/containerd: the orchestrator decides how /dev/shm is sized
-    ranking = [runtime for runtime, _ in _CGROUP_MARKERS]
+    ranking = [runtime for _, runtime in _CGROUP_MARKERS]
     runtimes = [runtime for runtime, _ in found]
     runtime = min(
         runtimes, key=lambda name: ranking.index(name) if name in ranking else len(ranking)

@@ -1,0 +1,206 @@
+"""``--fix``: mechanical rewrites by source position, leaving every other byte of the file alone.
+
+LD105: remove worker-only options given with num_workers=0.
+LD102: hoist a lambda passed as collate_fn/worker_init_fn to a module-level function.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from loaderdoctor.lint.engine import check_paths, character_column, read_source
+from loaderdoctor.lint.findings import FixRecord, LintFinding, LintReport
+from loaderdoctor.lint.model import LoaderCall, ModuleModel
+
+_HOISTABLE = ("collate_fn", "worker_init_fn")
+_WORKER_ONLY_OPTIONS = ("prefetch_factor", "persistent_workers", "timeout")
+_BUILTINS = frozenset(dir(builtins))
+
+
+@dataclass(frozen=True)
+class _Edit:
+    start: int
+    end: int
+    text: str
+
+
+class _Offsets:
+    """(line, UTF-8 byte column) from ast -> character offset in the source text."""
+
+    def __init__(self, source: str) -> None:
+        self.lines = source.splitlines(keepends=True)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+
+    def at(self, line: int, byte_col: int) -> int:
+        text = self.lines[line - 1] if line - 1 < len(self.lines) else ""
+        return self.starts[line - 1] + len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+    def start(self, node: ast.AST) -> int:
+        return self.at(node.lineno, node.col_offset)  # type: ignore[attr-defined]
+
+    def end(self, node: ast.AST) -> int:
+        return self.at(node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+
+
+def fix_source(source: str, findings: Iterable[LintFinding], path: str = "<string>") -> tuple[str, list[FixRecord]]:
+    """Apply the fixes for these (already filtered, not suppressed) findings to one source."""
+    wanted = {(finding.line, finding.col, finding.code) for finding in findings}
+    if not wanted:
+        return source, []
+    model = ModuleModel(ast.parse(source), source)
+    offsets = _Offsets(source)
+    lines = source.splitlines()
+    edits: list[_Edit] = []
+    records: list[FixRecord] = []
+    taken = {n.id for n in ast.walk(model.tree) if isinstance(n, ast.Name)} | set(
+        model.scopes.bindings(model.tree)
+    )
+
+    def reported(node: ast.AST, code: str) -> bool:
+        line = node.lineno  # type: ignore[attr-defined]
+        return (line, character_column(lines, line, node.col_offset), code) in wanted  # type: ignore[attr-defined]
+
+    for loader in model.loaders:
+        removed = [
+            keyword
+            for option, keyword in loader.keywords.items()
+            if option in _WORKER_ONLY_OPTIONS and reported(keyword, "LD105")
+        ]
+        if removed:
+            edits.extend(_removals(loader, removed, offsets))
+            for keyword in removed:
+                text = ast.get_source_segment(source, keyword) or keyword.arg or ""
+                records.append(FixRecord(path, keyword.lineno, "LD105", f"removed `{text}`"))
+        for parameter in _HOISTABLE:
+            keyword = loader.keywords.get(parameter)
+            if keyword is None or not isinstance(keyword.value, ast.Lambda):
+                continue
+            if not reported(keyword.value, "LD102") or not _hoistable(model, keyword.value):
+                continue
+            name = _unique_name(f"_{parameter}", taken)
+            taken.add(name)
+            edits.extend(_hoist(model, keyword.value, name, source, offsets))
+            records.append(
+                FixRecord(
+                    path,
+                    keyword.value.lineno,
+                    "LD102",
+                    f"hoisted the {parameter} lambda to module-level function `{name}`",
+                )
+            )
+    return _apply(source, edits), records
+
+
+def _removals(loader: LoaderCall, removed: list[ast.keyword], offsets: _Offsets) -> list[_Edit]:
+    """Spans that delete keyword arguments with their commas, merged where they touch."""
+    elements: list[ast.AST] = sorted(
+        [*loader.node.args, *loader.node.keywords], key=lambda n: (n.lineno, n.col_offset)
+    )
+    gone = {id(keyword) for keyword in removed}
+    spans: list[tuple[int, int]] = []
+    for index, element in enumerate(elements):
+        if id(element) not in gone:
+            continue
+        later = elements[index + 1 :]
+        if later and any(id(other) not in gone for other in later):
+            spans.append((offsets.start(element), offsets.start(later[0])))
+        else:
+            kept_before = [other for other in elements[:index] if id(other) not in gone]
+            start = offsets.end(kept_before[-1]) if kept_before else offsets.start(element)
+            spans.append((start, offsets.end(element)))
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return [_Edit(start, end, "") for start, end in merged]
+
+
+def _hoistable(model: ModuleModel, function: ast.Lambda) -> bool:
+    """True when the lambda only uses its parameters, module-level names and builtins."""
+    own = {arg.arg for arg in ast.walk(function.args) if isinstance(arg, ast.arg)}
+    own |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    module_names = model.scopes.bindings(model.tree)
+    for node in ast.walk(function.body):
+        if not isinstance(node, ast.Name) or node.id in own:
+            continue
+        scope: ast.AST = model.scopes.scope_of(function)
+        while not isinstance(scope, ast.Module):
+            if node.id in model.scopes.bindings(scope):
+                return False  # a local of the enclosing function: hoisting would break it
+            scope = model.scopes.scope_of(scope)
+        if node.id not in module_names and node.id not in _BUILTINS:
+            return False
+    return True
+
+
+def _unique_name(base: str, taken: set[str]) -> str:
+    name, counter = base, 2
+    while name in taken:
+        name, counter = f"{base}_{counter}", counter + 1
+    return name
+
+
+def _hoist(model: ModuleModel, function: ast.Lambda, name: str, source: str, offsets: _Offsets) -> list[_Edit]:
+    lambda_start, body_start = offsets.start(function), offsets.start(function.body)
+    parameters = source[lambda_start + len("lambda") : body_start].strip()
+    parameters = parameters[:-1].strip() if parameters.endswith(":") else parameters
+    body = source[body_start : offsets.end(function.body)]
+    if "\n" in body:
+        body = f"({body})"
+    statement: ast.AST = function
+    while not isinstance(model.scopes.parents.get(statement), ast.Module):
+        statement = model.scopes.parents[statement]
+    decorators = getattr(statement, "decorator_list", [])
+    first_line = min([statement.lineno, *(d.lineno for d in decorators)])  # type: ignore[attr-defined]
+    while first_line > 1 and offsets.lines[first_line - 2].lstrip().startswith("#"):
+        first_line -= 1  # keep the statement's own comment attached to it
+    blank_before = 0
+    while first_line - 2 - blank_before >= 0 and not offsets.lines[first_line - 2 - blank_before].strip():
+        blank_before += 1
+    lead = "" if first_line == 1 else "\n" * max(0, 2 - blank_before)
+    text = f"{lead}def {name}({parameters}):\n    return {body}\n\n\n"
+    insert_at = offsets.starts[first_line - 1]
+    return [_Edit(insert_at, insert_at, text), _Edit(lambda_start, offsets.end(function), name)]
+
+
+def _apply(source: str, edits: list[_Edit]) -> str:
+    for edit in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
+        source = source[: edit.start] + edit.text + source[edit.end :]
+    return source
+
+
+def fix_paths(
+    paths: Sequence[str | Path],
+    select: Sequence[str] | None = None,
+    ignore: Sequence[str] | None = None,
+) -> LintReport:
+    """Lint, rewrite the fixable findings in place, and lint again: what is left is reported."""
+    before = check_paths(paths, select=select, ignore=ignore)
+    by_path: dict[str, list[LintFinding]] = defaultdict(list)
+    for finding in before.findings:
+        if finding.code in ("LD102", "LD105") and finding.cell is None:
+            by_path[finding.path].append(finding)
+    fixed: list[FixRecord] = []
+    for name, findings in by_path.items():
+        path = Path(name)
+        if path.suffix == ".ipynb":
+            continue
+        source, _ = read_source(path)
+        new_text, records = fix_source(source.text, findings, name)
+        if records and new_text != source.text:
+            with path.open("w", encoding="utf-8", newline="") as handle:
+                handle.write(new_text)
+            fixed.extend(records)
+    after = check_paths(paths, select=select, ignore=ignore)
+    after.fixed = sorted(fixed)
+    return after

@@ -1,0 +1,79 @@
+"""Renderers for ``EnvReport``: a rich terminal table, and JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from loaderdoctor.envchecks import CATALOG_BY_ID, STATUSES, EnvCheck, EnvReport, human_bytes
+
+STATUS_STYLES = {"pass": "green", "warn": "yellow", "fail": "bold red", "unknown": "dim"}
+
+
+def format_value(check: EnvCheck) -> str:
+    value: Any = check.value
+    if value is None:
+        return "-"
+    spec = CATALOG_BY_ID.get(check.id)
+    unit = spec.unit if spec is not None else "text"
+    if unit == "bytes" and isinstance(value, (int, float)):
+        return human_bytes(value)
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {item}" for key, item in value.items() if item is not None)
+    return str(value)
+
+
+def format_summary(report: EnvReport) -> str:
+    """``"8 pass, 2 warn, 1 fail, 0 unknown"``: one word per status."""
+    counts = report.counts()
+    return ", ".join(f"{counts[status]} {status}" for status in STATUSES)
+
+
+def build_table(report: EnvReport) -> Table:
+    title = "loaderdoctor env" + (f": {report.target}" if report.target else "")
+    table = Table(title=title, title_justify="left", expand=False)
+    table.add_column("status", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("value", overflow="fold", max_width=24)
+    table.add_column("finding", overflow="fold", ratio=1)
+    for check in report.checks:
+        table.add_row(
+            Text(check.status, style=STATUS_STYLES.get(check.status, "")),
+            check.id,
+            format_value(check),
+            check.message,
+        )
+    return table
+
+
+def print_env(report: EnvReport, console: Console) -> None:
+    console.print(build_table(report))
+    to_fix = [check for check in report.checks if check.status in ("fail", "warn")]
+    if to_fix:
+        console.print()
+        console.print(Text("fixes", style="bold"))
+        fixes = Table.grid(padding=(0, 1))
+        fixes.add_column(no_wrap=True)
+        fixes.add_column(overflow="fold")
+        for check in to_fix:
+            fixes.add_row(Text(f"  {check.id}:", style=STATUS_STYLES[check.status]), check.fix)
+        console.print(fixes)
+    console.print()
+    console.print(format_summary(report))
+
+
+def format_env_text(report: EnvReport, width: int = 100) -> str:
+    """The terminal rendering without colour, at a fixed width: what tests and logs compare."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    print_env(report, console)
+    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+
+
+def format_env_json(report: EnvReport) -> str:
+    return json.dumps(report.to_json(), indent=2, sort_keys=False)
