@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from loaderdoctor.envchecks import CATALOG_BY_ID, STATUSES, EnvCheck, EnvReport, human_bytes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 STATUS_STYLES = {"pass": "green", "warn": "yellow", "fail": "bold red", "unknown": "dim"}
 
@@ -35,6 +35,9 @@ def format_summary(report: EnvReport) -> str:
 
 
 def build_table(report: EnvReport) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     title = "loaderdoctor env" + (f": {report.target}" if report.target else "")
     table = Table(title=title, title_justify="left", expand=False)
     table.add_column("status", no_wrap=True)
@@ -52,6 +55,10 @@ def build_table(report: EnvReport) -> Table:
 
 
 def print_env(report: EnvReport, console: Console) -> None:
+    """The terminal rendering; rich loads here, so JSON output never pays for it."""
+    from rich.table import Table
+    from rich.text import Text
+
     console.print(build_table(report))
     to_fix = [check for check in report.checks if check.status in ("fail", "warn")]
     if to_fix:
@@ -69,6 +76,8 @@ def print_env(report: EnvReport, console: Console) -> None:
 
 def format_env_text(report: EnvReport, width: int = 100) -> str:
     """The terminal rendering without colour, at a fixed width: what tests and logs compare."""
+    from rich.console import Console
+
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
     print_env(report, console)
