@@ -28,7 +28,9 @@ def _codes(option: str, value: str | None) -> list[str] | None:
     codes = [code.strip().upper() for code in value.split(",") if code.strip()]
     for code in codes:
         if not is_valid_code(code):
-            raise CommandError(f"{option}: {code!r} is not a rule code or prefix (like LD101, LD10)")
+            raise CommandError(
+                f"{option}: {code!r} is not a rule code or prefix (like LD101, LD10)"
+            )
     return codes
 
 

@@ -35,8 +35,7 @@ _ROWS: tuple[Rule, ...] = (
             "phase' or a worker that exits unexpectedly."
         ),
         fix=(
-            "Move the training code into a function and call it under "
-            '`if __name__ == "__main__":`.'
+            'Move the training code into a function and call it under `if __name__ == "__main__":`.'
         ),
     ),
     Rule(

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loaderdoctor.lint import rules_dataset, rules_loader
+from loaderdoctor.lint import rules_dataset, rules_guard, rules_loader, rules_memory
 from loaderdoctor.lint.catalog import RULES
 from loaderdoctor.lint.findings import LintFinding, LintReport
 from loaderdoctor.lint.model import Hit, ModuleModel
@@ -19,13 +19,13 @@ from loaderdoctor.lint.model import Hit, ModuleModel
 Check = Callable[[ModuleModel], Iterable[Hit]]
 
 CHECKS: dict[str, Check] = {
-    "LD101": rules_loader.check_main_guard,
+    "LD101": rules_guard.check_main_guard,
     "LD102": rules_loader.check_unpicklable,
     "LD103": rules_dataset.check_cuda_in_workers,
     "LD104": rules_loader.check_loader_in_loop,
     "LD105": rules_loader.check_worker_options,
     "LD106": rules_dataset.check_shared_handles,
-    "LD107": rules_dataset.check_python_object_tables,
+    "LD107": rules_memory.check_python_object_tables,
     "LD108": rules_dataset.check_opencv_threads,
     "LD109": rules_dataset.check_copied_generators,
 }
@@ -94,8 +94,15 @@ def _check(
         message = getattr(error, "msg", None) or str(error)
         user_line, cell = source.place(line)
         return [
-            LintFinding(path, user_line, col, SYNTAX_ERROR, f"cannot parse: {message}",
-                        RULES[SYNTAX_ERROR].fix, cell)
+            LintFinding(
+                path,
+                user_line,
+                col,
+                SYNTAX_ERROR,
+                f"cannot parse: {message}",
+                RULES[SYNTAX_ERROR].fix,
+                cell,
+            )
         ]
     model = ModuleModel(tree, source.text, notebook=notebook)
     lines = source.text.splitlines()
@@ -152,7 +159,7 @@ def _noqa_lines(text: str) -> dict[int, frozenset[str] | None]:
 
 def _is_suppressed(codes: frozenset[str] | None, code: str) -> bool:
     if codes is None:
-        return True  # a bare `# noqa` silences every code on the line
+        return True  # a bare noqa comment silences every code on the line
     return any(code.startswith(prefix) for prefix in codes)
 
 
@@ -220,8 +227,9 @@ def check_paths(
         except (UnicodeDecodeError, SyntaxError, ValueError) as error:
             if is_enabled(SYNTAX_ERROR, select, ignore):
                 report.findings.append(
-                    LintFinding(name, 1, 1, SYNTAX_ERROR, f"cannot read: {error}",
-                                RULES[SYNTAX_ERROR].fix)
+                    LintFinding(
+                        name, 1, 1, SYNTAX_ERROR, f"cannot read: {error}", RULES[SYNTAX_ERROR].fix
+                    )
                 )
             continue
         report.files_checked += 1

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loaderdoctor.lint.engine import check_paths, character_column, read_source
+from loaderdoctor.lint.engine import character_column, check_paths, read_source
 from loaderdoctor.lint.findings import FixRecord, LintFinding, LintReport
 from loaderdoctor.lint.model import LoaderCall, ModuleModel
 
@@ -40,7 +40,9 @@ class _Offsets:
 
     def at(self, line: int, byte_col: int) -> int:
         text = self.lines[line - 1] if line - 1 < len(self.lines) else ""
-        return self.starts[line - 1] + len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+        return self.starts[line - 1] + len(
+            text.encode("utf-8")[:byte_col].decode("utf-8", "replace")
+        )
 
     def start(self, node: ast.AST) -> int:
         return self.at(node.lineno, node.col_offset)  # type: ignore[attr-defined]
@@ -49,7 +51,9 @@ class _Offsets:
         return self.at(node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
 
 
-def fix_source(source: str, findings: Iterable[LintFinding], path: str = "<string>") -> tuple[str, list[FixRecord]]:
+def fix_source(
+    source: str, findings: Iterable[LintFinding], path: str = "<string>"
+) -> tuple[str, list[FixRecord]]:
     """Apply the fixes for these (already filtered, not suppressed) findings to one source."""
     wanted = {(finding.line, finding.col, finding.code) for finding in findings}
     if not wanted:
@@ -79,18 +83,19 @@ def fix_source(source: str, findings: Iterable[LintFinding], path: str = "<strin
                 text = ast.get_source_segment(source, keyword) or keyword.arg or ""
                 records.append(FixRecord(path, keyword.lineno, "LD105", f"removed `{text}`"))
         for parameter in _HOISTABLE:
-            keyword = loader.keywords.get(parameter)
-            if keyword is None or not isinstance(keyword.value, ast.Lambda):
+            holder = loader.keywords.get(parameter)
+            function = holder.value if holder is not None else None
+            if not isinstance(function, ast.Lambda):
                 continue
-            if not reported(keyword.value, "LD102") or not _hoistable(model, keyword.value):
+            if not reported(function, "LD102") or not _hoistable(model, function):
                 continue
             name = _unique_name(f"_{parameter}", taken)
             taken.add(name)
-            edits.extend(_hoist(model, keyword.value, name, source, offsets))
+            edits.extend(_hoist(model, function, name, source, offsets))
             records.append(
                 FixRecord(
                     path,
-                    keyword.value.lineno,
+                    function.lineno,
                     "LD102",
                     f"hoisted the {parameter} lambda to module-level function `{name}`",
                 )
@@ -100,7 +105,7 @@ def fix_source(source: str, findings: Iterable[LintFinding], path: str = "<strin
 
 def _removals(loader: LoaderCall, removed: list[ast.keyword], offsets: _Offsets) -> list[_Edit]:
     """Spans that delete keyword arguments with their commas, merged where they touch."""
-    elements: list[ast.AST] = sorted(
+    elements: list[ast.expr | ast.keyword] = sorted(
         [*loader.node.args, *loader.node.keywords], key=lambda n: (n.lineno, n.col_offset)
     )
     gone = {id(keyword) for keyword in removed}
@@ -128,7 +133,11 @@ def _removals(loader: LoaderCall, removed: list[ast.keyword], offsets: _Offsets)
 def _hoistable(model: ModuleModel, function: ast.Lambda) -> bool:
     """True when the lambda only uses its parameters, module-level names and builtins."""
     own = {arg.arg for arg in ast.walk(function.args) if isinstance(arg, ast.arg)}
-    own |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    own |= {
+        n.id
+        for n in ast.walk(function)
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    }
     module_names = model.scopes.bindings(model.tree)
     for node in ast.walk(function.body):
         if not isinstance(node, ast.Name) or node.id in own:
@@ -150,7 +159,9 @@ def _unique_name(base: str, taken: set[str]) -> str:
     return name
 
 
-def _hoist(model: ModuleModel, function: ast.Lambda, name: str, source: str, offsets: _Offsets) -> list[_Edit]:
+def _hoist(
+    model: ModuleModel, function: ast.Lambda, name: str, source: str, offsets: _Offsets
+) -> list[_Edit]:
     lambda_start, body_start = offsets.start(function), offsets.start(function.body)
     parameters = source[lambda_start + len("lambda") : body_start].strip()
     parameters = parameters[:-1].strip() if parameters.endswith(":") else parameters
@@ -165,7 +176,10 @@ def _hoist(model: ModuleModel, function: ast.Lambda, name: str, source: str, off
     while first_line > 1 and offsets.lines[first_line - 2].lstrip().startswith("#"):
         first_line -= 1  # keep the statement's own comment attached to it
     blank_before = 0
-    while first_line - 2 - blank_before >= 0 and not offsets.lines[first_line - 2 - blank_before].strip():
+    while (
+        first_line - 2 - blank_before >= 0
+        and not offsets.lines[first_line - 2 - blank_before].strip()
+    ):
         blank_before += 1
     lead = "" if first_line == 1 else "\n" * max(0, 2 - blank_before)
     text = f"{lead}def {name}({parameters}):\n    return {body}\n\n\n"

@@ -24,10 +24,10 @@ LOADER_PARAMS = (
     "multiprocessing_context",
     "generator",
 )
-_DATALOADERS = frozenset(
-    {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+_DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+_UNBOUND_LOADER_SPELLINGS = frozenset(
+    {"DataLoader", "data.DataLoader", "torch.utils.data.DataLoader"}
 )
-_UNBOUND_LOADER_SPELLINGS = frozenset({"DataLoader", "data.DataLoader", "torch.utils.data.DataLoader"})
 _DATASET_BASE_PREFIXES = ("torch.utils.data.", "torchvision.datasets.")
 _UNBOUND_DATASET_SPELLINGS = frozenset(
     {"Dataset", "IterableDataset", "data.Dataset", "data.IterableDataset"}
@@ -120,7 +120,8 @@ class ModuleModel:
         self.scopes = Scopes(tree)
         self.classes: dict[str, ast.ClassDef] = {}
         self.calls: list[ast.Call] = []
-        for node in ast.walk(tree):
+        self._lines = source.splitlines(keepends=True)
+        for node in self.scopes.nodes:
             if isinstance(node, ast.ClassDef):
                 self.classes.setdefault(node.name, node)
             elif isinstance(node, ast.Call):
@@ -129,13 +130,31 @@ class ModuleModel:
         self.loaders = [self._loader(call) for call in self.calls if self._is_loader(call.func)]
         self.datasets = self._dataset_classes()
 
+    def classes_in_order(self) -> list[ast.ClassDef]:
+        return [node for node in self.scopes.nodes if isinstance(node, ast.ClassDef)]
+
+    def segment(self, node: ast.AST) -> str:
+        """The source text of ``node`` (ast.get_source_segment re-splits the file every call)."""
+        start, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if start is None or end is None or end > len(self._lines):
+            return ""
+        first = self._lines[start - 1].encode("utf-8")
+        col, end_col = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+        if start == end:
+            return first[col:end_col].decode("utf-8", "replace")
+        parts = [first[col:].decode("utf-8", "replace"), *self._lines[start : end - 1]]
+        parts.append(self._lines[end - 1].encode("utf-8")[:end_col].decode("utf-8", "replace"))
+        return "".join(parts)
+
     # -- DataLoader calls --------------------------------------------------------------------
 
     def _is_loader(self, func: ast.expr) -> bool:
         name = self.scopes.qualified(func)
         if name is None:
             return False
-        if name in _DATALOADERS or (name.startswith("loaderdoctor.") and name.endswith(".DataLoader")):
+        if name in _DATALOADERS or (
+            name.startswith("loaderdoctor.") and name.endswith(".DataLoader")
+        ):
             return True
         head = name.split(".")[0]
         return (
@@ -173,7 +192,7 @@ class ModuleModel:
                 workers = Workers.ZERO
             else:
                 workers = Workers.UNKNOWN
-            workers_text = ast.get_source_segment(self.source, workers_node) or "?"
+            workers_text = self.segment(workers_node) or "?"
             if type(value) is int and workers_text != str(value):
                 workers_text = f"{workers_text} (= {value})"
         return LoaderCall(
@@ -236,7 +255,7 @@ class ModuleModel:
     # -- Dataset classes ---------------------------------------------------------------------
 
     def _dataset_classes(self) -> dict[str, DatasetClass]:
-        nodes = [node for node in ast.walk(self.tree) if isinstance(node, ast.ClassDef)]
+        nodes = list(self.classes_in_order())
         found: dict[ast.ClassDef, DatasetClass] = {}
         changed = True
         while changed:  # a class may derive from a Dataset defined further down the module
@@ -261,7 +280,9 @@ class ModuleModel:
                     elif name.startswith("torchvision.datasets."):
                         explicit = True
                 methods = {
-                    s.name for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    s.name
+                    for s in node.body
+                    if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
                 }
                 duck = {"__getitem__", "__len__"} <= methods
                 if explicit or bases or duck:
@@ -270,7 +291,9 @@ class ModuleModel:
                     )
                     found[node] = DatasetClass(node, explicit, local_class is not None, bases)
                     changed = True
-        used = {cls.name for cls in (self.dataset_class_of(loader) for loader in self.loaders) if cls}
+        used = {
+            cls.name for cls in (self.dataset_class_of(loader) for loader in self.loaders) if cls
+        }
         datasets: dict[str, DatasetClass] = {}
         for dataset in found.values():
             # A class that merely looks like a container (a vocabulary, a cache) is a Dataset

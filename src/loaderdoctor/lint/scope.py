@@ -77,9 +77,13 @@ class Scopes:
         self.arg_holders: set[str] = set(_ARG_HOLDER_NAMES)
         self._bindings: dict[ast.AST, dict[str, list[ast.AST]]] = {}
         self.argparse_defaults: dict[str, ast.expr | None] = {}
-        for node in ast.walk(tree):
+        self.nodes: list[ast.AST] = list(ast.walk(tree))
+        self.attributes: dict[str, list[ast.Attribute]] = {}
+        for node in self.nodes:
             for child in ast.iter_child_nodes(node):
                 self.parents[child] = node
+            if isinstance(node, ast.Attribute):
+                self.attributes.setdefault(node.attr, []).append(node)
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
@@ -145,8 +149,11 @@ class Scopes:
                 *(a for a in (arguments.vararg, arguments.kwarg) if a is not None),
             ):
                 table.setdefault(arg.arg, []).append(arguments)
-        body = scope.body if not isinstance(scope, ast.Lambda) else [scope.body]
-        stack: list[ast.AST] = list(body)
+        stack: list[ast.AST] = []
+        if isinstance(scope, ast.Lambda):
+            stack.append(scope.body)
+        elif isinstance(scope, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
+            stack.extend(scope.body)
         while stack:
             node = stack.pop()
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -205,8 +212,9 @@ class Scopes:
     # -- values ------------------------------------------------------------------------------
 
     def _record_argument(self, call: ast.Call) -> None:
-        flags = [a.value for a in call.args if isinstance(a, ast.Constant)]
-        flags = [flag for flag in flags if isinstance(flag, str)]
+        flags = [
+            a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+        ]
         dest: str | None = None
         default: ast.expr | None = None
         for keyword in call.keywords:

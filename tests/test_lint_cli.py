@@ -1,0 +1,83 @@
+"""The real ``loaderdoctor lint`` in a subprocess: output, formats and exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CORPUS = Path(__file__).parent / "lint_corpus"
+
+
+def lint(*arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loaderdoctor", "lint", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_findings_exit_one_with_flake8_lines() -> None:
+    path = CORPUS / "bad" / "ld101_top_level_loop.py"
+    result = lint(str(path))
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == (
+        f"{path}:7:10: LD101 DataLoader with num_workers=4 is created and iterated at module top "
+        'level without an `if __name__ == "__main__":` guard\n'
+    )
+
+
+def test_clean_folder_exits_zero_silently() -> None:
+    result = lint(str(CORPUS / "clean"))
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_json_format_select_and_ignore() -> None:
+    result = lint(
+        "--format", "json", "--select", "LD10", "--ignore", "LD107,LD108", str(CORPUS / "bad")
+    )
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert data["schema"] == 1
+    found = {finding["code"] for finding in data["findings"]}
+    assert found == {"LD101", "LD102", "LD103", "LD104", "LD105", "LD106", "LD109"}
+    assert all(
+        set(f) >= {"path", "line", "col", "code", "message", "fix"} for f in data["findings"]
+    )
+
+
+def test_usage_errors_exit_two_with_one_line() -> None:
+    missing = lint("does/not/exist.py")
+    assert missing.returncode == 2
+    assert (
+        missing.stderr == "loaderdoctor lint: error: no such file or directory: does/not/exist.py\n"
+    )
+    assert lint().returncode == 2
+    assert lint("--select", "E501", str(CORPUS)).returncode == 2
+
+
+def test_syntax_error_is_reported_as_ld000(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("def train(:\n    pass\n")
+    result = lint(str(broken))
+    assert result.returncode == 1
+    assert result.stdout.startswith(f"{broken}:1:") and " LD000 cannot parse: " in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_list_rules_prints_the_catalog() -> None:
+    from loaderdoctor.lint import RULES
+
+    result = lint("--list-rules")
+    assert result.returncode == 0
+    for rule in RULES.values():
+        assert f"{rule.code}  {rule.title}" in result.stdout
+
+
+def test_pre_commit_hook_definition() -> None:
+    text = (Path(__file__).parent.parent / ".pre-commit-hooks.yaml").read_text()
+    assert "- id: loaderdoctor-lint" in text
+    assert "entry: loaderdoctor lint" in text
+    assert "language: python" in text and "types: [python]" in text

@@ -1,0 +1,132 @@
+"""``--fix``: exact rewrites by source position, everything else left byte for byte."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from loaderdoctor.lint import check_source
+from loaderdoctor.lint.fix import fix_source
+
+CORPUS = Path(__file__).parent / "lint_corpus"
+
+
+def fixed(source: str) -> tuple[str, list[str]]:
+    source = textwrap.dedent(source)
+    new_text, records = fix_source(source, check_source(source, "t.py"), "t.py")
+    return new_text, [record.description for record in records]
+
+
+def test_removes_worker_only_options_inline_and_multiline() -> None:
+    source = """\
+        from torch.utils.data import DataLoader
+        a = DataLoader(ds, num_workers=0, persistent_workers=True)
+        b = DataLoader(ds, prefetch_factor=2, batch_size=4)  # keep this comment
+        c = DataLoader(
+            ds,
+            batch_size=64,
+            persistent_workers=True,  # warm workers
+            prefetch_factor=4,
+            timeout=30,
+        )
+        d = DataLoader(ds, batch_size=8, prefetch_factor=2, persistent_workers=True)
+        """
+    new_text, descriptions = fixed(source)
+    assert new_text == textwrap.dedent(
+        """\
+        from torch.utils.data import DataLoader
+        a = DataLoader(ds, num_workers=0)
+        b = DataLoader(ds, batch_size=4)  # keep this comment
+        c = DataLoader(
+            ds,
+            batch_size=64,
+        )
+        d = DataLoader(ds, batch_size=8)
+        """
+    )
+    assert len(descriptions) == 7
+    assert check_source(new_text) == []
+
+
+def test_hoists_a_lambda_to_a_module_level_function() -> None:
+    source = """\
+        import torch
+        from torch.utils.data import DataLoader
+
+        SCALE = 2
+
+
+        # the training entry point
+        def main():
+            loader = DataLoader(ds, num_workers=2, collate_fn=lambda batch: torch.stack(batch) * SCALE)
+            return loader
+        """
+    new_text, descriptions = fixed(source)
+    assert new_text == textwrap.dedent(
+        """\
+        import torch
+        from torch.utils.data import DataLoader
+
+        SCALE = 2
+
+
+        def _collate_fn(batch):
+            return torch.stack(batch) * SCALE
+
+
+        # the training entry point
+        def main():
+            loader = DataLoader(ds, num_workers=2, collate_fn=_collate_fn)
+            return loader
+        """
+    )
+    assert descriptions == ["hoisted the collate_fn lambda to module-level function `_collate_fn`"]
+    assert compile(new_text, "t.py", "exec")
+    assert check_source(new_text) == []
+
+
+def test_lambda_using_locals_is_reported_but_not_hoisted() -> None:
+    source = """\
+        from torch.utils.data import DataLoader
+        def main(scale):
+            return DataLoader(ds, num_workers=2, collate_fn=lambda b: b * scale)
+        """
+    new_text, descriptions = fixed(source)
+    assert new_text == textwrap.dedent(source) and descriptions == []
+
+
+def test_suppressed_findings_are_not_fixed() -> None:
+    source = (
+        "from torch.utils.data import DataLoader\na = DataLoader(ds, timeout=5)  # noqa: LD105\n"
+    )
+    assert fixed(source) == (source, [])
+
+
+def test_cli_fix_rewrites_a_temp_copy(tmp_path: Path) -> None:
+    target = tmp_path / "ld105_options.py"
+    shutil.copy(CORPUS / "bad" / "ld105_options.py", target)
+    untouched = tmp_path / "ld106_handles.py"
+    shutil.copy(CORPUS / "bad" / "ld106_handles.py", untouched)
+    result = subprocess.run(
+        [sys.executable, "-m", "loaderdoctor", "lint", "--fix", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr  # LD106 cannot be fixed mechanically
+    lines = result.stdout.splitlines()
+    assert sum(line.startswith("fixed ") for line in lines) == 4
+    assert all(" LD106 " in line for line in lines if not line.startswith("fixed "))
+    text = target.read_text()
+    assert (
+        "persistent_workers" not in text and "prefetch_factor" not in text and "timeout" not in text
+    )
+    assert "pin_memory=True" in text and text.splitlines()[:2] == [
+        "# expect: LD105 LD105 LD105 LD105",
+        "# ruff: noqa",
+    ]
+    assert untouched.read_bytes() == (CORPUS / "bad" / "ld106_handles.py").read_bytes()
+    compile(text, str(target), "exec")
