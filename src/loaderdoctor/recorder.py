@@ -31,6 +31,7 @@ class Field(IntEnum):
     RSS_BYTES = 6
     GENERATION = 7  # bumped when a slot is handed to a new worker process
     ERRORS = 8  # Python exceptions raised by the Dataset/collate in this worker
+    SEND_ERRORS = 9  # batches lost in the worker's queue feeder thread (pickling, EMFILE, ENOSPC)
 
 
 N_FIELDS = len(Field)
@@ -65,6 +66,7 @@ class WorkerSnapshot:
     stage_age_s: float
     rss_bytes: int
     errors: int
+    send_errors: int = 0
 
     @property
     def reached_init(self) -> bool:
@@ -117,6 +119,7 @@ class FlightRecorder:
             stage_age_s=age,
             rss_bytes=row[Field.RSS_BYTES],
             errors=row[Field.ERRORS],
+            send_errors=row[Field.SEND_ERRORS],
         )
 
     # --- worker side ---------------------------------------------------------------------
@@ -127,7 +130,7 @@ class FlightRecorder:
 class WorkerSlot:
     """A worker's own row. Every method is a handful of numpy item writes."""
 
-    __slots__ = ("_monotonic_ns", "_row", "_statm_fd", "_page")
+    __slots__ = ("_monotonic_ns", "_page", "_row", "_statm_fd")
 
     def __init__(self, row: Any) -> None:
         self._row = row
@@ -162,6 +165,9 @@ class WorkerSlot:
 
     def error(self) -> None:
         self._row[Field.ERRORS] += 1
+
+    def send_error(self) -> None:
+        self._row[Field.SEND_ERRORS] += 1
 
     def sample_rss(self) -> None:
         if self._statm_fd is None:

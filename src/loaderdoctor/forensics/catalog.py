@@ -19,6 +19,8 @@ class Cause:
     fixes: tuple[str, ...]
     # What the failure looks like to a user of stock PyTorch (for docs and ``explain``).
     symptoms: tuple[str, ...] = ()
+    # How loaderdoctor tells this cause from the others: the evidence behind the verdict (docs).
+    proof: str = ""
 
     @property
     def docs_url(self) -> str:
@@ -44,6 +46,16 @@ CAUSES: dict[str, Cause] = {
                 "name in the message.",
             ),
             symptoms=("Caught <Exception> in DataLoader worker process N.",),
+            proof=(
+                "The supervised Dataset records the index in flight in the worker's slot of a "
+                "shared-memory flight recorder before it calls __getitem__, and tags an exception "
+                "raised there with that index, the fetch stage and the indices of the batch "
+                "before torch ships it to the main process. A Python exception in the fetch stage "
+                "whose message matches none of the more specific signatures (shared memory, file "
+                "descriptors, CUDA, pickling, bootstrapping) is a sample error. The file comes "
+                "from the dataset's file list (`samples`, `imgs`, `files`, ... as torchvision's "
+                "ImageFolder has), through Subset and ConcatDataset."
+            ),
         ),
         Cause(
             id="collate-error",
@@ -62,6 +74,12 @@ CAUSES: dict[str, Cause] = {
                 "RuntimeError: stack expects each tensor to be equal size",
                 "Caught RuntimeError in DataLoader worker process N ... in collate",
             ),
+            proof=(
+                "The wrapped collate_fn marks the collate stage in the flight recorder and tags an "
+                "exception raised there with the indices of the batch. It compares the structure "
+                "of every sample of the batch (type, shape, dtype, nested fields) and names the "
+                "samples unlike the majority as the culprits."
+            ),
         ),
         Cause(
             id="init-error",
@@ -75,6 +93,10 @@ CAUSES: dict[str, Cause] = {
                 "Test it in the main process: call worker_init_fn(0) before building the loader.",
             ),
             symptoms=("Caught <Exception> in DataLoader worker process N ... worker_init_fn",),
+            proof=(
+                "The wrapper around worker_init_fn tags an exception raised in it with the init "
+                "stage, so the verdict tells a failing worker_init_fn from a failing sample."
+            ),
         ),
         Cause(
             id="native-crash",
@@ -96,6 +118,13 @@ CAUSES: dict[str, Cause] = {
                 "DataLoader worker (pid(s) N) exited unexpectedly",
                 "ERROR: Unexpected segmentation fault encountered in worker.",
             ),
+            proof=(
+                "The worker's exit status says a fatal signal killed it (SIGSEGV, SIGABRT, SIGILL, "
+                "SIGFPE, SIGSYS, SIGTRAP). faulthandler, armed in every worker, writes the Python "
+                "stack of every thread to a per-worker log at the crash, and the flight recorder "
+                "names the sample in flight. A SIGBUS counts as a native crash only when /dev/shm "
+                "still had room."
+            ),
         ),
         Cause(
             id="oom-killed",
@@ -116,6 +145,13 @@ CAUSES: dict[str, Cause] = {
             symptoms=(
                 "DataLoader worker (pid N) is killed by signal: Killed.",
                 "Out of memory: Killed process N (python)",
+            ),
+            proof=(
+                "The worker died of SIGKILL and the kernel log (/dev/kmsg or dmesg) has an OOM "
+                "kill record (`Killed process <pid>`) for that pid, or the memory cgroup's "
+                "oom_kill counter rose between the start of the iterator and the death. Without "
+                "either, a SIGKILL is reported as killed-by-signal, with oom-killed as the "
+                "runner-up when the kernel log could not be read."
             ),
         ),
         Cause(
@@ -139,6 +175,13 @@ CAUSES: dict[str, Cause] = {
                 "RuntimeError: unable to write to file </torch_...>: No space left on device (28)",
                 "unable to allocate shared memory(shm) for file",
             ),
+            proof=(
+                "A worker's exception carries ENOSPC on a shared-memory file or torch's shm "
+                "messages (`unable to allocate shared memory`, `No space left on device`, "
+                "`bus error`), or the worker died of SIGBUS while /dev/shm had less than 16 MiB "
+                "(or 5%) free. The free and total size of /dev/shm at the failure are part of the "
+                "evidence."
+            ),
         ),
         Cause(
             id="worker-hang",
@@ -155,6 +198,13 @@ CAUSES: dict[str, Cause] = {
                 "'spawn' or 'forkserver' start method (multiprocessing_context=...).",
             ),
             symptoms=("The training loop stops with no error", "DataLoader timed out after N seconds"),
+            proof=(
+                "Each worker stamps the start of every sample and collate in the flight recorder, "
+                "and the main process looks at it every 0.1 s. When one stage lasts longer than "
+                "hang_timeout (or torch's own timeout expires), the main process has the worker's "
+                "faulthandler dump the Python stack of every thread (on a real-time signal), then "
+                "kills the worker. The stack shows where it was stuck."
+            ),
         ),
         Cause(
             id="worker-exit",
@@ -170,6 +220,12 @@ CAUSES: dict[str, Cause] = {
                 "printed before the exit.",
             ),
             symptoms=("DataLoader worker (pid(s) N) exited unexpectedly",),
+            proof=(
+                "The worker's exit status is a non-zero exit code, not a signal, and no Python "
+                "exception reached the DataLoader; the flight recorder names the sample in "
+                "flight. A worker that exits before it reaches worker_init_fn is checked for the "
+                "start-up causes first (main guard, unpickling)."
+            ),
         ),
         Cause(
             id="killed-by-signal",
@@ -185,19 +241,28 @@ CAUSES: dict[str, Cause] = {
                 "out the OOM killer.",
             ),
             symptoms=("DataLoader worker (pid N) is killed by signal: Killed.", "Terminated"),
+            proof=(
+                "The worker died of SIGKILL, SIGTERM or another signal that is not a native "
+                "crash, and neither the kernel log nor the memory cgroup's oom_kill counter shows "
+                "an OOM kill. The confidence says how much could be read: high when both were "
+                "readable and clean, low (with oom-killed listed as possible) when neither was."
+            ),
         ),
         Cause(
             id="unpicklable",
-            title="The worker's arguments cannot be pickled for spawn/forkserver",
+            title="Something that must cross between processes cannot be pickled",
             explanation=(
-                "With the 'spawn' or 'forkserver' start method (the default on macOS, Windows, and "
-                "on Linux from Python 3.14) the Dataset, collate_fn and worker_init_fn are "
-                "pickled into each worker. Lambdas, nested functions, local classes and open "
-                "handles cannot be."
+                "Two things are pickled: with the 'spawn' or 'forkserver' start method (the "
+                "default on macOS, Windows, and on Linux from Python 3.14) the Dataset, "
+                "collate_fn and worker_init_fn are pickled into each worker; and with every start "
+                "method each batch a worker returns is pickled back to the main process. "
+                "Lambdas, nested functions, local classes and open handles cannot be."
             ),
             fixes=(
                 "Define collate_fn / worker_init_fn as module-level functions, not lambdas or "
                 "nested functions (functools.partial of a module-level function is fine).",
+                "Return only tensors, arrays, numbers, strings and containers of them from "
+                "__getitem__ and collate_fn; apply callables inside the worker.",
                 "Open files, database and network handles lazily in __getitem__ (or in "
                 "worker_init_fn), not in __init__.",
                 "Or choose fork explicitly: DataLoader(..., multiprocessing_context='fork') (Linux).",
@@ -225,6 +290,14 @@ CAUSES: dict[str, Cause] = {
                 "An attempt has been made to start a new process before the current process has "
                 "finished its bootstrapping phase.",
             ),
+            proof=(
+                "A spawned worker that re-runs the main script and reaches a DataLoader at import "
+                "leaves a marker naming the script and the line; the main process reads it when "
+                "the worker dies before worker_init_fn. Failing that, the main script is checked "
+                "statically (lint rule LD101) for a DataLoader outside "
+                '`if __name__ == "__main__":`, and torch\'s bootstrapping-phase message is '
+                "recognised."
+            ),
         ),
         Cause(
             id="fd-exhausted",
@@ -241,6 +314,12 @@ CAUSES: dict[str, Cause] = {
                 "Or `torch.multiprocessing.set_sharing_strategy('file_system')`.",
             ),
             symptoms=("OSError: [Errno 24] Too many open files", "received 0 items of ancdata"),
+            proof=(
+                "The exception carries errno 24 (EMFILE) or the messages `Too many open files` / "
+                "`received 0 items of ancdata`. When the main process cannot receive a batch, "
+                "loaderdoctor counts the open files of every worker and of itself against their "
+                "RLIMIT_NOFILE and names the process at its limit."
+            ),
         ),
         Cause(
             id="cuda-in-worker",
@@ -255,6 +334,10 @@ CAUSES: dict[str, Cause] = {
                 "Or use the 'spawn' start method: DataLoader(..., multiprocessing_context='spawn').",
             ),
             symptoms=("RuntimeError: Cannot re-initialize CUDA in forked subprocess.",),
+            proof=(
+                "A worker's exception carries torch's message `Cannot re-initialize CUDA in forked "
+                "subprocess`."
+            ),
         ),
     )
 }

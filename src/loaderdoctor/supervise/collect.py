@@ -84,14 +84,10 @@ def main_script_unguarded() -> tuple[str | None, bool | None]:
         return path, None
     try:
         from loaderdoctor.lint import check_source
-    except ImportError:
-        check_source = None
-    if check_source is not None:
-        try:
-            return path, bool(check_source(source, path, select=["LD101"]))
-        except Exception:
-            pass
-    return path, not _has_main_guard(source)
+
+        return path, bool(check_source(source, path, select=["LD101"]))
+    except Exception:  # the linter is an aid here; fall back to the plain guard check
+        return path, not _has_main_guard(source)
 
 
 def _has_main_guard(source: str) -> bool:

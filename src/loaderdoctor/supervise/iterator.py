@@ -13,7 +13,6 @@ import os
 import queue
 import re
 import shutil
-import signal
 import tempfile
 import time
 import traceback
@@ -36,6 +35,7 @@ from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.worker import (
     BOOTSTRAP_DIR_ENV,
     MARKER,
+    SEND_ERROR_HEADER,
     STACK_DUMP_SIGNAL,
     SupervisedBatchedMapDataset,
     SupervisedCollate,
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 # MP_STATUS_CHECK_INTERVAL (5 s) and relies on a SIGCHLD handler for the rest.
 POLL_S = 0.1
 STACK_DUMP_WAIT_S = 1.0
+RECEIVE_ERROR_GRACE_S = 1.0
 ERRNO_PATTERN = re.compile(r"\[Errno (\d+)\]")
 
 
@@ -209,13 +210,11 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 return (True, self._data_queue.get(timeout=wait))
             except queue.Empty:
                 pass
-            except OSError as error:
-                self._ld_check_workers()
-                if error.errno == errno_module.EMFILE:
-                    self._ld_fail_main_process(error)
-                raise
             except Exception as error:
-                self._ld_check_workers()
+                if isinstance(error, OSError) and error.errno == errno_module.EMFILE:
+                    self._ld_check_workers()
+                    self._ld_fail_main_process(error)
+                self._ld_wait_for_dead_sender()
                 self._ld_fail_transfer(error)
                 raise
             self._ld_check_workers()
@@ -265,8 +264,11 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         for worker_id, process in enumerate(self._workers):
             if self._workers_status[worker_id] and not process.is_alive():
                 self._ld_fail(self._ld_death_evidence(worker_id))
+        for worker_id in range(len(self._workers)):
+            if self._ld_recorder.snapshot(worker_id).send_errors:
+                self._ld_fail(self._ld_send_error_evidence(worker_id))
         if self._ld_hang_timeout:
-            for worker_id, process in enumerate(self._workers):
+            for worker_id in range(len(self._workers)):
                 if not self._workers_status[worker_id]:
                     continue
                 snapshot = self._ld_recorder.snapshot(worker_id)
@@ -315,6 +317,29 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             if self._ld_start_method != "fork":
                 ev.main_script, ev.main_guard_missing = collect.main_script_unguarded()
         collect.add_machine_evidence(ev, self._ld_baseline)
+        return ev
+
+    def _ld_send_error_evidence(self, worker_id: int) -> Evidence:
+        process = self._workers[worker_id]
+        ev = self._ld_base_evidence("exception", worker_id)
+        log = collect.read_stack_log(self._ld_log_dir, worker_id, process.pid) or ""
+        text = log.split(SEND_ERROR_HEADER, 1)[-1].strip()
+        ev.traceback = text
+        ev.exception_message = _exception_line(text)
+        ev.exception_type = ev.exception_message.split(":", 1)[0] or None
+        match = ERRNO_PATTERN.search(ev.exception_message)
+        if match:
+            ev.errno = int(match.group(1))
+        ev.notes.append(
+            f"worker {worker_id} finished a batch but could not send it to the main process; "
+            "stock PyTorch waits for that batch forever"
+        )
+        if ev.errno == errno_module.EMFILE and process.pid:
+            usage = collect.fd_usage(process.pid)
+            if usage:
+                ev.notes.append(f"worker {worker_id} has {usage[0]} open files, its limit is {usage[1]}")
+        if ev.errno == errno_module.ENOSPC:
+            collect.add_machine_evidence(ev, None)
         return ev
 
     def _ld_fill_worker_facts(self, ev: Evidence, worker_id: int) -> None:
@@ -376,13 +401,24 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         # Kill first: a worker stuck on a lock must not make shutdown wait 5 s per worker.
         for process in self._workers:
             if process.is_alive():
-                try:
-                    os.kill(process.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                process.kill()
         for process in self._workers:
             process.join(timeout=5)
         self._shutdown_workers()
+
+    def _ld_wait_for_dead_sender(self) -> None:
+        """A batch that cannot be received usually means its sender just died.
+
+        A killed process closes its sockets before it becomes reapable, so the parent can see the
+        connection reset (the tensor's file descriptor was to come from the dead worker's
+        resource-sharer thread) a moment before ``is_alive()`` turns false. Give it that moment.
+        """
+        deadline = time.monotonic() + RECEIVE_ERROR_GRACE_S
+        while True:
+            self._ld_check_workers()
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
 
     def _ld_fail_transfer(self, error: Exception) -> None:
         """A batch could not be received. Name the process that ran out of descriptors, if any.
@@ -391,20 +427,20 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         by the sender's resource-sharer thread; when the worker is at its RLIMIT_NOFILE the
         parent only sees EOFError or ConnectionRefusedError (PyTorch issues #11201, #973).
         """
-        exhausted = []
+        exhausted: list[tuple[int | None, int, int, int]] = []
         for worker_id, process in enumerate(self._workers):
             usage = collect.fd_usage(process.pid) if process.pid else None
-            if usage and usage[0] >= usage[1] * 0.95:
+            if process.pid and usage and usage[0] >= usage[1] * 0.95:
                 exhausted.append((worker_id, process.pid, *usage))
         usage = collect.fd_usage(os.getpid())
         if usage and usage[0] >= usage[1] * 0.95:
             exhausted.append((None, os.getpid(), *usage))
         if not exhausted:
             return
-        worker_id = exhausted[0][0]
+        first_worker = exhausted[0][0]
         ev = (
-            self._ld_base_evidence("exception", worker_id)
-            if worker_id is not None
+            self._ld_base_evidence("exception", first_worker)
+            if first_worker is not None
             else Evidence(kind="exception", pid=os.getpid(), epoch=self._ld_epoch)
         )
         ev.start_method = self._ld_start_method

@@ -43,7 +43,7 @@ class Incident:
         }
 
 
-class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
+class DataLoader(torch.utils.data.DataLoader):
     """A ``torch.utils.data.DataLoader`` whose every worker failure gets a verdict.
 
     Takes every argument of ``torch.utils.data.DataLoader`` and behaves identically while nothing

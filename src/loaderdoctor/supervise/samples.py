@@ -15,7 +15,7 @@ def _as_path(entry: Any) -> str | None:
     if isinstance(entry, (tuple, list)) and entry:
         entry = entry[0]
     if isinstance(entry, (str, os.PathLike)):
-        return os.fspath(entry)  # type: ignore[return-value]
+        return str(os.fspath(entry))
     return None
 
 

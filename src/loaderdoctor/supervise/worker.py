@@ -241,13 +241,14 @@ class SupervisedWorkerInit:
             # One file per worker process: faulthandler writes the Python stack of every thread
             # into it at a fatal signal (SIGSEGV, SIGBUS, ...) and on STACK_DUMP_SIGNAL.
             path = os.path.join(self.log_dir, f"worker-{worker_id}-{os.getpid()}.log")
-            STATE.stack_log = open(path, "w")  # noqa: SIM115 - must outlive this call
+            STATE.stack_log = open(path, "w")  # must outlive this call
             faulthandler.enable(file=STATE.stack_log, all_threads=True)
             faulthandler.register(
                 STACK_DUMP_SIGNAL, file=STATE.stack_log, all_threads=True, chain=False
             )
         except (OSError, RuntimeError, ValueError):
             pass  # no stack on a crash; every other piece of evidence still works
+        _report_lost_batches()
         torch_compat.show_user_dataset_in_worker_info(self.dataset)
         if self.user_init is not None:
             try:
@@ -256,6 +257,39 @@ class SupervisedWorkerInit:
                 tag_exception(error, index=None, stage="init")
                 raise
         slot.stage(Stage.IDLE)
+
+
+SEND_ERROR_HEADER = "loaderdoctor: a batch could not be sent to the main process"
+
+
+def _report_lost_batches() -> None:
+    """Make a batch that fails to leave the worker a recorded failure instead of a silent hang.
+
+    The worker hands each batch to a multiprocessing.Queue whose feeder thread pickles it in the
+    background. When that fails (an unpicklable object in the sample, EMFILE or ENOSPC while
+    moving tensors to shared memory) the stock hook only prints a traceback: the batch is gone
+    and the main process waits for it forever. This worker-local hook also bumps the recorder
+    and writes the traceback where the parent looks.
+    """
+    import multiprocessing.queues
+
+    original = multiprocessing.queues.Queue._on_queue_feeder_error
+
+    def on_feeder_error(error: BaseException, obj: object) -> None:
+        slot = STATE.slot
+        log = STATE.stack_log
+        if log is not None:
+            try:
+                log.write(SEND_ERROR_HEADER + "\n")
+                log.write("".join(traceback.format_exception(error)))
+                log.flush()
+            except (OSError, ValueError):
+                pass
+        if slot is not None:
+            slot.send_error()
+        original(error, obj)
+
+    multiprocessing.queues.Queue._on_queue_feeder_error = staticmethod(on_feeder_error)  # type: ignore[method-assign,assignment]
 
 
 def write_bootstrap_marker() -> None:

@@ -1,0 +1,305 @@
+"""The demo's scenarios, as data, and the run that plants each fault and collects its verdict."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loaderdoctor.forensics.evidence import Diagnosis
+
+if TYPE_CHECKING:
+    from loaderdoctor.demo.dataset import PlantKind
+
+SCHEMA = 1
+IMAGES = 48  # = len(dataset.CLASSES) * dataset.IMAGES_PER_CLASS (tested)
+BATCH_SIZE = 16
+NUM_WORKERS = 2
+HANG_TIMEOUT_S = 2.0
+# torch's own receive timeout, as a safety net: no scenario may block the demo for ever.
+LOADER_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    planted: str  # what was planted, for a reader
+    plant: PlantKind
+    index: int
+    expected_cause: str
+    # What stock PyTorch says for this failure; {worker_id}, {pid} and {error_type} are filled in.
+    stock_message: str
+    hang_timeout: float | None = None
+    names_file: bool = True  # whether the verdict is expected to name the planted file
+
+
+# Batches of 16 over 48 samples with 2 workers: worker 0 loads batches 0 and 2 (indices 0-15 and
+# 32-47), worker 1 loads batch 1 (16-31). Each fault sits in its worker's first batch.
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        name="corrupt-jpeg",
+        planted="a truncated JPEG (the header parses, the pixel data stops half way)",
+        plant="truncated-jpeg",
+        index=5,
+        expected_cause="sample-error",
+        stock_message="{error_type}: Caught {error_type} in DataLoader worker process {worker_id}.",
+    ),
+    Scenario(
+        name="native-crash",
+        planted="a header that makes the image decoder read address 0 (a real SIGSEGV)",
+        plant="native-crash-header",
+        index=20,
+        expected_cause="native-crash",
+        stock_message="RuntimeError: DataLoader worker (pid {pid}) is killed by signal: "
+        "Segmentation fault.",
+    ),
+    Scenario(
+        name="ragged-batch",
+        planted="one 40×40 image among 32×32 ones, and no resize in the pipeline",
+        plant="odd-size",
+        index=27,
+        expected_cause="collate-error",
+        stock_message="RuntimeError: Caught RuntimeError in DataLoader worker process {worker_id}.",
+        names_file=False,
+    ),
+    Scenario(
+        name="stalled-read",
+        planted=f"a read that never returns, like a dead network mount (hang_timeout={HANG_TIMEOUT_S:g} s)",
+        plant="stalled-read",
+        index=9,
+        expected_cause="worker-hang",
+        stock_message="nothing: training waits forever, without an error",
+        hang_timeout=HANG_TIMEOUT_S,
+    ),
+)
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    planted: str
+    expected_cause: str
+    planted_index: int
+    planted_file: str
+    diagnosis: Diagnosis | None
+    seconds: float
+    stock_message: str = ""
+    error_type: str | None = None  # the type of the exception the loader raised
+    error: str | None = None  # what went wrong when no verdict came back
+    names_file: bool = True
+    dataset_dir: str = ""  # this scenario's dataset (one folder below DemoReport.dataset_dir)
+
+    @property
+    def passed(self) -> bool:
+        d = self.diagnosis
+        if d is None or d.cause != self.expected_cause or self.planted_index not in d.indices:
+            return False
+        return not self.names_file or d.sample_file == self.planted_file
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "planted": self.planted,
+            "expected_cause": self.expected_cause,
+            "planted_index": self.planted_index,
+            "planted_file": self.planted_file,
+            "passed": self.passed,
+            "seconds": round(self.seconds, 3),
+            "stock_message": self.stock_message,
+            "error_type": self.error_type,
+            "error": self.error,
+            "names_file": self.names_file,
+            "dataset_dir": self.dataset_dir,
+            "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ScenarioResult:
+        diagnosis = data.get("diagnosis")
+        return cls(
+            name=data["name"],
+            planted=data["planted"],
+            expected_cause=data["expected_cause"],
+            planted_index=data["planted_index"],
+            planted_file=data["planted_file"],
+            diagnosis=Diagnosis.from_json(diagnosis) if diagnosis else None,
+            seconds=data["seconds"],
+            stock_message=data.get("stock_message", ""),
+            error_type=data.get("error_type"),
+            error=data.get("error"),
+            names_file=data.get("names_file", True),
+            dataset_dir=data.get("dataset_dir", ""),
+        )
+
+
+@dataclass
+class DemoReport:
+    scenarios: list[ScenarioResult]
+    seconds: float
+    dataset_dir: str = ""  # where the datasets were generated, one folder per scenario
+    dataset_kept: bool = False  # left there (``--keep``) rather than removed
+    start_method: str = ""
+    images: int = 0  # images per scenario's dataset
+    batch_size: int = BATCH_SIZE
+    num_workers: int = NUM_WORKERS
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.scenarios) and all(result.passed for result in self.scenarios)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "passed": self.passed,
+            "seconds": round(self.seconds, 3),
+            "dataset_dir": self.dataset_dir,
+            "dataset_kept": self.dataset_kept,
+            "start_method": self.start_method,
+            "images": self.images,
+            "batch_size": self.batch_size,
+            "num_workers": self.num_workers,
+            "scenarios": [result.to_json() for result in self.scenarios],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DemoReport:
+        return cls(
+            scenarios=[ScenarioResult.from_json(item) for item in data["scenarios"]],
+            seconds=data["seconds"],
+            dataset_dir=data.get("dataset_dir", ""),
+            dataset_kept=data.get("dataset_kept", False),
+            start_method=data.get("start_method", ""),
+            images=data.get("images", 0),
+            batch_size=data.get("batch_size", BATCH_SIZE),
+            num_workers=data.get("num_workers", NUM_WORKERS),
+        )
+
+
+def _stock_message(scenario: Scenario, diagnosis: Diagnosis | None, error_type: str | None) -> str:
+    worker_id = diagnosis.worker_id if diagnosis and diagnosis.worker_id is not None else "N"
+    pid = diagnosis.pid if diagnosis and diagnosis.pid else "N"
+    return scenario.stock_message.format(
+        worker_id=worker_id, pid=pid, error_type=error_type or "Exception"
+    )
+
+
+def _reap_new_children(before: set[int]) -> None:
+    """Kill and join the worker processes a scenario left behind (normally none)."""
+    for child in multiprocessing.active_children():
+        if child.pid not in before:
+            child.kill()
+            child.join(timeout=5)
+
+
+def run_scenario(scenario: Scenario, root: Path) -> ScenarioResult:
+    """Write the dataset with ``scenario``'s fault planted under ``root``, load it, return the verdict."""
+    # torch and Pillow load here, so the scenario table is cheap to import (``--help``).
+    from loaderdoctor.demo.dataset import QuietWorkers, ShapesFolder, write_dataset
+    from loaderdoctor.supervise.loader import DataLoader
+
+    started = time.monotonic()
+    planted = write_dataset(root, scenario.plant, scenario.index)
+    dataset = ShapesFolder(root)
+    children_before = {child.pid for child in multiprocessing.active_children() if child.pid}
+    diagnosis: Diagnosis | None = None
+    error_type: str | None = None
+    problem: str | None = None
+    loader = DataLoader(
+        dataset,
+        batch_size=BATCH_SIZE,
+        num_workers=NUM_WORKERS,
+        worker_init_fn=QuietWorkers(str(root / "workers.log")),
+        timeout=LOADER_TIMEOUT_S,
+        hang_timeout=scenario.hang_timeout,
+    )
+    try:
+        with warnings.catch_warnings():
+            # torch's advice for machines with fewer cores than workers is not the demo's point.
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            for _batch in loader:
+                pass
+        problem = "the loader finished the epoch without an error"
+    except Exception as error:
+        error_type = type(error).__name__
+        diagnosis = getattr(error, "diagnosis", None)
+        if diagnosis is None:
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            problem = f"{error_type} without a verdict: {first_line}"
+    finally:
+        del loader
+        _reap_new_children(children_before)
+    return ScenarioResult(
+        name=scenario.name,
+        planted=scenario.planted,
+        expected_cause=scenario.expected_cause,
+        planted_index=scenario.index,
+        planted_file=str(planted) if planted else "",
+        diagnosis=diagnosis,
+        seconds=time.monotonic() - started,
+        stock_message=_stock_message(scenario, diagnosis, error_type),
+        error_type=error_type,
+        error=problem,
+        names_file=scenario.names_file,
+        dataset_dir=str(root),
+    )
+
+
+def select_scenarios(names: Sequence[str] | None) -> list[Scenario]:
+    if not names:
+        return list(SCENARIOS)
+    by_name = {scenario.name: scenario for scenario in SCENARIOS}
+    unknown = [name for name in names if name not in by_name]
+    if unknown:
+        known = ", ".join(by_name)
+        raise ValueError(f"unknown scenario {', '.join(unknown)} (known: {known})")
+    return [by_name[name] for name in names]
+
+
+def run_demo(
+    keep: str | os.PathLike[str] | None = None,
+    names: Sequence[str] | None = None,
+    progress: Callable[[int, int, Scenario], None] | None = None,
+    on_result: Callable[[int, int, ScenarioResult], None] | None = None,
+) -> DemoReport:
+    """Run every scenario (or those in ``names``) and return their verdicts.
+
+    The datasets are written to a temporary directory that is removed afterwards, or to ``keep``
+    (which must not exist or be empty) and left there. ``progress(number, total, scenario)`` is
+    called as each scenario starts, ``on_result(number, total, result)`` as it ends.
+    """
+    scenarios = select_scenarios(names)
+    if keep is not None:
+        base = Path(keep)
+        if base.exists() and (not base.is_dir() or any(base.iterdir())):
+            raise FileExistsError(f"{base} exists and is not an empty directory")
+        base.mkdir(parents=True, exist_ok=True)
+    else:
+        base = Path(tempfile.mkdtemp(prefix="loaderdoctor-demo-"))
+    started = time.monotonic()
+    results: list[ScenarioResult] = []
+    try:
+        for number, scenario in enumerate(scenarios, start=1):
+            if progress is not None:
+                progress(number, len(scenarios), scenario)
+            result = run_scenario(scenario, base / scenario.name)
+            results.append(result)
+            if on_result is not None:
+                on_result(number, len(scenarios), result)
+    finally:
+        if keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+    return DemoReport(
+        scenarios=results,
+        seconds=time.monotonic() - started,
+        dataset_dir=str(base),
+        dataset_kept=keep is not None,
+        start_method=multiprocessing.get_start_method(allow_none=False),
+        images=IMAGES,
+    )

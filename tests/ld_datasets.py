@@ -1,0 +1,70 @@
+"""Datasets shared by the tests. A module of its own so spawn/forkserver workers can import it."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+
+class RandomAugmented(Dataset):
+    """Each sample mixes the index with torch, numpy and random draws: seeds must match exactly."""
+
+    def __init__(self, n: int = 37) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int):
+        return {
+            "x": torch.full((2,), float(index)) + torch.rand(2),
+            "np": float(np.random.rand()),
+            "py": random.random(),
+            "index": index,
+        }
+
+
+class BatchedDataset(RandomAugmented):
+    def __getitems__(self, indices):
+        return [self[i] for i in indices]
+
+
+class ShardedStream(IterableDataset):
+    """An IterableDataset sharded by worker through get_worker_info(), as the torch docs show."""
+
+    def __init__(self, start: int = 0, end: int = 30) -> None:
+        self.start, self.end = start, end
+
+    def __iter__(self):
+        info = get_worker_info()
+        if info is None:
+            lo, hi = self.start, self.end
+        else:
+            per = -(-(self.end - self.start) // info.num_workers)
+            lo = self.start + info.id * per
+            hi = min(lo + per, self.end)
+        for value in range(lo, hi):
+            yield torch.tensor([value]) + torch.rand(1)
+
+
+class ConfiguredByInit(IterableDataset):
+    """worker_init_fn configures the dataset through get_worker_info().dataset."""
+
+    def __init__(self) -> None:
+        self.values: list[int] = list(range(12))
+
+    def __iter__(self):
+        return iter(self.values)
+
+
+def shard_by_worker(worker_id: int) -> None:
+    info = get_worker_info()
+    dataset = info.dataset
+    dataset.values = dataset.values[worker_id :: info.num_workers]
+
+
+def pairs_batch_sampler(n: int):
+    return [[i, n - 1 - i] for i in range(n // 2)]

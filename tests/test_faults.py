@@ -1,0 +1,167 @@
+"""Real faults, really provoked, each in a subprocess: the verdict must name the cause and sample."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import FAULTS, run_python
+
+pytestmark = pytest.mark.slow
+FAULTY = str(FAULTS / "faulty.py")
+
+
+def verdict(*args: str, **kwargs) -> dict:
+    result = run_python([FAULTY, *args], **kwargs)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no verdict printed\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-3000:]}"
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_segfault_is_a_native_crash_with_the_python_stack(method: str) -> None:
+    out = verdict("segv", method)
+    assert out["cause"] == "native-crash"
+    assert out["indices"] == [21]
+    assert "in __getitem__" in out["python_stack"] and "faulty.py" in out["python_stack"]
+    assert out["error_type"] == "WorkerDiedError"
+
+
+def test_sigkill_without_oom_evidence_is_killed_by_signal() -> None:
+    out = verdict("sigkill")
+    assert out["cause"] == "killed-by-signal"
+    assert out["indices"] == [21]
+
+
+def test_exit_code() -> None:
+    out = verdict("exit")
+    assert out["cause"] == "worker-exit" and out["indices"] == [21]
+    assert "exited unexpectedly with code 3" in out["message"]
+
+
+def test_hang_is_killed_with_its_stack() -> None:
+    started = time.monotonic()
+    out = verdict("hang", timeout=60)
+    assert out["cause"] == "worker-hang" and out["indices"] == [21]
+    assert out["error_type"] == "WorkerHangError"
+    assert "time.sleep" in out["python_stack"] or "in __getitem__" in out["python_stack"]
+    assert time.monotonic() - started < 50  # the 600 s sleep was cut short by the watchdog
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_python_exception_keeps_its_type_and_names_the_index(method: str) -> None:
+    out = verdict("raise", method)
+    assert out["error_type"] == "ValueError"
+    assert out["cause"] == "sample-error" and out["indices"] == [21]
+    assert "corrupt sample 21" in out["message"]
+    assert "Original Traceback" in out["message"]
+
+
+def test_ragged_tensors_in_collate_name_the_odd_sample() -> None:
+    out = verdict("ragged", "default", "6")
+    assert out["cause"] == "collate-error"
+    assert out["indices"] == [6]
+
+
+def test_unpicklable_sample_is_a_verdict_not_a_silent_hang() -> None:
+    # Stock torch prints the feeder thread's PicklingError in the worker and waits forever.
+    out = verdict("unpicklable-sample", timeout=60)
+    assert out["cause"] == "unpicklable"
+    assert any("could not send it" in line for line in out["evidence"])
+
+
+def test_lambda_collate_fn_under_spawn_is_unpicklable() -> None:
+    out = verdict("lambda", "spawn")
+    assert out["cause"] == "unpicklable"
+    assert out["error_type"] == "WorkerStartError"
+    assert "collate_fn" in out["message"]
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_script_without_main_guard(method: str) -> None:
+    result = run_python([str(FAULTS / "unguarded.py"), method])
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert lines, result.stderr[-3000:]
+    assert json.loads(lines[-1])["cause"] == "main-guard-missing"
+
+
+def test_too_many_open_files() -> None:
+    def limit_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    out = verdict("emfile", preexec_fn=limit_files)
+    assert out["cause"] == "fd-exhausted"
+    assert any("limit is 128" in line for line in out["evidence"])
+
+
+# --- faults that need root: a memory cgroup, a private mount namespace ---------------------
+
+
+def _memory_cgroup_root() -> Path | None:
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            root = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            if (root / "memory.limit_in_bytes").exists():
+                return root
+    return None
+
+
+@pytest.fixture
+def memory_cgroup() -> Iterator[Path]:
+    root = _memory_cgroup_root()
+    if os.geteuid() != 0 or root is None:
+        pytest.skip("needs root and a cgroup v1 memory controller")
+    group = root / f"loaderdoctor-test-{uuid.uuid4().hex[:8]}"
+    try:
+        group.mkdir()
+    except OSError as error:
+        pytest.skip(f"cannot create a memory cgroup: {error}")
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(700 * 1024 * 1024))
+        yield group
+    finally:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            pids = (group / "cgroup.procs").read_text().split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except ProcessLookupError:
+                    pass
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def test_oom_kill_in_a_memory_cgroup(memory_cgroup: Path) -> None:
+    procs = memory_cgroup / "cgroup.procs"
+    out = verdict("oom", wrapper=["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh"])
+    assert out["cause"] == "oom-killed"
+    assert out["indices"] == [21]
+    assert any("Killed process" in line for line in out["evidence"]) or any(
+        "oom_kill counter" in line for line in out["evidence"]
+    )
+
+
+def test_full_dev_shm_in_a_private_mount_namespace() -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private /dev/shm")
+    mount = "mount -t tmpfs -o size=64M tmpfs /dev/shm"
+    out = verdict("shm", wrapper=["unshare", "-m", "sh", "-c", f'{mount} && exec "$@"', "sh"])
+    if out.get("cause") is None and "delivered" in out:
+        pytest.fail(f"no failure with a 64 MiB /dev/shm: {out}")
+    assert out["cause"] == "shm-exhausted"
