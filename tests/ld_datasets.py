@@ -68,3 +68,42 @@ def shard_by_worker(worker_id: int) -> None:
 
 def pairs_batch_sampler(n: int):
     return [[i, n - 1 - i] for i in range(n // 2)]
+
+
+class Faulty(Dataset):
+    """Fails at ``bad`` in the way named by ``mode``; with ``once_flag`` only the first time."""
+
+    def __init__(self, mode: str, bad: int = 5, n: int = 24, once_flag: str | None = None) -> None:
+        self.mode, self.bad, self.n, self.once_flag = mode, bad, n, once_flag
+        self.samples = [(f"/data/img_{i:03d}.jpg", i % 3) for i in range(n)]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int):
+        if index == self.bad:
+            import os
+
+            if self.once_flag is not None:
+                if os.path.exists(self.once_flag):
+                    return torch.tensor([index])
+                open(self.once_flag, "w").close()
+            if self.mode == "segv":
+                import ctypes
+
+                ctypes.string_at(0)
+            elif self.mode == "key":
+                raise KeyError(f"no label for {index}")
+            elif self.mode == "sleep":
+                import time
+
+                time.sleep(120)
+        return torch.tensor([index])
+
+
+class FaultyStream(IterableDataset):
+    def __iter__(self):
+        for position in range(10):
+            if position == 4:
+                raise OSError(f"stream broke at {position}")
+            yield torch.tensor([position])

@@ -120,4 +120,6 @@ def test_persistent_workers_over_epochs() -> None:
 
 
 def test_pin_memory_and_prefetch_factor() -> None:
-    check(dataset=RandomAugmented(), batch_size=4, num_workers=2, pin_memory=True, prefetch_factor=4)
+    check(
+        dataset=RandomAugmented(), batch_size=4, num_workers=2, pin_memory=True, prefetch_factor=4
+    )

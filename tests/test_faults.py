@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from conftest import FAULTS, run_python
 
 pytestmark = pytest.mark.slow

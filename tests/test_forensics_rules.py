@@ -36,7 +36,11 @@ def death(**kw) -> Evidence:
 @pytest.mark.parametrize(
     ("evidence", "cause", "min_confidence"),
     [
-        (death(signal="SIGKILL", oom_kill_for_pid=True, kernel_log_readable=True), "oom-killed", 0.95),
+        (
+            death(signal="SIGKILL", oom_kill_for_pid=True, kernel_log_readable=True),
+            "oom-killed",
+            0.95,
+        ),
         (
             death(signal="SIGKILL", cgroup_oom_kills_before=0, cgroup_oom_kills_after=1),
             "oom-killed",
@@ -54,8 +58,16 @@ def death(**kw) -> Evidence:
         ),
         (death(signal="SIGSEGV"), "native-crash", 0.9),
         (death(signal="SIGABRT"), "native-crash", 0.9),
-        (death(signal="SIGBUS", shm_total_bytes=64 << 20, shm_free_bytes=1 << 20), "shm-exhausted", 0.9),
-        (death(signal="SIGBUS", shm_total_bytes=64 << 30, shm_free_bytes=60 << 30), "native-crash", 0.6),
+        (
+            death(signal="SIGBUS", shm_total_bytes=64 << 20, shm_free_bytes=1 << 20),
+            "shm-exhausted",
+            0.9,
+        ),
+        (
+            death(signal="SIGBUS", shm_total_bytes=64 << 30, shm_free_bytes=60 << 30),
+            "native-crash",
+            0.6,
+        ),
         (death(signal="SIGTERM"), "killed-by-signal", 0.9),
         (death(exit_code=3, reached_worker_init=True), "worker-exit", 0.9),
         (
@@ -76,17 +88,26 @@ def death(**kw) -> Evidence:
         ),
         (Evidence(kind="hang", seconds_without_progress=12.0), "worker-hang", 0.9),
         (
-            Evidence(kind="exception", stage="fetch", exception_type="ValueError", exception_message="x"),
+            Evidence(
+                kind="exception", stage="fetch", exception_type="ValueError", exception_message="x"
+            ),
             "sample-error",
             0.8,
         ),
         (
-            Evidence(kind="exception", stage="collate", exception_type="RuntimeError", exception_message="stack expects"),
+            Evidence(
+                kind="exception",
+                stage="collate",
+                exception_type="RuntimeError",
+                exception_message="stack expects",
+            ),
             "collate-error",
             0.8,
         ),
         (
-            Evidence(kind="exception", stage="init", exception_type="KeyError", exception_message="k"),
+            Evidence(
+                kind="exception", stage="init", exception_type="KeyError", exception_message="k"
+            ),
             "init-error",
             0.8,
         ),
@@ -152,7 +173,9 @@ def test_sigkill_without_readable_sources_is_uncertain_and_names_oom_as_alternat
 
 
 def test_culprit_is_the_sample_in_flight_and_collate_names_the_odd_samples() -> None:
-    assert diagnose(death(signal="SIGSEGV", in_flight_index=37, batch_indices=[36, 37])).indices == [37]
+    assert diagnose(
+        death(signal="SIGSEGV", in_flight_index=37, batch_indices=[36, 37])
+    ).indices == [37]
     collate = Evidence(
         kind="exception",
         stage="collate",

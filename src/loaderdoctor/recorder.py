@@ -124,56 +124,77 @@ class FlightRecorder:
 
     # --- worker side ---------------------------------------------------------------------
     def attach(self, worker_id: int) -> WorkerSlot:
-        return WorkerSlot(self.view[worker_id])
+        # A flat int64 memoryview: an item write costs ~0.1 µs, half of numpy's and a tiny
+        # fraction of a tensor index, which matters on datasets of tiny samples.
+        flat = memoryview(self.view).cast("B").cast("q")
+        return WorkerSlot(flat, worker_id * N_FIELDS)
+
+
+# Plain ints for the hot path: IntEnum members cost an __index__ call per access.
+_STAGE = int(Field.STAGE)
+_INDEX = int(Field.INDEX)
+_SAMPLES = int(Field.SAMPLES_STARTED)
+_BATCHES = int(Field.BATCHES_DONE)
+_SINCE = int(Field.STAGE_SINCE_NS)
+_RSS = int(Field.RSS_BYTES)
+_ERRORS = int(Field.ERRORS)
+_SEND_ERRORS = int(Field.SEND_ERRORS)
+_FETCH = int(Stage.FETCH)
+_IDLE = int(Stage.IDLE)
 
 
 class WorkerSlot:
-    """A worker's own row. Every method is a handful of numpy item writes."""
+    """A worker's own row. Every method is a handful of item writes into shared memory."""
 
-    __slots__ = ("_monotonic_ns", "_page", "_row", "_statm_fd")
+    __slots__ = ("_base", "_flat", "_monotonic_ns", "_page", "_statm_fd")
 
-    def __init__(self, row: Any) -> None:
-        self._row = row
+    def __init__(self, flat: memoryview, base: int) -> None:
+        self._flat = flat
+        self._base = base
         self._monotonic_ns = time.monotonic_ns
         self._page = os.sysconf("SC_PAGE_SIZE")
         try:
             self._statm_fd: int | None = os.open("/proc/self/statm", os.O_RDONLY)
         except OSError:
             self._statm_fd = None
-        row[Field.PID] = os.getpid()
-        row[Field.INDEX] = NO_INDEX
+        flat[base + Field.PID] = os.getpid()
+        flat[base + _INDEX] = NO_INDEX
         self.stage(Stage.INIT)
 
+    def hot_path(self) -> tuple[memoryview, int, Any]:
+        """(the shared row buffer, this row's offset, the clock) for per-sample loops."""
+        return self._flat, self._base, self._monotonic_ns
+
     def stage(self, stage: Stage) -> None:
-        row = self._row
-        row[Field.STAGE] = stage
-        row[Field.STAGE_SINCE_NS] = self._monotonic_ns()
+        flat, base = self._flat, self._base
+        flat[base + _STAGE] = int(stage)
+        flat[base + _SINCE] = self._monotonic_ns()
 
     def fetching(self, index: Any) -> None:
-        row = self._row
-        row[Field.INDEX] = index if type(index) is int else NO_INDEX
-        row[Field.SAMPLES_STARTED] += 1
-        row[Field.STAGE] = Stage.FETCH
-        row[Field.STAGE_SINCE_NS] = self._monotonic_ns()
+        flat, base = self._flat, self._base
+        flat[base + _INDEX] = index if type(index) is int else NO_INDEX
+        flat[base + _SAMPLES] += 1
+        flat[base + _STAGE] = _FETCH
+        flat[base + _SINCE] = self._monotonic_ns()
 
     def collated(self) -> None:
-        row = self._row
-        row[Field.BATCHES_DONE] += 1
-        row[Field.STAGE] = Stage.IDLE
-        row[Field.STAGE_SINCE_NS] = self._monotonic_ns()
+        flat, base = self._flat, self._base
+        flat[base + _BATCHES] += 1
+        flat[base + _STAGE] = _IDLE
+        flat[base + _SINCE] = self._monotonic_ns()
         self.sample_rss()
 
     def error(self) -> None:
-        self._row[Field.ERRORS] += 1
+        self._flat[self._base + _ERRORS] += 1
 
     def send_error(self) -> None:
-        self._row[Field.SEND_ERRORS] += 1
+        self._flat[self._base + _SEND_ERRORS] += 1
 
     def sample_rss(self) -> None:
         if self._statm_fd is None:
             return
         try:
             fields = os.pread(self._statm_fd, 128, 0).split()
-            self._row[Field.RSS_BYTES] = int(fields[1]) * self._page
+            self._flat[self._base + _RSS] = int(fields[1]) * self._page
         except (OSError, IndexError, ValueError):
             pass

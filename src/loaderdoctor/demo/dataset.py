@@ -7,7 +7,10 @@ JPEG, the "native decoder" really dereferences NULL, the "stalled read" really b
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -169,18 +172,46 @@ class ShapesFolder(Dataset[tuple[torch.Tensor, int]]):
         return decode_image(path), label
 
 
-class QuietWorkers:
-    """worker_init_fn: send the workers' stdout and stderr to a log file.
+class DemoWorkerInit:
+    """worker_init_fn: keep what workers write, and list the temporary folders they make.
 
     Stock torch prints its own crash line ("ERROR: Unexpected segmentation fault encountered in
-    worker.") from the worker; the demo keeps it in the log instead of under its progress line.
+    worker.") from the worker; the demo sends the workers' stdout and stderr to a log instead of
+    under its progress line. A worker that shares a tensor makes a multiprocessing temp folder
+    (``pymp-*``, for the resource sharer's socket) that only its own exit handlers remove, so a
+    worker that crashes or is killed leaves it behind: each worker writes its path to a list
+    for the demo to remove.
     """
 
-    def __init__(self, log_path: str) -> None:
+    def __init__(self, log_path: str, temp_list_path: str) -> None:
         self.log_path = log_path
+        self.temp_list_path = temp_list_path
 
     def __call__(self, worker_id: int) -> None:
+        from multiprocessing import util
+
+        with open(self.temp_list_path, "a") as temp_list:
+            temp_list.write(util.get_temp_dir() + "\n")
         descriptor = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(descriptor, 1)
         os.dup2(descriptor, 2)
         os.close(descriptor)
+
+
+def remove_worker_temp_dirs(temp_list_path: str, existing_before: set[str]) -> None:
+    """Remove the folders listed by ``DemoWorkerInit`` that did not exist before the loader ran.
+
+    (A folder that existed before is the main process's own, inherited at fork.)
+    """
+    try:
+        with open(temp_list_path) as temp_list:
+            paths = {line.strip() for line in temp_list if line.strip()}
+    except OSError:
+        return
+    for path in paths - existing_before:
+        if os.path.basename(path).startswith("pymp-"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def multiprocessing_temp_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "pymp-*")))

@@ -41,7 +41,8 @@ class Scenario:
 
 
 # Batches of 16 over 48 samples with 2 workers: worker 0 loads batches 0 and 2 (indices 0-15 and
-# 32-47), worker 1 loads batch 1 (16-31). Each fault sits in its worker's first batch.
+# 32-47), worker 1 loads batch 1 (16-31). Each fault sits in its worker's first batch, so no
+# earlier batch of a dying worker is still in transit and each scenario has one clear failure.
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         name="corrupt-jpeg",
@@ -201,12 +202,20 @@ def _reap_new_children(before: set[int]) -> None:
 def run_scenario(scenario: Scenario, root: Path) -> ScenarioResult:
     """Write the dataset with ``scenario``'s fault planted under ``root``, load it, return the verdict."""
     # torch and Pillow load here, so the scenario table is cheap to import (``--help``).
-    from loaderdoctor.demo.dataset import QuietWorkers, ShapesFolder, write_dataset
+    from loaderdoctor.demo.dataset import (
+        DemoWorkerInit,
+        ShapesFolder,
+        multiprocessing_temp_dirs,
+        remove_worker_temp_dirs,
+        write_dataset,
+    )
     from loaderdoctor.supervise.loader import DataLoader
 
     started = time.monotonic()
     planted = write_dataset(root, scenario.plant, scenario.index)
     dataset = ShapesFolder(root)
+    temp_list = str(root / "worker-temp-dirs.txt")
+    temp_dirs_before = multiprocessing_temp_dirs()
     children_before = {child.pid for child in multiprocessing.active_children() if child.pid}
     diagnosis: Diagnosis | None = None
     error_type: str | None = None
@@ -215,7 +224,7 @@ def run_scenario(scenario: Scenario, root: Path) -> ScenarioResult:
         dataset,
         batch_size=BATCH_SIZE,
         num_workers=NUM_WORKERS,
-        worker_init_fn=QuietWorkers(str(root / "workers.log")),
+        worker_init_fn=DemoWorkerInit(str(root / "workers.log"), temp_list),
         timeout=LOADER_TIMEOUT_S,
         hang_timeout=scenario.hang_timeout,
     )
@@ -235,6 +244,7 @@ def run_scenario(scenario: Scenario, root: Path) -> ScenarioResult:
     finally:
         del loader
         _reap_new_children(children_before)
+        remove_worker_temp_dirs(temp_list, temp_dirs_before)
     return ScenarioResult(
         name=scenario.name,
         planted=scenario.planted,

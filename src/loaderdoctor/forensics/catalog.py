@@ -65,8 +65,8 @@ CAUSES: dict[str, Cause] = {
                 "a different number of fields), or a custom collate_fn raised."
             ),
             fixes=(
-                "Make every sample the same shape (resize/crop/pad in the Dataset), or",
-                "write a collate_fn that pads variable-length fields (e.g. "
+                "Make every sample the same shape (resize, crop or pad in the Dataset).",
+                "Or write a collate_fn that pads variable-length fields (e.g. "
                 "torch.nn.utils.rnn.pad_sequence) or returns lists for them.",
                 "Check the odd samples named above: they differ from the rest of the batch.",
             ),
@@ -197,7 +197,10 @@ CAUSES: dict[str, Cause] = {
                 "Avoid forking while threads hold locks: set `cv2.setNumThreads(0)`, or use the "
                 "'spawn' or 'forkserver' start method (multiprocessing_context=...).",
             ),
-            symptoms=("The training loop stops with no error", "DataLoader timed out after N seconds"),
+            symptoms=(
+                "The training loop stops with no error",
+                "DataLoader timed out after N seconds",
+            ),
             proof=(
                 "Each worker stamps the start of every sample and collate in the flight recorder, "
                 "and the main process looks at it every 0.1 s. When one stage lasts longer than "
@@ -272,10 +275,42 @@ CAUSES: dict[str, Cause] = {
                 "AttributeError: Can't pickle local object",
                 "Can't get attribute 'X' on <module '__main__'",
             ),
+            proof=(
+                "At start-up, the pickling error raised while starting the workers, with each of "
+                "dataset, collate_fn and worker_init_fn pickled on its own to name the part that "
+                "fails. For a batch, the worker's queue feeder thread reports the pickling error "
+                "to the flight recorder, so the lost batch becomes a verdict instead of a hang."
+            ),
+        ),
+        Cause(
+            id="batch-lost",
+            title="A finished batch could not be sent to the main process",
+            explanation=(
+                "The worker built the batch, but its queue's background feeder thread failed to "
+                "send it (pickling it, moving its tensors to shared memory, or opening the "
+                "socket that passes their file descriptors). Stock PyTorch prints the error in "
+                "the worker and waits for the batch forever."
+            ),
+            fixes=(
+                "Read the error above: it comes from the worker's queue feeder thread.",
+                "An 'AF_UNIX path too long' error means TMPDIR is too long for a socket path "
+                "(108 bytes): point TMPDIR at a short directory such as /tmp.",
+                "Or switch the sharing strategy: "
+                "`torch.multiprocessing.set_sharing_strategy('file_system')`.",
+            ),
+            symptoms=(
+                "Traceback ... multiprocessing/queues.py ... in _feed (printed by a worker)",
+                "The training loop stops with no error",
+            ),
+            proof=(
+                "loaderdoctor hooks the worker's queue feeder thread: a failure there bumps the "
+                "worker's row of the flight recorder and writes the traceback to its log, and "
+                "the main process turns it into this verdict at its next poll."
+            ),
         ),
         Cause(
             id="main-guard-missing",
-            title="The script has no `if __name__ == \"__main__\":` guard",
+            title='The script has no `if __name__ == "__main__":` guard',
             explanation=(
                 "With 'spawn' or 'forkserver' each worker imports the main script again. Without "
                 "the guard the worker re-runs the training code at import, tries to start its "
@@ -283,7 +318,7 @@ CAUSES: dict[str, Cause] = {
             ),
             fixes=(
                 "Move the training code into a function and call it under "
-                "`if __name__ == \"__main__\":`.",
+                '`if __name__ == "__main__":`.',
                 "Run `loaderdoctor lint SCRIPT` to find the unguarded DataLoader.",
             ),
             symptoms=(

@@ -41,12 +41,18 @@ MESSAGE_SIGNATURES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
             re.IGNORECASE,
         ),
     ),
-    ("fd-exhausted", 0.95, re.compile(r"Too many open files|\[Errno 24\]|received 0 items of ancdata")),
+    (
+        "fd-exhausted",
+        0.95,
+        re.compile(r"Too many open files|\[Errno 24\]|received 0 items of ancdata"),
+    ),
     ("cuda-in-worker", 0.98, re.compile(r"Cannot re-initialize CUDA in forked subprocess")),
     (
         "main-guard-missing",
         0.98,
-        re.compile(r"before\s+the\s+current\s+process\s+has\s+finished\s+its\s+bootstrapping\s+phase"),
+        re.compile(
+            r"before\s+the\s+current\s+process\s+has\s+finished\s+its\s+bootstrapping\s+phase"
+        ),
     ),
     (
         "unpicklable",
@@ -85,6 +91,7 @@ def python_exception(ev: Evidence) -> Finding | None:
     where = {
         "collate": ("collate-error", "raised in collate_fn"),
         "init": ("init-error", "raised in worker_init_fn"),
+        "send": ("batch-lost", "raised while the worker sent a finished batch"),
     }.get(ev.stage or "", ("sample-error", "raised in Dataset.__getitem__ (or a transform)"))
     cause, reason = where
     return Finding(cause, 0.85, (f"{ev.exception_type}: {reason}",))
@@ -103,7 +110,9 @@ def killed_by_sigkill(ev: Evidence) -> Finding | None:
     if ev.kind != "death" or ev.signal != "SIGKILL":
         return None
     if ev.oom_kill_for_pid:
-        return Finding("oom-killed", 0.98, ("the kernel log names this pid as killed by the OOM killer",))
+        return Finding(
+            "oom-killed", 0.98, ("the kernel log names this pid as killed by the OOM killer",)
+        )
     before, after = ev.cgroup_oom_kills_before, ev.cgroup_oom_kills_after
     if before is not None and after is not None and after > before:
         return Finding(
@@ -121,7 +130,9 @@ def killed_by_sigkill(ev: Evidence) -> Finding | None:
     return Finding(
         "killed-by-signal",
         0.5,
-        ("neither the kernel log nor the cgroup OOM counters could be read: an OOM kill is possible",),
+        (
+            "neither the kernel log nor the cgroup OOM counters could be read: an OOM kill is possible",
+        ),
     )
 
 
@@ -264,9 +275,7 @@ def evidence_lines(ev: Evidence) -> list[str]:
     if ev.worker_rss_bytes:
         lines.append(f"worker RSS at last report: {_mib(ev.worker_rss_bytes)}")
     if ev.shm_free_bytes is not None and ev.shm_total_bytes:
-        lines.append(
-            f"/dev/shm now: {_mib(ev.shm_free_bytes)} free of {_mib(ev.shm_total_bytes)}"
-        )
+        lines.append(f"/dev/shm now: {_mib(ev.shm_free_bytes)} free of {_mib(ev.shm_total_bytes)}")
     lines.extend(ev.notes)
     return lines
 

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 POLL_S = 0.1
 STACK_DUMP_WAIT_S = 1.0
 RECEIVE_ERROR_GRACE_S = 1.0
+SHUTDOWN_GRACE_S = 2.0
 ERRNO_PATTERN = re.compile(r"\[Errno (\d+)\]")
 
 
@@ -322,6 +323,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
     def _ld_send_error_evidence(self, worker_id: int) -> Evidence:
         process = self._workers[worker_id]
         ev = self._ld_base_evidence("exception", worker_id)
+        ev.stage = "send"
         log = collect.read_stack_log(self._ld_log_dir, worker_id, process.pid) or ""
         text = log.split(SEND_ERROR_HEADER, 1)[-1].strip()
         ev.traceback = text
@@ -337,7 +339,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if ev.errno == errno_module.EMFILE and process.pid:
             usage = collect.fd_usage(process.pid)
             if usage:
-                ev.notes.append(f"worker {worker_id} has {usage[0]} open files, its limit is {usage[1]}")
+                ev.notes.append(
+                    f"worker {worker_id} has {usage[0]} open files, its limit is {usage[1]}"
+                )
         if ev.errno == errno_module.ENOSPC:
             collect.add_machine_evidence(ev, None)
         return ev
@@ -398,13 +402,42 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         raise error
 
     def _ld_shutdown_now(self) -> None:
-        # Kill first: a worker stuck on a lock must not make shutdown wait 5 s per worker.
+        """Stop every worker within SHUTDOWN_GRACE_S, healthy ones cleanly, stuck ones by force.
+
+        torch's own shutdown joins each worker with a 5 s timeout in turn; a worker blocked on a
+        lock that a dead worker held (the result queue's) would cost 5 s each.
+        """
+        self._workers_done_event.set()
+        for worker_id, index_queue in enumerate(self._index_queues):
+            if self._workers_status[worker_id]:
+                try:
+                    index_queue.put(None)
+                except (OSError, ValueError):
+                    pass
+        deadline = time.monotonic() + SHUTDOWN_GRACE_S
+        for process in self._workers:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
         for process in self._workers:
             if process.is_alive():
                 process.kill()
-        for process in self._workers:
-            process.join(timeout=5)
+                process.join(timeout=5)
+        self._ld_remove_worker_temp_dirs()
         self._shutdown_workers()
+
+    def _ld_remove_worker_temp_dirs(self) -> None:
+        """A killed worker leaves its multiprocessing temp dir behind; remove those that remain."""
+        try:
+            names = [n for n in os.listdir(self._ld_log_dir) if n.startswith("tempdir-")]
+        except OSError:
+            return
+        for name in names:
+            try:
+                with open(os.path.join(self._ld_log_dir, name)) as handle:
+                    temp_dir = handle.read().strip()
+            except OSError:
+                continue
+            if os.path.basename(temp_dir).startswith("pymp-"):
+                shutil.rmtree(temp_dir, ignore_errors=True)
 
     def _ld_wait_for_dead_sender(self) -> None:
         """A batch that cannot be received usually means its sender just died.
@@ -488,7 +521,10 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         collect.facts_from_tags(ev, read_tags(text))
         if ev.batch_indices is None and isinstance(indices, list):
             ev.batch_indices = list(indices)
-        ev.sample_file = sample_file(self._ld_loader.dataset, ev.in_flight_index)
+        culprit = ev.in_flight_index
+        if culprit is None and ev.odd_indices and len(ev.odd_indices) == 1:
+            culprit = ev.odd_indices[0]
+        ev.sample_file = sample_file(self._ld_loader.dataset, culprit)
         diagnosis = diagnose(ev)
         if diagnosis.cause == "shm-exhausted":
             collect.add_machine_evidence(ev, None)

@@ -8,7 +8,15 @@ from typing import Any
 
 # Attributes through which common datasets expose their file list (torchvision's ImageFolder
 # and DatasetFolder use ``samples``/``imgs``, list of (path, target)).
-FILE_LIST_ATTRIBUTES = ("samples", "imgs", "files", "file_paths", "paths", "image_paths", "filenames")
+FILE_LIST_ATTRIBUTES = (
+    "samples",
+    "imgs",
+    "files",
+    "file_paths",
+    "paths",
+    "image_paths",
+    "filenames",
+)
 
 
 def _as_path(entry: Any) -> str | None:

@@ -19,7 +19,17 @@ from typing import Any
 from torch.utils.data import Dataset, IterableDataset
 
 from loaderdoctor import torch_compat
-from loaderdoctor.recorder import FlightRecorder, Stage, WorkerSlot
+from loaderdoctor.recorder import (
+    _FETCH,
+    _INDEX,
+    _SAMPLES,
+    _SINCE,
+    _STAGE,
+    NO_INDEX,
+    FlightRecorder,
+    Stage,
+    WorkerSlot,
+)
 
 # The parent sends this to a stuck worker to make faulthandler dump every thread's Python stack.
 # A real-time signal: user code rarely installs handlers for those, unlike SIGUSR1/SIGUSR2.
@@ -102,12 +112,18 @@ def odd_samples(samples: Any, indices: list[Any]) -> list[Any]:
 
 
 class SupervisedMapDataset(Dataset[Any]):
-    """Forwards to the user's map-style dataset and records which index is in flight."""
+    """Forwards to the user's map-style dataset and records which index is in flight.
+
+    torch's fetcher calls ``__getitems__`` once per batch when a dataset has it; this wrapper
+    always has it and runs the per-sample loop itself, so a clean sample costs three shared-memory
+    writes and a clock read, with no extra Python call layer (it matters for tiny samples).
+    """
 
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
 
     def __getitem__(self, index: Any) -> Any:
+        # batch_size=None (no auto-collation) and the num_workers=0 paths come here.
         slot = STATE.slot
         if slot is not None:
             slot.fetching(index)
@@ -121,6 +137,33 @@ class SupervisedMapDataset(Dataset[Any]):
             STATE.batch_indices.clear()
             raise
 
+    def __getitems__(self, indices: list[Any]) -> list[Any]:
+        dataset = self.dataset
+        slot = STATE.slot
+        STATE.batch_indices = indices
+        samples = []
+        index = None
+        try:
+            if slot is None:
+                for index in indices:
+                    samples.append(dataset[index])
+            else:
+                flat, base, clock = slot.hot_path()
+                index_at, stage_at, since_at = base + _INDEX, base + _STAGE, base + _SINCE
+                flat[stage_at] = _FETCH
+                for index in indices:
+                    flat[index_at] = index if type(index) is int else NO_INDEX
+                    flat[since_at] = clock()
+                    samples.append(dataset[index])
+                flat[base + _SAMPLES] += len(indices)
+        except Exception as error:
+            if slot is not None:
+                slot.error()
+            tag_exception(error, index=index, stage="fetch", batch=list(indices))
+            STATE.batch_indices = []
+            raise
+        return samples
+
     def __len__(self) -> int:
         return len(self.dataset)
 
@@ -132,20 +175,20 @@ class SupervisedMapDataset(Dataset[Any]):
 
 
 class SupervisedBatchedMapDataset(SupervisedMapDataset):
-    """For datasets that fetch a whole batch at once with ``__getitems__``."""
+    """For datasets that fetch a whole batch at once with their own ``__getitems__``."""
 
     def __getitems__(self, indices: list[Any]) -> Any:
         slot = STATE.slot
         if slot is not None and indices:
             slot.fetching(indices[0])
-        STATE.batch_indices.extend(indices)
+        STATE.batch_indices = list(indices)
         try:
             return self.dataset.__getitems__(indices)
         except Exception as error:
             if slot is not None:
                 slot.error()
             tag_exception(error, index=None, stage="fetch", batch=list(indices))
-            STATE.batch_indices.clear()
+            STATE.batch_indices = []
             raise
 
 
@@ -200,8 +243,8 @@ class SupervisedCollate:
         slot = STATE.slot
         if slot is not None:
             slot.stage(Stage.COLLATE)
-        indices = list(STATE.batch_indices)
-        STATE.batch_indices.clear()
+        indices = STATE.batch_indices
+        STATE.batch_indices = []
         try:
             batch = self.collate_fn(samples)
         except Exception as error:
@@ -242,6 +285,10 @@ class SupervisedWorkerInit:
             # into it at a fatal signal (SIGSEGV, SIGBUS, ...) and on STACK_DUMP_SIGNAL.
             path = os.path.join(self.log_dir, f"worker-{worker_id}-{os.getpid()}.log")
             STATE.stack_log = open(path, "w")  # must outlive this call
+            # A forked worker inherits "enabled" from a parent run under pytest or -X
+            # faulthandler; enable() would then only switch files and leave torch's SIGSEGV
+            # handler in front. Disable first so faulthandler's handler is installed for real.
+            faulthandler.disable()
             faulthandler.enable(file=STATE.stack_log, all_threads=True)
             faulthandler.register(
                 STACK_DUMP_SIGNAL, file=STATE.stack_log, all_threads=True, chain=False
@@ -249,6 +296,7 @@ class SupervisedWorkerInit:
         except (OSError, RuntimeError, ValueError):
             pass  # no stack on a crash; every other piece of evidence still works
         _report_lost_batches()
+        _announce_temp_dir(self.log_dir, worker_id)
         torch_compat.show_user_dataset_in_worker_info(self.dataset)
         if self.user_init is not None:
             try:
@@ -257,6 +305,22 @@ class SupervisedWorkerInit:
                 tag_exception(error, index=None, stage="init")
                 raise
         slot.stage(Stage.IDLE)
+
+
+def _announce_temp_dir(log_dir: str, worker_id: int) -> None:
+    """Tell the parent where multiprocessing keeps this worker's temp dir (its fd-passing socket).
+
+    A worker that is SIGKILLed cannot remove it; the parent does, after the death.
+    """
+    import multiprocessing.util
+
+    try:
+        temp_dir = multiprocessing.util.get_temp_dir()
+        path = os.path.join(log_dir, f"tempdir-{worker_id}-{os.getpid()}.txt")
+        with open(path, "w") as handle:
+            handle.write(temp_dir)
+    except OSError:
+        pass
 
 
 SEND_ERROR_HEADER = "loaderdoctor: a batch could not be sent to the main process"
@@ -273,7 +337,8 @@ def _report_lost_batches() -> None:
     """
     import multiprocessing.queues
 
-    original = multiprocessing.queues.Queue._on_queue_feeder_error
+    queue_class: Any = multiprocessing.queues.Queue
+    original = queue_class._on_queue_feeder_error
 
     def on_feeder_error(error: BaseException, obj: object) -> None:
         slot = STATE.slot
@@ -289,7 +354,7 @@ def _report_lost_batches() -> None:
             slot.send_error()
         original(error, obj)
 
-    multiprocessing.queues.Queue._on_queue_feeder_error = staticmethod(on_feeder_error)  # type: ignore[method-assign,assignment]
+    queue_class._on_queue_feeder_error = staticmethod(on_feeder_error)
 
 
 def write_bootstrap_marker() -> None:

@@ -1,0 +1,131 @@
+"""Throughput of loaderdoctor.DataLoader against stock torch.utils.data.DataLoader, side by side.
+
+Both loaders run in this one process, interleaved (stock, supervised, stock, ...) so that machine
+noise hits both alike; the figure is the ratio of median throughputs (supervised / stock).
+
+    python benchmarks/overhead.py [--repeats 7] [--workers 2]
+
+Targets (issue 2): >= 0.98x on decode-heavy samples (~1 ms of real work each), >= 0.90x on tiny
+samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+import loaderdoctor
+
+
+class DecodeDataset(Dataset):
+    """Decodes a real JPEG per sample (about 1 ms of work on this machine's cores)."""
+
+    def __init__(self, n: int, side: int) -> None:
+        rng = np.random.default_rng(0)
+        pixels = rng.integers(0, 255, (side, side, 3), dtype=np.uint8)
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
+        self.blob = buffer.getvalue()
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        image = Image.open(io.BytesIO(self.blob))
+        image.load()
+        return torch.from_numpy(np.asarray(image)).permute(2, 0, 1).float().mean((1, 2))
+
+
+class TinyDataset(Dataset):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+def time_epoch(factory: Callable[[], torch.utils.data.DataLoader]) -> tuple[float, float]:
+    """(samples/s over a whole epoch including worker start-up, samples/s after the first batch)."""
+    loader = factory()
+    started = time.perf_counter()
+    first = None
+    samples = 0
+    for batch in loader:
+        samples += len(batch)
+        if first is None:
+            first = time.perf_counter()
+            first_samples = samples
+    ended = time.perf_counter()
+    assert first is not None
+    steady = (samples - first_samples) / (ended - first)
+    return samples / (ended - started), steady
+
+
+def measure(name: str, dataset: Dataset, batch_size: int, workers: int, repeats: int) -> dict:
+    def factory(cls: type) -> Callable[[], torch.utils.data.DataLoader]:
+        return lambda: cls(dataset, batch_size=batch_size, num_workers=workers, shuffle=True)
+
+    results: dict[str, list[tuple[float, float]]] = {"stock": [], "supervised": []}
+    time_epoch(factory(torch.utils.data.DataLoader))  # warm-up: imports, page cache
+    time_epoch(factory(loaderdoctor.DataLoader))
+    for _ in range(repeats):
+        results["stock"].append(time_epoch(factory(torch.utils.data.DataLoader)))
+        results["supervised"].append(time_epoch(factory(loaderdoctor.DataLoader)))
+    row = {"workload": name}
+    for column, position in (("epoch", 0), ("steady", 1)):
+        stock = statistics.median(r[position] for r in results["stock"])
+        supervised = statistics.median(r[position] for r in results["supervised"])
+        row[f"{column}_stock"] = stock
+        row[f"{column}_supervised"] = supervised
+        row[f"{column}_ratio"] = supervised / stock
+    return row
+
+
+def per_sample_ms(dataset: Dataset, n: int = 200) -> float:
+    started = time.perf_counter()
+    for index in range(n):
+        dataset[index]
+    return (time.perf_counter() - started) / n * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    decode = DecodeDataset(n=1536, side=224)
+    tiny = TinyDataset(n=60_000)
+    print(f"decode-heavy sample: {per_sample_ms(decode):.2f} ms of work in the main process")
+    print(f"tiny sample: {per_sample_ms(tiny) * 1000:.1f} µs")
+    rows = [
+        measure("decode-heavy (~1 ms)", decode, 32, args.workers, args.repeats),
+        measure("tiny", tiny, 64, args.workers, args.repeats),
+    ]
+    print(f"\n{args.workers} workers, median of {args.repeats} interleaved epochs each")
+    header = (
+        f"{'workload':<22}{'stock/s':>12}{'supervised/s':>14}{'ratio':>8}   {'steady ratio':>12}"
+    )
+    print(header)
+    for row in rows:
+        print(
+            f"{row['workload']:<22}{row['epoch_stock']:>12.0f}{row['epoch_supervised']:>14.0f}"
+            f"{row['epoch_ratio']:>8.3f}   {row['steady_ratio']:>12.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The public surface is explicit, and importing the package or the CLI stays light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import loaderdoctor
+
+EXPECTED = {
+    "CAUSES",
+    "Cause",
+    "DataLoader",
+    "Diagnosis",
+    "Evidence",
+    "Incident",
+    "LoaderError",
+    "WorkerDiedError",
+    "WorkerHangError",
+    "WorkerStartError",
+    "__version__",
+    "diagnose",
+}
+
+
+def test_all_is_exactly_the_public_surface() -> None:
+    assert set(loaderdoctor.__all__) == EXPECTED
+    for name in loaderdoctor.__all__:
+        assert getattr(loaderdoctor, name) is not None
+
+
+def test_errors_are_runtime_errors() -> None:
+    for name in ("LoaderError", "WorkerDiedError", "WorkerHangError", "WorkerStartError"):
+        assert issubclass(getattr(loaderdoctor, name), RuntimeError)
+
+
+def test_cli_help_does_not_import_torch() -> None:
+    code = (
+        "import sys\n"
+        "from loaderdoctor.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, 'rich' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "False False"
+
+
+def test_unknown_attribute() -> None:
+    import pytest
+
+    with pytest.raises(AttributeError):
+        _ = loaderdoctor.NoSuchThing  # type: ignore[attr-defined]
