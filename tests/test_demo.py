@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import multiprocessing
 import os
@@ -57,13 +56,6 @@ def test_hang_verdict_carries_the_stuck_workers_stack(report: DemoReport) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    faulthandler.is_enabled(),
-    reason="supervise/worker.py: faulthandler.enable() in a forked worker whose parent already "
-    "enabled faulthandler (pytest does) does not re-install its handler over torch's, so no "
-    "stack is written at SIGSEGV",
-    strict=True,
-)
 def test_crash_verdict_carries_the_workers_stack(report: DemoReport) -> None:
     crash = {result.name: result for result in report.scenarios}["native-crash"].diagnosis
     assert crash is not None and crash.signal == "SIGSEGV"

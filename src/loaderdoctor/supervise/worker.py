@@ -312,8 +312,11 @@ def _announce_temp_dir(log_dir: str, worker_id: int) -> None:
 
     A worker that is SIGKILLed cannot remove it; the parent does, after the death.
     """
+    import multiprocessing
     import multiprocessing.util
 
+    if multiprocessing.current_process()._config.get("tempdir"):  # type: ignore[attr-defined]
+        return  # inherited from the parent through fork: the parent's, not ours to remove
     try:
         temp_dir = multiprocessing.util.get_temp_dir()
         path = os.path.join(log_dir, f"tempdir-{worker_id}-{os.getpid()}.txt")
