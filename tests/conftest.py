@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,3 +48,53 @@ def run_python(
         except ProcessLookupError:
             pass
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def own_memory_cgroup_v1() -> Path:
+    """This process's cgroup v1 memory directory; skips the test where there is none."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a memory cgroup")
+    base = Path("/sys/fs/cgroup/memory")
+    if not (base / "memory.limit_in_bytes").exists():
+        pytest.skip("no cgroup v1 memory controller at /sys/fs/cgroup/memory")
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            own = base / path.lstrip("/")
+            if own.is_dir():
+                return own
+    pytest.skip("this process has no cgroup v1 memory path")
+
+
+@contextlib.contextmanager
+def memory_cgroup(limit_bytes: int) -> Iterator[Path]:
+    """A child memory cgroup with a limit; everything left in it is killed and it is removed."""
+    parent = own_memory_cgroup_v1()
+    group = parent / f"loaderdoctor-test-{uuid.uuid4().hex[:8]}"
+    try:
+        group.mkdir()
+    except OSError as error:
+        pytest.skip(f"cannot create a memory cgroup under {parent}: {error}")
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+        yield group
+    finally:
+        deadline = time.monotonic() + 10
+        while True:
+            for pid in (group / "cgroup.procs").read_text().split():
+                try:
+                    os.kill(int(pid), 9)
+                except ProcessLookupError:
+                    pass
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+def in_cgroup(group: Path) -> list[str]:
+    """A command prefix that moves the command into ``group`` before it starts."""
+    return ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh"]

@@ -8,12 +8,13 @@ import resource
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from conftest import in_cgroup, memory_cgroup
 
 FIXTURE = Path(__file__).parent / "fixtures" / "env" / "images.py"
 SAMPLE_BYTES = 3 * 256 * 256 * 4  # images.py: one float32 3×256×256 tensor
@@ -162,34 +163,9 @@ def test_shm_need_fails_when_batches_in_flight_exceed_shm() -> None:
     assert code == 1
 
 
-def own_memory_cgroup_v1() -> Path:
-    needs_root()
-    base = Path("/sys/fs/cgroup/memory")
-    if not (base / "memory.limit_in_bytes").exists():
-        pytest.skip("no cgroup v1 memory controller at /sys/fs/cgroup/memory")
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            own = base / path.lstrip("/")
-            if own.is_dir():
-                return own
-    pytest.skip("this process has no cgroup v1 memory path")
-
-
 def run_in_memory_cgroup(args: Sequence[str], limit: int) -> tuple[int, str, str]:
-    parent = own_memory_cgroup_v1()
-    child = parent / f"loaderdoctor-test-{uuid.uuid4().hex[:8]}"
-    try:
-        child.mkdir()
-    except OSError as error:
-        pytest.skip(f"cannot create a memory cgroup under {parent}: {error}")
-    try:
-        (child / "memory.limit_in_bytes").write_text(str(limit))
-        prefix = ["sh", "-c", f'echo $$ > {child}/cgroup.procs && exec "$@"', "sh"]
-        return run_cli(args, prefix=prefix)
-    finally:
-        # run_cli has waited for (or killed and reaped) the process: the cgroup is empty
-        child.rmdir()
+    with memory_cgroup(limit) as group:
+        return run_cli(args, prefix=in_cgroup(group))
 
 
 @pytest.mark.root

@@ -7,13 +7,12 @@ import os
 import resource
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import FAULTS, run_python
+from conftest import FAULTS, in_cgroup, memory_cgroup, run_python
 
 pytestmark = pytest.mark.slow
 FAULTY = str(FAULTS / "faulty.py")
@@ -105,52 +104,14 @@ def test_too_many_open_files() -> None:
 # --- faults that need root: a memory cgroup, a private mount namespace ---------------------
 
 
-def _memory_cgroup_root() -> Path | None:
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            root = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-            if (root / "memory.limit_in_bytes").exists():
-                return root
-    return None
-
-
 @pytest.fixture
-def memory_cgroup() -> Iterator[Path]:
-    root = _memory_cgroup_root()
-    if os.geteuid() != 0 or root is None:
-        pytest.skip("needs root and a cgroup v1 memory controller")
-    group = root / f"loaderdoctor-test-{uuid.uuid4().hex[:8]}"
-    try:
-        group.mkdir()
-    except OSError as error:
-        pytest.skip(f"cannot create a memory cgroup: {error}")
-    try:
-        (group / "memory.limit_in_bytes").write_text(str(700 * 1024 * 1024))
+def oom_cgroup() -> Iterator[Path]:
+    with memory_cgroup(700 * 1024 * 1024) as group:
         yield group
-    finally:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            pids = (group / "cgroup.procs").read_text().split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), 9)
-                except ProcessLookupError:
-                    pass
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
 
 
-def test_oom_kill_in_a_memory_cgroup(memory_cgroup: Path) -> None:
-    procs = memory_cgroup / "cgroup.procs"
-    out = verdict("oom", wrapper=["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh"])
+def test_oom_kill_in_a_memory_cgroup(oom_cgroup: Path) -> None:
+    out = verdict("oom", wrapper=in_cgroup(oom_cgroup))
     assert out["cause"] == "oom-killed"
     assert out["indices"] == [21]
     assert any("Killed process" in line for line in out["evidence"]) or any(
