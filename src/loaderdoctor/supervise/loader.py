@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,11 @@ _OPTIONAL_TORCH_ARGS = tuple(
     for name in ("pin_memory_device", "in_order")
     if name in inspect.signature(torch.utils.data.DataLoader.__init__).parameters
 )
+
+
+# Callables told of every incident of every supervised loader in this process, as it happens.
+# ``loaderdoctor run`` registers one that appends to the run's report; a sink must not raise.
+INCIDENT_SINKS: list[Callable[[DataLoader, Incident], None]] = []
 
 
 @dataclass
@@ -131,5 +137,12 @@ class DataLoader(torch.utils.data.DataLoader):
             self._iterator = None
         return super().__iter__()
 
-    def _ld_record(self, diagnosis: Diagnosis, action: str) -> None:
-        self.incidents.append(Incident(diagnosis, action))
+    def _ld_record(self, diagnosis: Diagnosis, action: str) -> Incident:
+        incident = Incident(diagnosis, action)
+        self.incidents.append(incident)
+        for sink in INCIDENT_SINKS:
+            try:
+                sink(self, incident)
+            except Exception:  # a report writer must never break the training loop
+                pass
+        return incident
