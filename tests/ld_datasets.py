@@ -107,3 +107,45 @@ class FaultyStream(IterableDataset):
             if position == 4:
                 raise OSError(f"stream broke at {position}")
             yield torch.tensor([position])
+
+
+class Ledger(Dataset):
+    """Returns its index; ``faults`` maps index -> how that sample fails.
+
+    raise / raise-once: ValueError (always / the first time only); kill / kill-once: the worker
+    SIGKILLs itself; hang: sleeps far past any hang timeout; ragged: a sample of another shape.
+    "-once" faults remember in ``flag_dir`` that they fired.
+    """
+
+    def __init__(self, n: int, faults: dict[int, str], flag_dir: str) -> None:
+        self.n, self.faults, self.flag_dir = n, dict(faults), flag_dir
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _first_time(self, index: int) -> bool:
+        import os
+
+        flag = os.path.join(self.flag_dir, f"fired-{index}")
+        if os.path.exists(flag):
+            return False
+        open(flag, "w").close()
+        return True
+
+    def __getitem__(self, index: int):
+        import os
+        import signal
+        import time
+
+        fault = self.faults.get(index)
+        if fault == "raise" or (fault == "raise-once" and self._first_time(index)):
+            raise ValueError(f"bad sample {index}")
+        if fault == "kill" or (fault == "kill-once" and self._first_time(index)):
+            if torch.utils.data.get_worker_info() is not None:
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"would kill the main process at {index}")
+        if fault == "hang" and torch.utils.data.get_worker_info() is not None:
+            time.sleep(600)
+        if fault == "ragged":
+            return torch.tensor([index, index])
+        return torch.tensor([index])

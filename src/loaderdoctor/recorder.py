@@ -32,6 +32,7 @@ class Field(IntEnum):
     GENERATION = 7  # bumped when a slot is handed to a new worker process
     ERRORS = 8  # Python exceptions raised by the Dataset/collate in this worker
     SEND_ERRORS = 9  # batches lost in the worker's queue feeder thread (pickling, EMFILE, ENOSPC)
+    EVENTS = 10  # skip/replace decisions written to the worker's event log
 
 
 N_FIELDS = len(Field)
@@ -67,6 +68,7 @@ class WorkerSnapshot:
     rss_bytes: int
     errors: int
     send_errors: int = 0
+    events: int = 0
 
     @property
     def reached_init(self) -> bool:
@@ -120,6 +122,7 @@ class FlightRecorder:
             rss_bytes=row[Field.RSS_BYTES],
             errors=row[Field.ERRORS],
             send_errors=row[Field.SEND_ERRORS],
+            events=row[Field.EVENTS],
         )
 
     # --- worker side ---------------------------------------------------------------------
@@ -139,6 +142,7 @@ _SINCE = int(Field.STAGE_SINCE_NS)
 _RSS = int(Field.RSS_BYTES)
 _ERRORS = int(Field.ERRORS)
 _SEND_ERRORS = int(Field.SEND_ERRORS)
+_EVENTS = int(Field.EVENTS)
 _FETCH = int(Stage.FETCH)
 _IDLE = int(Stage.IDLE)
 
@@ -189,6 +193,9 @@ class WorkerSlot:
 
     def send_error(self) -> None:
         self._flat[self._base + _SEND_ERRORS] += 1
+
+    def event(self) -> None:
+        self._flat[self._base + _EVENTS] += 1
 
     def sample_rss(self) -> None:
         if self._statm_fd is None:

@@ -31,12 +31,15 @@ from loaderdoctor.supervise.errors import (
     WorkerHangError,
     WorkerStartError,
 )
+from loaderdoctor.supervise.heal import ENVIRONMENTAL, HealingMixin
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.worker import (
     BOOTSTRAP_DIR_ENV,
     MARKER,
     SEND_ERROR_HEADER,
     STACK_DUMP_SIGNAL,
+    HealPolicy,
+    SkippedBatch,
     SupervisedBatchedMapDataset,
     SupervisedCollate,
     SupervisedIterableDataset,
@@ -69,14 +72,14 @@ class _LoaderView:
         return getattr(self._loader, name)
 
 
-def wrap_dataset(dataset: Any, dataset_kind: int) -> Any:
+def wrap_dataset(dataset: Any, dataset_kind: int, policy: HealPolicy | None = None) -> Any:
     if torch_compat.DATAPIPE_TYPES and isinstance(dataset, torch_compat.DATAPIPE_TYPES):
         return dataset  # DataPipes carry their own graph machinery: supervise deaths only
     if dataset_kind == torch_compat.DatasetKind.Iterable:
-        return SupervisedIterableDataset(dataset)
-    if getattr(dataset, "__getitems__", None):
+        return SupervisedIterableDataset(dataset, policy)
+    if getattr(dataset, "__getitems__", None) and policy is None:
         return SupervisedBatchedMapDataset(dataset)
-    return SupervisedMapDataset(dataset)
+    return SupervisedMapDataset(dataset, policy)
 
 
 def start_method_of(loader: Any) -> str:
@@ -112,13 +115,16 @@ def attach(error: BaseException, diagnosis: Diagnosis) -> None:
         pass
 
 
-class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
+class _PoolRestarted(Exception):
+    """Internal: the worker pool was rebuilt after a failure; fetch the next batch again."""
+
+
+class SupervisedMultiProcessingIter(HealingMixin, torch_compat.MultiProcessingIter):
     def __init__(self, loader: DataLoader) -> None:
         self._ld_loader = loader
         self._ld_failed: LoaderError | None = None
         self._ld_batch_indices: dict[int, Any] = {}
         self._ld_last_index: Any = None
-        self._ld_processed = 0
         self._ld_epoch = loader._ld_epoch
         self._ld_hang_timeout = loader.hang_timeout
         self._ld_start_method = start_method_of(loader)
@@ -127,28 +133,42 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_cleanup = weakref.finalize(
             self, shutil.rmtree, self._ld_log_dir, ignore_errors=True
         )
-        self._ld_recorder = FlightRecorder(loader.num_workers)
-        for worker_id in range(loader.num_workers):
-            self._ld_recorder.reset_slot(worker_id)
+        self._ld_keep_log_dir = False
         self._ld_baseline = collect.read_baseline()
-        view = _LoaderView(
-            loader,
-            dataset=wrap_dataset(loader.dataset, loader._dataset_kind),
-            collate_fn=SupervisedCollate(loader.collate_fn),
-            worker_init_fn=SupervisedWorkerInit(
+        self._ld_init_healing(loader)
+        try:
+            self._ld_start_pool(_LoaderView(loader, **self._ld_pool_overrides(loader.num_workers)))
+        except Exception as error:
+            self._ld_abort_start()
+            if not self._ld_heal_start_failure(error):
+                start_error = self._ld_start_failure(error)
+                assert start_error.diagnosis is not None
+                loader._ld_record(start_error.diagnosis, "raised")
+                raise start_error from error
+
+    def _ld_pool_overrides(self, num_workers: int) -> dict[str, Any]:
+        loader = self._ld_loader
+        self._ld_recorder = FlightRecorder(num_workers)
+        for worker_id in range(num_workers):
+            self._ld_recorder.reset_slot(worker_id)
+        policy = loader._ld_policy()
+        return {
+            "dataset": wrap_dataset(loader.dataset, loader._dataset_kind, policy),
+            "collate_fn": SupervisedCollate(loader.collate_fn, heal=policy is not None),
+            "worker_init_fn": SupervisedWorkerInit(
                 loader.worker_init_fn, self._ld_recorder, self._ld_log_dir, loader.dataset
             ),
-        )
+            "num_workers": num_workers,
+        }
+
+    def _ld_start_pool(self, view: _LoaderView) -> None:
         previous = os.environ.get(BOOTSTRAP_DIR_ENV)
         os.environ[BOOTSTRAP_DIR_ENV] = self._ld_log_dir
         try:
             with warnings.catch_warnings():
-                # torch's generic hint; the verdict below names the part that cannot be pickled.
+                # torch's generic hint; the verdict names the part that cannot be pickled.
                 warnings.filterwarnings("ignore", message="Got pickle error when attempting")
-                super().__init__(view)
-        except Exception as error:
-            self._ld_abort_start()
-            raise self._ld_start_failure(error) from error
+                torch_compat.MultiProcessingIter.__init__(self, view)
         finally:
             if previous is None:
                 os.environ.pop(BOOTSTRAP_DIR_ENV, None)
@@ -177,7 +197,6 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if self._ld_start_method != "fork":
             ev.unpicklable_parts = unpicklable_parts(loader)
         diagnosis = diagnose(ev)
-        loader._ld_record(diagnosis, "raised")
         message = (
             f"DataLoader workers could not start ({type(error).__name__}: {error}).\n"
             + format_verdict(diagnosis)
@@ -233,31 +252,68 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         return super()._get_data()
 
     def _next_data(self) -> Any:
-        if self._ld_failed is not None:
-            first = self._ld_failed
-            raise LoaderError(
-                f"this DataLoader iterator stopped after an earlier failure: {first.args[0]}",
-                first.diagnosis,
-            )
-        return super()._next_data()
+        while True:
+            if self._ld_failed is not None:
+                first = self._ld_failed
+                raise LoaderError(
+                    f"this DataLoader iterator stopped after an earlier failure: {first.args[0]}",
+                    first.diagnosis,
+                )
+            try:
+                if self._ld_delegate is not None:
+                    data = self._ld_delegate._next_data()
+                else:
+                    self._ld_healing_allowed = True
+                    try:
+                        data = super()._next_data()
+                    finally:
+                        self._ld_healing_allowed = False
+            except _PoolRestarted:
+                continue
+            except StopIteration:
+                self._ld_drain_events()
+                raise
+            if isinstance(data, SkippedBatch):
+                self._ld_dropped_batches += 1
+                continue
+            return data
 
     def _process_data(self, data: Any, worker_idx: int) -> Any:
-        batch = self._rcvd_idx - 1 if self._in_order else None
-        indices = self._ld_batch_indices.pop(batch, None) if batch is not None else None
-        self._ld_processed += 1
-        if not self._in_order and self._ld_processed % 256 == 0:
-            for key in [k for k in self._ld_batch_indices if k not in self._task_info]:
-                del self._ld_batch_indices[key]
+        # The batch being handed over is the one torch just popped from _task_info.
+        batch: int | None = None
+        indices: Any = None
+        for task in [t for t in self._ld_batch_indices if t not in self._task_info]:
+            batch, indices = task, self._ld_batch_indices.pop(task)
+        self._ld_drain_events_if_any()
         if torch_compat.is_exception_wrapper(data):
             self._workers_num_tasks[worker_idx] -= 1
             self._try_put_index()
-            raise self._ld_worker_exception(data, worker_idx, batch, indices)
+            error = self._ld_worker_exception(data, worker_idx, batch, indices)
+            diagnosis = getattr(error, "diagnosis", None)
+            if (
+                self._ld_loader.heal
+                and diagnosis is not None
+                and diagnosis.cause in ENVIRONMENTAL
+                and batch is not None
+                and self._ld_healing_allowed
+            ):
+                # Out of shared memory or descriptors: the batch is still owed; back off.
+                self._ld_batch_indices[batch] = indices
+                if self._ld_heal_environment(diagnosis):
+                    raise _PoolRestarted()
+            if diagnosis is not None:
+                self._ld_loader._ld_record(diagnosis, "raised")
+            raise error
+        if batch is not None and not isinstance(data, SkippedBatch):
+            self._ld_count_delivered(indices)
         return super()._process_data(data, worker_idx)
 
     def _shutdown_workers(self) -> None:
         super()._shutdown_workers()
         cleanup = getattr(self, "_ld_cleanup", None)
-        if cleanup is not None and getattr(self, "_shutdown", False):
+        keep = getattr(self, "_ld_keep_log_dir", False)
+        if cleanup is not None and getattr(self, "_shutdown", False) and not keep:
+            self._ld_drain_events()
             cleanup()
 
     # --- failures -------------------------------------------------------------------------
@@ -393,6 +449,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
 
     def _ld_fail(self, ev: Evidence) -> NoReturn:
         diagnosis = diagnose(ev)
+        if self._ld_healing_allowed and self._ld_heal_failure(ev, diagnosis):
+            raise _PoolRestarted()
         self._ld_loader._ld_record(diagnosis, "raised")
         message = f"{format_death_headline(diagnosis)}\n{format_verdict(diagnosis)}"
         error_type = WorkerHangError if ev.kind == "hang" else WorkerDiedError
@@ -529,7 +587,6 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if diagnosis.cause == "shm-exhausted":
             collect.add_machine_evidence(ev, None)
             diagnosis = diagnose(ev)
-        self._ld_loader._ld_record(diagnosis, "raised")
         message = (
             f"Caught {ev.exception_type} {data.where}.\n"
             f"{format_verdict(diagnosis, include_stack=False)}\n"
@@ -541,18 +598,46 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
 
 
 class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
-    """num_workers=0: no process to watch, but every exception still names its sample."""
+    """num_workers=0: no process to watch, but every exception still names its sample.
 
-    def __init__(self, loader: DataLoader) -> None:
+    Also the last resort of healing: in-process loading of the rest of an epoch
+    (``index_sampler`` then resumes where the worker pool stopped).
+    """
+
+    def __init__(self, loader: DataLoader, index_sampler: Any = None) -> None:
         self._ld_loader = loader
-        view = _LoaderView(
-            loader,
-            dataset=wrap_dataset(loader.dataset, loader._dataset_kind),
-            collate_fn=SupervisedCollate(loader.collate_fn),
-        )
-        super().__init__(view)
+        policy = loader._ld_policy()
+        overrides: dict[str, Any] = {
+            "dataset": wrap_dataset(loader.dataset, loader._dataset_kind, policy),
+            "collate_fn": SupervisedCollate(loader.collate_fn, heal=policy is not None),
+            "num_workers": 0,
+            "timeout": 0,
+        }
+        if index_sampler is not None:
+            overrides["_index_sampler"] = index_sampler
+        super().__init__(_LoaderView(loader, **overrides))
+        if index_sampler is not None:
+            self._index_sampler = loader._index_sampler  # later epochs use the real sampler
+
+    def _next_index(self) -> Any:
+        index = super()._next_index()
+        self._ld_last_index = index
+        return index
 
     def _next_data(self) -> Any:
+        loader = self._ld_loader
+        while True:
+            data = self._ld_next_data()
+            loader._ld_take_in_process_events()
+            if isinstance(data, SkippedBatch):
+                continue
+            stats = loader._ld_stats
+            stats["batches"] += 1
+            index = getattr(self, "_ld_last_index", None)
+            stats["samples"] += len(index) if isinstance(index, list) else 1
+            return data
+
+    def _ld_next_data(self) -> Any:
         try:
             return super()._next_data()
         except StopIteration:

@@ -14,6 +14,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from torch.utils.data import Dataset, IterableDataset
@@ -46,9 +47,69 @@ class _WorkerState:
         self.worker_id: int | None = None
         self.batch_indices: list[Any] = []
         self.stack_log: Any = None
+        self.event_log: Any = None
+        self.events: list[dict[str, Any]] = []
+        self.known_bad: set[Any] = set()
 
 
 STATE = _WorkerState()
+
+
+@dataclass(frozen=True)
+class HealPolicy:
+    """How a worker treats a sample that raises (travels to the workers with the dataset)."""
+
+    on_error: str  # "skip" or "replace" ("raise" never builds a policy)
+    retries: int
+    quarantined: frozenset[Any]
+    drop_last: bool
+    dataset_len: int | None
+
+
+class SkippedBatch:
+    """Stands in for a batch whose every sample was skipped (or, with drop_last, left short)."""
+
+    def __init__(self, indices: list[Any], reason: str) -> None:
+        self.indices = indices
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"SkippedBatch({self.indices!r}, {self.reason!r})"
+
+
+class DroppedSamples(list[Any]):
+    """What a healing ``__getitems__`` returns for a batch that must not be collated."""
+
+
+EVENTS_PREFIX = "events-"
+
+
+def record_event(event: dict[str, Any]) -> None:
+    """A skip or replace decided in this process, for the parent's ledger and report."""
+    event["worker"] = STATE.worker_id
+    if STATE.event_log is None:
+        STATE.events.append(event)  # in-process loading: the parent is this process
+        return
+    try:
+        STATE.event_log.write(json.dumps(event, default=repr) + "\n")
+        STATE.event_log.flush()
+    except (OSError, ValueError):
+        return
+    if STATE.slot is not None:
+        STATE.slot.event()
+
+
+def _failure(error: BaseException, index: Any, attempts: int, stage: str) -> dict[str, Any]:
+    text = "".join(traceback.format_exception(error))
+    return {
+        "index": index,
+        "stage": stage,
+        "exception_type": type(error).__name__,
+        "message": f"{type(error).__name__}: {error}",
+        "traceback": text[-4000:],
+        "errno": getattr(error, "errno", None),
+        "attempts": attempts,
+    }
 
 
 def tag_exception(error: BaseException, **facts: Any) -> None:
@@ -119,11 +180,19 @@ class SupervisedMapDataset(Dataset[Any]):
     writes and a clock read, with no extra Python call layer (it matters for tiny samples).
     """
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, policy: HealPolicy | None = None) -> None:
         self.dataset = dataset
+        self.policy = policy
 
     def __getitem__(self, index: Any) -> Any:
         # batch_size=None (no auto-collation) and the num_workers=0 paths come here.
+        if self.policy is not None and (
+            self.policy.on_error != "raise" or index in self.policy.quarantined
+        ):
+            kept = self._heal_batch([index])
+            return kept[0] if kept and not isinstance(kept, DroppedSamples) else SkippedBatch(
+                [index], "skipped"
+            )
         slot = STATE.slot
         if slot is not None:
             slot.fetching(index)
@@ -138,6 +207,24 @@ class SupervisedMapDataset(Dataset[Any]):
             raise
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
+        policy = self.policy
+        if policy is not None:
+            if policy.on_error != "raise":
+                return self._heal_batch(indices)
+            # Raising, but quarantined samples are never fetched.
+            kept = [index for index in indices if index not in policy.quarantined]
+            if len(kept) < len(indices):
+                dropped = not kept or policy.drop_last
+                for index in indices:
+                    if index in policy.quarantined:
+                        record_event(
+                            {"index": index, "stage": "quarantined", "attempts": 0,
+                             "action": "skipped", "dropped": dropped}
+                        )
+                if dropped:
+                    STATE.batch_indices = kept
+                    return DroppedSamples([])
+                indices = kept
         dataset = self.dataset
         slot = STATE.slot
         STATE.batch_indices = indices
@@ -162,6 +249,71 @@ class SupervisedMapDataset(Dataset[Any]):
             tag_exception(error, index=index, stage="fetch", batch=list(indices))
             STATE.batch_indices = []
             raise
+        return samples
+
+    def _fetch(self, index: Any, retries: int) -> tuple[bool, Any]:
+        """(True, sample) or (False, failure) after ``retries`` further attempts."""
+        slot = STATE.slot
+        for attempt in range(retries + 1):
+            if slot is not None:
+                slot.fetching(index)
+            try:
+                return True, self.dataset[index]
+            except Exception as error:
+                if slot is not None:
+                    slot.error()
+                if attempt == retries:
+                    return False, _failure(error, index, attempt + 1, "fetch")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _substitute(self, index: Any, policy: HealPolicy) -> tuple[Any, Any] | None:
+        """A deterministic healthy stand-in: the next index (cyclically) that loads."""
+        if not isinstance(index, int) or not policy.dataset_len:
+            return None
+        for step in range(1, min(policy.dataset_len, 64)):
+            candidate = (index + step) % policy.dataset_len
+            if candidate in policy.quarantined or candidate in STATE.known_bad:
+                continue
+            ok, sample = self._fetch(candidate, 0)
+            if ok:
+                return candidate, sample
+            STATE.known_bad.add(candidate)
+        return None
+
+    def _heal_batch(self, indices: list[Any]) -> list[Any]:
+        policy = self.policy
+        assert policy is not None
+        STATE.batch_indices = list(indices)
+        samples: list[Any] = []
+        kept_indices: list[Any] = []
+        events: list[dict[str, Any]] = []
+        for index in indices:
+            if index in policy.quarantined:
+                failure: dict[str, Any] = {"index": index, "stage": "quarantined", "attempts": 0}
+            else:
+                ok, result = self._fetch(index, policy.retries)
+                if ok:
+                    samples.append(result)
+                    kept_indices.append(index)
+                    continue
+                failure = result
+                STATE.known_bad.add(index)
+            if policy.on_error == "replace":
+                found = self._substitute(index, policy)
+                if found is not None:
+                    substitute, sample = found
+                    samples.append(sample)
+                    kept_indices.append(substitute)
+                    events.append({**failure, "action": "replaced", "substitute": substitute})
+                    continue
+            events.append({**failure, "action": "skipped"})
+        dropped = not samples or (len(samples) < len(indices) and policy.drop_last)
+        for event in events:
+            record_event({**event, "dropped": dropped})
+        if dropped:
+            STATE.batch_indices = kept_indices
+            return DroppedSamples(samples)
+        STATE.batch_indices = kept_indices
         return samples
 
     def __len__(self) -> int:
@@ -193,8 +345,9 @@ class SupervisedBatchedMapDataset(SupervisedMapDataset):
 
 
 class _SupervisedIterator:
-    def __init__(self, iterator: Iterator[Any]) -> None:
+    def __init__(self, iterator: Iterator[Any], policy: HealPolicy | None = None) -> None:
         self.iterator = iterator
+        self.policy = policy
         self.position = 0
 
     def __iter__(self) -> _SupervisedIterator:
@@ -213,8 +366,14 @@ class _SupervisedIterator:
         except Exception as error:
             if slot is not None:
                 slot.error()
-            tag_exception(error, position=self.position, stage="fetch")
             self.position += 1
+            if self.policy is not None:
+                # A stream cannot retry an item: skip it and read on.
+                failure = _failure(error, None, 1, "fetch")
+                position = self.position - 1
+                record_event({**failure, "position": position, "action": "skipped", "dropped": False})
+                return self.__next__()
+            tag_exception(error, position=self.position - 1, stage="fetch")
             raise
         self.position += 1
         return item
@@ -223,11 +382,12 @@ class _SupervisedIterator:
 class SupervisedIterableDataset(IterableDataset[Any]):
     """Forwards to the user's IterableDataset and records the position in each worker's stream."""
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, policy: HealPolicy | None = None) -> None:
         self.dataset = dataset
+        self.policy = policy
 
     def __iter__(self) -> Iterator[Any]:
-        return _SupervisedIterator(iter(self.dataset))
+        return _SupervisedIterator(iter(self.dataset), self.policy)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or "dataset" not in self.__dict__:
@@ -236,27 +396,58 @@ class SupervisedIterableDataset(IterableDataset[Any]):
 
 
 class SupervisedCollate:
-    def __init__(self, collate_fn: Callable[[Any], Any]) -> None:
+    def __init__(self, collate_fn: Callable[[Any], Any], heal: bool = False) -> None:
         self.collate_fn = collate_fn
+        self.heal = heal
 
     def __call__(self, samples: Any) -> Any:
         slot = STATE.slot
-        if slot is not None:
-            slot.stage(Stage.COLLATE)
         indices = STATE.batch_indices
         STATE.batch_indices = []
+        if isinstance(samples, SkippedBatch):
+            return samples
+        if isinstance(samples, DroppedSamples) or (self.heal and samples == []):
+            if slot is not None:
+                slot.stage(Stage.IDLE)
+            # ``indices`` are the healthy samples this drop leaves out (drop_last).
+            return SkippedBatch(indices, "every sample was skipped or the batch was left short")
+        if slot is not None:
+            slot.stage(Stage.COLLATE)
         try:
             batch = self.collate_fn(samples)
         except Exception as error:
             if slot is not None:
                 slot.error()
+            odd = odd_samples(samples, indices)
+            healed = self._collate_without(samples, indices, odd, error) if self.heal else None
+            if healed is not None:
+                if slot is not None:
+                    slot.collated()
+                return healed
+            if slot is not None:
                 slot.stage(Stage.IDLE)
-            tag_exception(
-                error, index=None, stage="collate", batch=indices, odd=odd_samples(samples, indices)
-            )
+            tag_exception(error, index=None, stage="collate", batch=indices, odd=odd)
             raise
         if slot is not None:
             slot.collated()
+        return batch
+
+
+    def _collate_without(
+        self, samples: list[Any], indices: list[Any], odd: list[Any], error: BaseException
+    ) -> Any:
+        """Collate the batch without the samples unlike the rest; None when that fails too."""
+        if not odd or len(odd) >= len(samples):
+            return None
+        odd_set = set(map(repr, odd))
+        kept = [s for s, i in zip(samples, indices) if repr(i) not in odd_set]
+        try:
+            batch = self.collate_fn(kept)
+        except Exception:
+            return None
+        for index in odd:
+            event = {**_failure(error, index, 1, "collate"), "action": "skipped", "dropped": False}
+            record_event(event)
         return batch
 
 
@@ -297,6 +488,13 @@ class SupervisedWorkerInit:
             pass  # no stack on a crash; every other piece of evidence still works
         _report_lost_batches()
         _announce_temp_dir(self.log_dir, worker_id)
+        try:
+            STATE.events = []
+            STATE.event_log = open(
+                os.path.join(self.log_dir, f"{EVENTS_PREFIX}{worker_id}-{os.getpid()}.jsonl"), "w"
+            )
+        except OSError:
+            STATE.event_log = None
         torch_compat.show_user_dataset_in_worker_info(self.dataset)
         if self.user_init is not None:
             try:

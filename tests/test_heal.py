@@ -1,0 +1,236 @@
+"""Healing: bad samples skipped or replaced, dead workers respawned, every healthy sample once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import loaderdoctor
+from conftest import FAULTS, in_cgroup, memory_cgroup, run_python
+from ld_datasets import Faulty, Ledger
+from loaderdoctor.supervise.heal import HealWarning
+from loaderdoctor.supervise.quarantine import read_quarantine, write_quarantine
+
+pytestmark = pytest.mark.slow
+HEALING = str(FAULTS / "healing.py")
+
+
+def delivered(loader: loaderdoctor.DataLoader, epochs: int = 1) -> list[list[int]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        return [
+            [int(v) for batch in loader for v in batch.flatten().tolist()] for _ in range(epochs)
+        ]
+
+
+def test_skip_delivers_every_healthy_sample_once_and_writes_the_quarantine(
+    tmp_path: Path,
+) -> None:
+    quarantine = tmp_path / "quarantine.json"
+    dataset = Ledger(30, {3: "raise", 17: "raise"}, str(tmp_path))
+    loader = loaderdoctor.DataLoader(
+        dataset, batch_size=4, num_workers=2, on_error="skip", quarantine=quarantine
+    )
+    (epoch,) = delivered(loader)
+    assert Counter(epoch) == Counter(set(range(30)) - {3, 17})
+    report = loader.report
+    assert report.status == "healed"
+    assert [(i.diagnosis.cause, i.action, i.diagnosis.indices) for i in loader.incidents] == [
+        ("sample-error", "skipped", [3]),
+        ("sample-error", "skipped", [17]),
+    ]
+    assert report.delivered == {"batches": 8, "samples": 28}
+    entries = read_quarantine(quarantine)
+    assert sorted(entries) == [3, 17] and entries[3].cause == "sample-error"
+
+
+def test_replace_keeps_batches_full_with_a_deterministic_substitute(tmp_path: Path) -> None:
+    def run() -> list[list[int]]:
+        dataset = Ledger(16, {5: "raise"}, str(tmp_path))
+        loader = loaderdoctor.DataLoader(dataset, batch_size=4, num_workers=2, on_error="replace")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", HealWarning)
+            return [batch.flatten().tolist() for batch in loader]
+
+    first = run()
+    assert all(len(batch) == 4 for batch in first)
+    assert first[1] == [4, 6, 6, 7]  # 5 replaced by the next healthy index
+    assert run() == first
+
+
+def test_skip_respects_drop_last(tmp_path: Path) -> None:
+    dataset = Ledger(16, {5: "raise"}, str(tmp_path))
+    loader = loaderdoctor.DataLoader(
+        dataset, batch_size=4, num_workers=2, on_error="skip", drop_last=True
+    )
+    (epoch,) = delivered(loader)
+    assert sorted(epoch) == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15]
+    assert loader.report.counts["dropped"] == 1
+
+
+def test_transient_errors_are_retried(tmp_path: Path) -> None:
+    dataset = Ledger(12, {4: "raise-once"}, str(tmp_path))
+    loader = loaderdoctor.DataLoader(dataset, batch_size=4, num_workers=2, heal=True)
+    (epoch,) = delivered(loader)
+    assert sorted(epoch) == list(range(12))
+    assert loader.incidents == []
+
+
+def test_quarantined_indices_are_never_fetched(tmp_path: Path) -> None:
+    quarantine = tmp_path / "q.json"
+    write_quarantine(quarantine, {})
+    quarantine.write_text(json.dumps({"schema": 1, "quarantine": [{"index": 5, "cause": "x"}]}))
+    # Without healing, index 5 would crash the worker: it must not even be read.
+    loader = loaderdoctor.DataLoader(
+        Faulty("segv", bad=5), batch_size=2, num_workers=2, quarantine=quarantine
+    )
+    (epoch,) = delivered(loader)
+    assert sorted(epoch) == [i for i in range(24) if i != 5]
+
+
+def test_a_bad_quarantine_file_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read quarantine file"):
+        loaderdoctor.DataLoader(Faulty("segv"), quarantine=path)
+
+
+def test_persistent_workers_epochs_after_a_death(tmp_path: Path) -> None:
+    dataset = Ledger(20, {7: "kill"}, str(tmp_path))
+    loader = loaderdoctor.DataLoader(
+        dataset, batch_size=3, num_workers=2, heal=True, persistent_workers=True, shuffle=True
+    )
+    epochs = delivered(loader, epochs=3)
+    for epoch in epochs:
+        assert Counter(epoch) == Counter(i for i in range(20) if i != 7)
+    assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
+        ("killed-by-signal", "quarantined")
+    ]
+
+
+def test_spawn_pickling_failure_falls_back_loudly() -> None:
+    loader = loaderdoctor.DataLoader(
+        Faulty("none"),
+        batch_size=4,
+        num_workers=2,
+        multiprocessing_context="spawn",
+        collate_fn=lambda batch: torch.stack(batch),
+        heal=True,
+    )
+    with pytest.warns(HealWarning, match="unpicklable"):
+        epoch = [int(v) for batch in loader for v in batch.flatten().tolist()]
+    assert sorted(epoch) == list(range(24))
+    assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
+        ("unpicklable", "backed-off")
+    ]
+
+
+FAULT_KINDS = st.sampled_from(["raise", "raise-once", "kill", "kill-once", "hang", "ragged"])
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    n=st.integers(6, 28),
+    batch_size=st.integers(1, 5),
+    workers=st.integers(1, 3),
+    shuffle=st.booleans(),
+    persistent=st.booleans(),
+    data=st.data(),
+)
+def test_exactly_once_ledger(
+    n: int, batch_size: int, workers: int, shuffle: bool, persistent: bool, data
+) -> None:
+    bad = data.draw(st.lists(st.integers(0, n - 1), max_size=3, unique=True))
+    kinds = [data.draw(FAULT_KINDS) for _ in bad]
+    if kinds.count("hang") > 1:  # each hang costs the hang timeout; one is enough to test
+        kinds = [
+            k if k != "hang" or i == kinds.index("hang") else "raise" for i, k in enumerate(kinds)
+        ]
+    faults = dict(zip(bad, kinds))
+    if batch_size == 1:  # a lone ragged sample has nothing to differ from
+        faults = {i: ("raise" if k == "ragged" else k) for i, k in faults.items()}
+    flag_dir = tempfile.mkdtemp(prefix="ledger-")
+    try:
+        loader = loaderdoctor.DataLoader(
+            Ledger(n, faults, flag_dir),
+            batch_size=batch_size,
+            num_workers=workers,
+            shuffle=shuffle,
+            persistent_workers=persistent,
+            heal=True,
+            hang_timeout=1.5,
+            generator=torch.Generator().manual_seed(n),
+        )
+        # ragged samples are dropped from their batch only when they are the odd one out
+        healthy = {i for i in range(n) if faults.get(i) in (None, "raise-once", "kill-once")}
+        for epoch in delivered(loader, epochs=2):
+            counts = Counter(epoch)
+            assert all(c == 1 for c in counts.values()), f"a sample arrived twice: {counts}"
+            flat = set(counts)
+            assert healthy <= flat, f"lost healthy samples {healthy - flat} ({faults})"
+            ragged = {i for i, k in faults.items() if k == "ragged"}
+            assert flat - healthy <= ragged, f"delivered bad samples {flat - healthy}"
+    finally:
+        shutil.rmtree(flag_dir, ignore_errors=True)
+
+
+def healing_run(*args: str, **kwargs) -> dict:
+    result = run_python([HEALING, *args], **kwargs)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no output\n{result.stderr[-3000:]}"
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize(
+    ("mode", "cause"),
+    [
+        ("segv", "native-crash"),
+        ("exit", "worker-exit"),
+        ("hang", "worker-hang"),
+        ("sigkill", "killed-by-signal"),
+    ],
+)
+def test_real_deaths_end_with_the_epoch_delivered_and_the_culprit_quarantined(
+    mode: str, cause: str, tmp_path: Path
+) -> None:
+    quarantine = tmp_path / "q.json"
+    out = healing_run(mode, "default", "21", str(quarantine))
+    assert sorted(out["delivered"]) == [i for i in range(48) if i != 21]
+    report = out["report"]
+    assert report["status"] == "healed" and report["quarantine"] == [21]
+    assert [(i["cause"], i["action"]) for i in report["incidents"]] == [(cause, "quarantined")]
+    assert read_quarantine(quarantine)[21].cause == cause
+
+
+def test_real_oom_kill_is_healed(tmp_path: Path) -> None:
+    with memory_cgroup(700 * 1024 * 1024) as group:
+        out = healing_run("oom", wrapper=in_cgroup(group))
+    assert sorted(out["delivered"]) == [i for i in range(48) if i != 21]
+    assert [(i["cause"], i["action"]) for i in out["report"]["incidents"]] == [
+        ("oom-killed", "quarantined")
+    ]
+
+
+def test_full_dev_shm_backs_off_until_the_epoch_fits() -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private /dev/shm")
+    mount = "mount -t tmpfs -o size=64M tmpfs /dev/shm"
+    out = healing_run("shm", wrapper=["unshare", "-m", "sh", "-c", f'{mount} && exec "$@"', "sh"])
+    assert sorted(out["delivered"]) == list(range(48))
+    actions = {(i["cause"], i["action"]) for i in out["report"]["incidents"]}
+    assert actions == {("shm-exhausted", "backed-off")}
+    assert out["report"]["delivered"]["samples"] == 48
