@@ -234,3 +234,26 @@ def test_full_dev_shm_backs_off_until_the_epoch_fits() -> None:
     actions = {(i["cause"], i["action"]) for i in out["report"]["incidents"]}
     assert actions == {("shm-exhausted", "backed-off")}
     assert out["report"]["delivered"]["samples"] == 48
+
+
+def test_distributed_ranks_stay_in_step_when_samples_are_skipped() -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = run_python(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+            str(FAULTS / "distributed.py"),
+        ],
+        timeout=180,
+    )
+    ranks = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(ranks) == 2, result.stderr[-3000:]
+    assert ranks[0]["batches"] == ranks[1]["batches"] == 10
+    assert not {0, 2, 4, 6, 9} & set(ranks[0]["seen"] + ranks[1]["seen"])

@@ -42,8 +42,8 @@ CAUSES: dict[str, Cause] = {
                 "Open the sample named above and fix it or remove it from the file list.",
                 "Reproduce it in the main process: `dataset[INDEX]` with the index above, under "
                 "a debugger (`python -m pdb`).",
-                "Make the Dataset robust: validate inputs in __init__ and raise with the file "
-                "name in the message.",
+                "Keep training past bad samples: `loaderdoctor.DataLoader(..., heal=True, "
+                "quarantine='quarantine.json')` skips them and records them.",
             ),
             symptoms=("Caught <Exception> in DataLoader worker process N.",),
             proof=(

@@ -24,16 +24,30 @@ class Baseline:
 
     oom_kills: int | None
     note: str | None
+    host_oom_kills: int | None = None
+
+
+def host_oom_kills() -> int | None:
+    """The kernel's machine-wide OOM kill counter (/proc/vmstat oom_kill, Linux 4.13+)."""
+    try:
+        with open("/proc/vmstat") as handle:
+            for line in handle:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def read_baseline() -> Baseline:
     from loaderdoctor.system import cgroup
 
+    host = host_oom_kills()
     try:
         memory = cgroup.memory_cgroup()
     except Exception as error:  # a probe must never break the loader
-        return Baseline(None, f"memory cgroup not readable: {error}")
-    return Baseline(memory.oom_kill_count, memory.note)
+        return Baseline(None, f"memory cgroup not readable: {error}", host)
+    return Baseline(memory.oom_kill_count, memory.note, host)
 
 
 def signal_name(number: int) -> str:
@@ -101,12 +115,34 @@ def _has_main_guard(source: str) -> bool:
     return False
 
 
+def _memcg_oom_kills() -> int | None:
+    from loaderdoctor.system import cgroup
+
+    try:
+        return cgroup.memory_cgroup().oom_kill_count
+    except Exception:
+        return None
+
+
 def add_machine_evidence(ev: Evidence, baseline: Baseline | None) -> None:
     """Kernel log, memory cgroup and /dev/shm, each saying why when it cannot be read."""
     from loaderdoctor.system import cgroup, kmsg, shm
 
     if ev.signal == "SIGKILL" and ev.pid is not None:
-        deadline = time.monotonic() + KERNEL_LOG_GRACE_S
+        # The OOM killer bumps its counters before it signals the victim. When neither the
+        # memory cgroup's nor the machine's counter moved, there is no OOM line to wait for.
+        grace = KERNEL_LOG_GRACE_S
+        if baseline is not None:
+            host = host_oom_kills()
+            memcg = _memcg_oom_kills()
+            unchanged = [
+                before == after
+                for before, after in ((baseline.host_oom_kills, host), (baseline.oom_kills, memcg))
+                if before is not None and after is not None
+            ]
+            if unchanged and all(unchanged):
+                grace = 0.05
+        deadline = time.monotonic() + grace
         while True:
             log = kmsg.read_kernel_log()
             ev.kernel_log_readable = log.readable

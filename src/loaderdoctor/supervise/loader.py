@@ -104,7 +104,9 @@ class DataLoader(torch.utils.data.DataLoader):
         if on_error is None:
             on_error = "skip" if heal else "raise"
         if on_error not in ON_ERROR_CHOICES:
-            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}, got {on_error!r}")
+            raise ValueError(
+                f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}, got {on_error!r}"
+            )
         if retries is None:
             retries = 1 if on_error != "raise" else 0
         if retries < 0:

@@ -62,9 +62,7 @@ def read_quarantine(path: str | os.PathLike[str]) -> dict[int, QuarantineEntry]:
     return entries
 
 
-def write_quarantine(
-    path: str | os.PathLike[str], entries: dict[int, QuarantineEntry]
-) -> None:
+def write_quarantine(path: str | os.PathLike[str], entries: dict[int, QuarantineEntry]) -> None:
     """Replace ``path`` atomically with ``entries`` (sorted by index)."""
     document: dict[str, Any] = {
         "schema": SCHEMA,

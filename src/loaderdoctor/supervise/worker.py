@@ -190,8 +190,10 @@ class SupervisedMapDataset(Dataset[Any]):
             self.policy.on_error != "raise" or index in self.policy.quarantined
         ):
             kept = self._heal_batch([index])
-            return kept[0] if kept and not isinstance(kept, DroppedSamples) else SkippedBatch(
-                [index], "skipped"
+            return (
+                kept[0]
+                if kept and not isinstance(kept, DroppedSamples)
+                else SkippedBatch([index], "skipped")
             )
         slot = STATE.slot
         if slot is not None:
@@ -218,8 +220,13 @@ class SupervisedMapDataset(Dataset[Any]):
                 for index in indices:
                     if index in policy.quarantined:
                         record_event(
-                            {"index": index, "stage": "quarantined", "attempts": 0,
-                             "action": "skipped", "dropped": dropped}
+                            {
+                                "index": index,
+                                "stage": "quarantined",
+                                "attempts": 0,
+                                "action": "skipped",
+                                "dropped": dropped,
+                            }
                         )
                 if dropped:
                     STATE.batch_indices = kept
@@ -371,7 +378,9 @@ class _SupervisedIterator:
                 # A stream cannot retry an item: skip it and read on.
                 failure = _failure(error, None, 1, "fetch")
                 position = self.position - 1
-                record_event({**failure, "position": position, "action": "skipped", "dropped": False})
+                record_event(
+                    {**failure, "position": position, "action": "skipped", "dropped": False}
+                )
                 return self.__next__()
             tag_exception(error, position=self.position - 1, stage="fetch")
             raise
@@ -431,7 +440,6 @@ class SupervisedCollate:
         if slot is not None:
             slot.collated()
         return batch
-
 
     def _collate_without(
         self, samples: list[Any], indices: list[Any], odd: list[Any], error: BaseException
