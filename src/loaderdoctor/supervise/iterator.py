@@ -226,17 +226,17 @@ class SupervisedMultiProcessingIter(HealingMixin, torch_compat.MultiProcessingIt
         deadline = time.monotonic() + timeout
         while True:
             wait = min(POLL_S, max(0.0, deadline - time.monotonic()))
+            receive_error: Exception | None = None
             try:
                 return (True, self._data_queue.get(timeout=wait))
             except queue.Empty:
                 pass
             except Exception as error:
-                if isinstance(error, OSError) and error.errno == errno_module.EMFILE:
-                    self._ld_check_workers()
-                    self._ld_fail_main_process(error)
-                self._ld_wait_for_dead_sender()
-                self._ld_fail_transfer(error)
-                raise
+                receive_error = error
+            if receive_error is not None:
+                # Handled outside the except block: a verdict raised here must not arrive
+                # chained under the EOFError/ConnectionResetError of the dead sender.
+                self._ld_on_receive_error(receive_error)
             self._ld_check_workers()
             if time.monotonic() >= deadline:
                 return (False, None)
@@ -496,6 +496,14 @@ class SupervisedMultiProcessingIter(HealingMixin, torch_compat.MultiProcessingIt
                 continue
             if os.path.basename(temp_dir).startswith("pymp-"):
                 shutil.rmtree(temp_dir, ignore_errors=True)
+
+    def _ld_on_receive_error(self, error: Exception) -> NoReturn:
+        if isinstance(error, OSError) and error.errno == errno_module.EMFILE:
+            self._ld_check_workers()
+            self._ld_fail_main_process(error)
+        self._ld_wait_for_dead_sender()
+        self._ld_fail_transfer(error)
+        raise error
 
     def _ld_wait_for_dead_sender(self) -> None:
         """A batch that cannot be received usually means its sender just died.

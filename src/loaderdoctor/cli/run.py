@@ -1,0 +1,93 @@
+"""Run a training command with every DataLoader supervised; write a report of what happened."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loaderdoctor.cli import CommandError
+
+if TYPE_CHECKING:
+    from loaderdoctor.runner.model import RunReport
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text}")
+    return value
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.usage = (
+        "loaderdoctor run [OPTIONS] -- COMMAND [ARGS...] | run [OPTIONS] SCRIPT.py [ARGS...]"
+    )
+    parser.add_argument(
+        "--heal", action="store_true", help="skip or replace bad samples and respawn dead workers"
+    )
+    parser.add_argument(
+        "--hang-timeout",
+        type=_seconds,
+        default=300.0,
+        metavar="S",
+        help="kill a worker stuck on one sample this long and say where (default 300; 0: off)",
+    )
+    parser.add_argument(
+        "--report-dir",
+        type=Path,
+        default=Path("loaderdoctor-report"),
+        metavar="DIR",
+        help="where report.json and report.html go (default ./loaderdoctor-report)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print report.json to stderr instead of the summary"
+    )
+    parser.add_argument(
+        "--memory-interval", type=_seconds, default=0.5, metavar="S", help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command, or SCRIPT.py"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from loaderdoctor.runner.core import RunSettings, RunUsageError, run_command
+
+    settings = RunSettings(
+        command=list(args.argv),
+        report_dir=args.report_dir,
+        heal=args.heal,
+        hang_timeout_s=args.hang_timeout,
+        memory_interval_s=max(args.memory_interval, 0.05),
+    )
+    try:
+        report = run_command(settings)
+    except RunUsageError as error:
+        raise CommandError(str(error)) from None
+    html = write_html_report(report, "run")
+    # The command's stdout stays its own: everything of ours goes to stderr.
+    if args.json:
+        import json
+
+        print(json.dumps(report.to_json(), indent=2, default=repr), file=sys.stderr)
+    else:
+        from loaderdoctor.report.run_text import print_run_summary
+
+        print_run_summary(report, html)
+    return report.exit_code
+
+
+def write_html_report(report: RunReport, command: str) -> Path | None:
+    """``DIR/report.html``; a failure to write it is said, not raised (report.json is there)."""
+    from loaderdoctor.report.run_html import write_html
+
+    try:
+        return write_html(report, Path(report.report_dir))
+    except OSError as error:
+        print(f"loaderdoctor {command}: report.html not written: {error}", file=sys.stderr)
+        return None

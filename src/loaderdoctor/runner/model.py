@@ -1,0 +1,196 @@
+"""The data of a ``loaderdoctor run``: ``RunReport`` and its parts, serializable both ways.
+
+``RunReport.to_json()`` is ``report.json``; its first keys are the DESIGN.md contract (``schema``,
+``status``, ``incidents``, ``quarantine``, ``delivered``), the rest are additions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SCHEMA = 1
+RunStatus = Literal["ok", "crashed", "healed"]
+HEALING_ACTIONS = frozenset({"skipped", "replaced", "quarantined", "respawned", "backed-off"})
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass
+class RunIncident:
+    """One incident of one loader, in the DESIGN.md shape, plus where and when it happened."""
+
+    cause: str
+    action: str
+    worker_id: int | None = None
+    pid: int | None = None
+    signal: str | None = None
+    exit_code: int | None = None
+    indices: list[Any] = field(default_factory=list)
+    epoch: int | None = None
+    batch: int | None = None
+    evidence: list[str] = field(default_factory=list)
+    fixes: list[str] = field(default_factory=list)
+    title: str = ""
+    confidence: float | None = None
+    sample_file: str | None = None
+    docs: str = ""
+    rank: int | None = None
+    process_pid: int | None = None  # the process whose loader saw it (a rank, the script)
+    time_s: float | None = None  # seconds after the command started
+    diagnosis: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunIncident:
+        return cls(**_known(cls, data))
+
+    @classmethod
+    def from_sink_record(cls, record: dict[str, Any], started_at: float) -> RunIncident:
+        """From a line the child wrote (``Incident.to_json()`` with pid, rank and time)."""
+        incident = dict(record.get("incident", {}))
+        diagnosis = incident.get("diagnosis") or {}
+        values = _known(cls, incident)
+        values.setdefault("cause", diagnosis.get("cause", "unknown"))
+        values.setdefault("action", "raised")
+        values.update(
+            title=diagnosis.get("title", ""),
+            confidence=diagnosis.get("confidence"),
+            sample_file=diagnosis.get("sample_file"),
+            docs=diagnosis.get("docs", ""),
+            rank=record.get("rank"),
+            process_pid=record.get("pid"),
+            time_s=(round(record["time"] - started_at, 3) if "time" in record else None),
+            diagnosis=diagnosis or None,
+        )
+        return cls(**values)
+
+
+@dataclass
+class Delivered:
+    batches: int = 0
+    samples: int = 0
+
+
+@dataclass
+class ProcessSummary:
+    """One process of the command that created supervised DataLoaders (a script, a rank)."""
+
+    pid: int
+    rank: int | None
+    loaders: int
+    delivered: Delivered
+    incidents: int
+
+
+@dataclass
+class ProcessMemory:
+    """The memory of one process over the run; ``series`` rows are (t_s, rss, uss, pss)."""
+
+    pid: int
+    role: Literal["main", "worker"]
+    rank: int | None = None
+    parent_pid: int | None = None
+    start_method: str | None = None
+    first_seen_s: float = 0.0
+    last_seen_s: float = 0.0
+    peak_rss_bytes: int = 0
+    peak_uss_bytes: int | None = None
+    peak_pss_bytes: int | None = None
+    series: list[tuple[float, int, int | None, int | None]] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProcessMemory:
+        values = _known(cls, data)
+        values["series"] = [tuple(row) for row in values.get("series", [])]
+        return cls(**values)
+
+
+@dataclass
+class MemoryFinding:
+    """A pattern in the memory timeline (copy-on-read growth, ...) with its explanation and fixes."""
+
+    id: str
+    title: str
+    explanation: str
+    fixes: list[str]
+    pids: list[int]
+    evidence: list[str]
+    docs: str = ""
+
+
+@dataclass
+class MemoryReport:
+    interval_s: float
+    samples: int = 0
+    shm_total_bytes: int | None = None
+    shm_peak_used_bytes: int | None = None
+    shm_series: list[tuple[float, int]] = field(default_factory=list)  # (t_s, used bytes)
+    processes: list[ProcessMemory] = field(default_factory=list)
+    findings: list[MemoryFinding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MemoryReport:
+        values = _known(cls, data)
+        values["shm_series"] = [tuple(row) for row in values.get("shm_series", [])]
+        values["processes"] = [ProcessMemory.from_json(p) for p in values.get("processes", [])]
+        values["findings"] = [MemoryFinding(**f) for f in values.get("findings", [])]
+        return cls(**values)
+
+
+@dataclass
+class RunReport:
+    """Everything ``loaderdoctor run`` learned about one command."""
+
+    status: RunStatus
+    command: list[str]
+    exit_code: int
+    duration_s: float
+    incidents: list[RunIncident] = field(default_factory=list)
+    quarantine: list[Any] = field(default_factory=list)
+    delivered: Delivered = field(default_factory=Delivered)
+    ranks: list[ProcessSummary] = field(default_factory=list)
+    memory: MemoryReport | None = None
+    signal: str | None = None  # the signal that ended the command, if one did
+    interrupted: bool = False  # loaderdoctor run itself was sent SIGINT/SIGTERM and forwarded it
+    started_at: str = ""  # ISO 8601, local time
+    report_dir: str = ""
+    notes: list[str] = field(default_factory=list)
+    schema: int = SCHEMA
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        head = {key: data.pop(key) for key in ("schema", "status", "incidents", "quarantine")}
+        head["delivered"] = data.pop("delivered")
+        return {**head, **data}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunReport:
+        if data.get("schema") != SCHEMA:
+            raise ValueError(
+                f"report schema {data.get('schema')!r}; this loaderdoctor reads {SCHEMA}"
+            )
+        values = _known(cls, data)
+        values["incidents"] = [RunIncident.from_json(i) for i in values.get("incidents", [])]
+        values["delivered"] = Delivered(**values.get("delivered", {}))
+        values["ranks"] = [
+            ProcessSummary(**{**r, "delivered": Delivered(**r.get("delivered", {}))})
+            for r in values.get("ranks", [])
+        ]
+        if values.get("memory") is not None:
+            values["memory"] = MemoryReport.from_json(values["memory"])
+        return cls(**values)
+
+
+def run_status(exit_code: int, incidents: list[RunIncident]) -> RunStatus:
+    """crashed: the command failed or a loader raised; healed: every incident was healed."""
+    if exit_code != 0 or any(i.action not in HEALING_ACTIONS for i in incidents):
+        return "crashed"
+    return "healed" if incidents else "ok"

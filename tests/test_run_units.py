@@ -1,0 +1,207 @@
+"""Unit tests of ``loaderdoctor run``'s data, rules and renderers: no processes started."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from loaderdoctor.report.run_html import format_html, nice_step
+from loaderdoctor.report.run_text import format_headline, format_run_text
+from loaderdoctor.runner.core import RunUsageError, exit_code_of, resolve_command
+from loaderdoctor.runner.memory import MiB, find_memory_growth, linear_growth
+from loaderdoctor.runner.model import (
+    Delivered,
+    MemoryReport,
+    ProcessMemory,
+    ProcessSummary,
+    RunIncident,
+    RunReport,
+    run_status,
+)
+
+
+def worker(pid: int, uss_mib: list[float], method: str = "fork", parent: int = 1) -> ProcessMemory:
+    series = [(0.5 * i, 300 * MiB, int(v * MiB), int(v * MiB)) for i, v in enumerate(uss_mib)]
+    return ProcessMemory(
+        pid=pid, role="worker", parent_pid=parent, start_method=method, series=series
+    )
+
+
+def sample_report() -> RunReport:
+    incident = RunIncident(
+        cause="native-crash",
+        action="raised",
+        worker_id=1,
+        pid=4242,
+        signal="SIGSEGV",
+        indices=[21],
+        epoch=0,
+        batch=5,
+        evidence=["the worker died of SIGSEGV"],
+        fixes=["Look at the Python stack"],
+        title="The worker crashed in native code",
+        docs="docs/causes/native-crash.md",
+        rank=1,
+        process_pid=4000,
+        time_s=2.5,
+        diagnosis={"python_stack": "File 'x.py', line 3 in __getitem__ <b>"},
+    )
+    memory = MemoryReport(
+        interval_s=0.5,
+        samples=8,
+        shm_total_bytes=64 * MiB,
+        shm_peak_used_bytes=8 * MiB,
+        shm_series=[(0.0, MiB), (1.0, 8 * MiB), (2.0, 4 * MiB)],
+        processes=[
+            ProcessMemory(pid=4000, role="main", rank=1, series=[(0.0, 200 * MiB, None, None)]),
+            worker(4242, [5, 20, 35, 50, 65, 80], parent=4000),
+        ],
+        findings=find_memory_growth([worker(4242, [5, 20, 35, 50, 65, 80], parent=4000)]),
+    )
+    return RunReport(
+        status="crashed",
+        command=["python", "train.py"],
+        exit_code=1,
+        duration_s=3.25,
+        incidents=[incident],
+        delivered=Delivered(5, 20),
+        ranks=[
+            ProcessSummary(pid=4000, rank=1, loaders=1, delivered=Delivered(5, 20), incidents=1)
+        ],
+        memory=memory,
+        report_dir="/tmp/r",
+    )
+
+
+def test_report_round_trips_through_json() -> None:
+    report = sample_report()
+    data = json.loads(json.dumps(report.to_json()))
+    assert list(data)[:5] == ["schema", "status", "incidents", "quarantine", "delivered"]
+    assert data["delivered"] == {"batches": 5, "samples": 20}
+    assert RunReport.from_json(data) == report
+
+
+def test_unknown_schema_is_refused() -> None:
+    data = sample_report().to_json()
+    data["schema"] = 99
+    with pytest.raises(ValueError, match="schema"):
+        RunReport.from_json(data)
+
+
+def test_incident_from_a_sink_record() -> None:
+    record = {
+        "time": 1010.5,
+        "pid": 77,
+        "rank": 0,
+        "incident": {
+            "cause": "sample-error",
+            "action": "raised",
+            "indices": [3],
+            "diagnosis": {"title": "A sample raised", "docs": "docs/causes/sample-error.md"},
+        },
+    }
+    incident = RunIncident.from_sink_record(record, started_at=1000.0)
+    assert (incident.cause, incident.indices, incident.rank, incident.process_pid) == (
+        "sample-error",
+        [3],
+        0,
+        77,
+    )
+    assert incident.time_s == 10.5 and incident.title == "A sample raised"
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "actions", "status"),
+    [
+        (0, [], "ok"),
+        (0, ["skipped", "respawned"], "healed"),
+        (0, ["raised"], "crashed"),
+        (1, [], "crashed"),
+        (1, ["skipped"], "crashed"),
+    ],
+)
+def test_run_status(exit_code: int, actions: list[str], status: str) -> None:
+    incidents = [RunIncident(cause="sample-error", action=action) for action in actions]
+    assert run_status(exit_code, incidents) == status
+
+
+def test_exit_code_of_a_signal_is_128_plus_n() -> None:
+    assert exit_code_of(-9) == (137, "SIGKILL")
+    assert exit_code_of(3) == (3, None)
+
+
+def test_shorthand_and_missing_script(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    assert resolve_command([str(script), "--epochs", "2"]) == [
+        sys.executable,
+        str(script),
+        "--epochs",
+        "2",
+    ]
+    assert resolve_command(["--", "sh", "-c", "true"]) == ["sh", "-c", "true"]
+    with pytest.raises(RunUsageError, match=r"no such script: nope\.py"):
+        resolve_command(["nope.py"])
+    with pytest.raises(RunUsageError, match="no such script"):
+        resolve_command(["--", "python3", "nope.py"])
+    with pytest.raises(RunUsageError, match="no such command"):
+        resolve_command(["--", "no-such-program-xyz"])
+    with pytest.raises(RunUsageError, match="no command"):
+        resolve_command(["--"])
+
+
+def test_copy_on_read_needs_steady_growth_in_most_fork_workers() -> None:
+    growing = [worker(10, [5, 20, 35, 50, 65, 80]), worker(11, [6, 22, 36, 52, 66, 81])]
+    findings = find_memory_growth(growing)
+    assert [f.id for f in findings] == ["copy-on-read"]
+    assert findings[0].pids == [10, 11]
+    assert "USS 5 MiB → 80 MiB over 2.5 s" in findings[0].evidence[0]
+    flat = [worker(10, [50, 51, 50, 52, 51, 50]), worker(11, [50, 50, 51, 50, 52, 51])]
+    assert find_memory_growth(flat) == []
+    one_of_three = [worker(10, [5, 20, 35, 50, 65, 80]), *flat]
+    for number, memory in enumerate(one_of_three):
+        memory.pid = 20 + number
+    assert find_memory_growth(one_of_three) == []
+    too_short = [worker(10, [5, 80, 90])]
+    assert linear_growth(too_short[0]) is None and find_memory_growth(too_short) == []
+
+
+def test_growth_of_spawn_workers_is_not_copy_on_read() -> None:
+    spawned = [
+        worker(10, [5, 20, 35, 50, 65, 80], "spawn"),
+        worker(11, [5, 20, 35, 50, 65, 80], "spawn"),
+    ]
+    assert [f.id for f in find_memory_growth(spawned)] == ["worker-memory-growth"]
+
+
+def test_terminal_summary() -> None:
+    report = sample_report()
+    assert format_headline(report) == "crashed: exit code 1 after 3.2 s"
+    text = format_run_text(report, Path("/tmp/r/report.html"), width=120)
+    lines = text.splitlines()
+    assert lines[0] == "loaderdoctor run crashed: exit code 1 after 3.2 s"
+    assert lines[1] == "  5 batches, 20 samples delivered by 1 ranks (1 supervised DataLoader)"
+    assert "rank 1, worker 1, sample 21, batch 5" in text
+    assert "copy-on-read: Every fork worker's private memory grows" in text
+    assert lines[-1] == "  report: /tmp/r/report.json, /tmp/r/report.html"
+
+
+def test_html_is_self_contained_and_escaped() -> None:
+    page = format_html(sample_report())
+    assert page.startswith("<!DOCTYPE html>")
+    for outside in ("http://", "<script src", "<link"):
+        assert outside not in page.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
+            "https://github.com/pytorch/pytorch/issues/13246", ""
+        )
+    assert page.count("<svg") == 3  # the workers' memory, the main processes', /dev/shm
+    assert "native-crash #21" in page  # the incident marked on the plots
+    assert "__getitem__ &lt;b&gt;" in page  # the stack is escaped
+    assert "copy-on-read" in page and "numpy" in page
+
+
+@pytest.mark.parametrize(("span", "step"), [(7.3, 2.0), (100.0, 20.0), (0.4, 0.1), (0, 1.0)])
+def test_nice_step(span: float, step: float) -> None:
+    assert nice_step(span) == pytest.approx(step)
