@@ -231,3 +231,28 @@ def test_renderer_json_has_schema_and_verdicts() -> None:
     assert [s["passed"] for s in data["scenarios"]] == [True, False]
     assert data["scenarios"][0]["diagnosis"]["cause"] == "native-crash"
     assert data["scenarios"][1]["diagnosis"] is None
+
+
+@pytest.mark.slow
+def test_cli_heal_finishes_every_epoch_and_quarantines_each_culprit(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "loaderdoctor", "demo", "--heal", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, 9)
+            process.communicate()
+    assert process.returncode == 0, stderr
+    data = json.loads(stdout)
+    assert data["heal"] is True and data["passed"] is True
+    for scenario in data["scenarios"]:
+        assert scenario["delivered_samples"] == 47
+        assert scenario["quarantine"] == [scenario["planted_index"]]
+    actions = [scenario["heal_action"] for scenario in data["scenarios"]]
+    assert actions == ["skipped", "quarantined", "skipped", "quarantined"]

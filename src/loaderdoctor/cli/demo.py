@@ -27,6 +27,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help=f"run only this scenario (repeatable): {', '.join(names)}",
     )
+    parser.add_argument(
+        "--heal",
+        action="store_true",
+        help="load with heal=True: each epoch finishes, the culprit is skipped or quarantined",
+    )
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
 
 
@@ -56,7 +61,11 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             report: DemoReport = run_demo(
-                keep=args.keep, names=args.scenario, progress=progress, on_result=on_result
+                keep=args.keep,
+                names=args.scenario,
+                progress=progress,
+                on_result=on_result,
+                heal=args.heal,
             )
         except FileExistsError as error:
             raise CommandError(str(error)) from None

@@ -96,12 +96,22 @@ class ScenarioResult:
     error: str | None = None  # what went wrong when no verdict came back
     names_file: bool = True
     dataset_dir: str = ""  # this scenario's dataset (one folder below DemoReport.dataset_dir)
+    # With --heal: what healing did, and how much of the epoch still arrived.
+    heal_action: str | None = None
+    delivered_samples: int | None = None
+    quarantine: list[int] | None = None
 
     @property
     def passed(self) -> bool:
         d = self.diagnosis
         if d is None or d.cause != self.expected_cause or self.planted_index not in d.indices:
             return False
+        if self.heal_action is not None:
+            # Healing passes when every other sample arrived and the culprit was set aside.
+            if self.delivered_samples != IMAGES - 1 or self.planted_index not in (
+                self.quarantine or []
+            ):
+                return False
         return not self.names_file or d.sample_file == self.planted_file
 
     def to_json(self) -> dict[str, Any]:
@@ -119,6 +129,9 @@ class ScenarioResult:
             "names_file": self.names_file,
             "dataset_dir": self.dataset_dir,
             "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
+            "heal_action": self.heal_action,
+            "delivered_samples": self.delivered_samples,
+            "quarantine": self.quarantine,
         }
 
     @classmethod
@@ -137,6 +150,9 @@ class ScenarioResult:
             error=data.get("error"),
             names_file=data.get("names_file", True),
             dataset_dir=data.get("dataset_dir", ""),
+            heal_action=data.get("heal_action"),
+            delivered_samples=data.get("delivered_samples"),
+            quarantine=data.get("quarantine"),
         )
 
 
@@ -150,6 +166,7 @@ class DemoReport:
     images: int = 0  # images per scenario's dataset
     batch_size: int = BATCH_SIZE
     num_workers: int = NUM_WORKERS
+    heal: bool = False
 
     @property
     def passed(self) -> bool:
@@ -166,6 +183,7 @@ class DemoReport:
             "images": self.images,
             "batch_size": self.batch_size,
             "num_workers": self.num_workers,
+            "heal": self.heal,
             "scenarios": [result.to_json() for result in self.scenarios],
         }
 
@@ -180,6 +198,7 @@ class DemoReport:
             images=data.get("images", 0),
             batch_size=data.get("batch_size", BATCH_SIZE),
             num_workers=data.get("num_workers", NUM_WORKERS),
+            heal=data.get("heal", False),
         )
 
 
@@ -199,7 +218,7 @@ def _reap_new_children(before: set[int]) -> None:
             child.join(timeout=5)
 
 
-def run_scenario(scenario: Scenario, root: Path) -> ScenarioResult:
+def run_scenario(scenario: Scenario, root: Path, heal: bool = False) -> ScenarioResult:
     """Write the dataset with ``scenario``'s fault planted under ``root``, load it, return the verdict."""
     # torch and Pillow load here, so the scenario table is cheap to import (``--help``).
     from loaderdoctor.demo.dataset import (
@@ -227,14 +246,30 @@ def run_scenario(scenario: Scenario, root: Path) -> ScenarioResult:
         worker_init_fn=DemoWorkerInit(str(root / "workers.log"), temp_list),
         timeout=LOADER_TIMEOUT_S,
         hang_timeout=scenario.hang_timeout,
+        heal=heal,
     )
+    heal_action: str | None = None
+    delivered: int | None = None
+    quarantine: list[int] | None = None
     try:
         with warnings.catch_warnings():
-            # torch's advice for machines with fewer cores than workers is not the demo's point.
+            # torch's advice for machines with fewer cores than workers is not the demo's point;
+            # healing's own warnings are shown in the panel instead.
             warnings.filterwarnings("ignore", message="This DataLoader will create")
+            warnings.filterwarnings("ignore", message="loaderdoctor healed")
             for _batch in loader:
                 pass
-        problem = "the loader finished the epoch without an error"
+        if heal:
+            report = loader.report
+            delivered = report.delivered["samples"]
+            quarantine = list(report.quarantine)
+            if report.incidents:
+                diagnosis = report.incidents[0].diagnosis
+                heal_action = report.incidents[0].action
+            else:
+                problem = "the loader finished the epoch without an incident"
+        else:
+            problem = "the loader finished the epoch without an error"
     except Exception as error:
         error_type = type(error).__name__
         diagnosis = getattr(error, "diagnosis", None)
@@ -258,6 +293,9 @@ def run_scenario(scenario: Scenario, root: Path) -> ScenarioResult:
         error=problem,
         names_file=scenario.names_file,
         dataset_dir=str(root),
+        heal_action=heal_action,
+        delivered_samples=delivered,
+        quarantine=quarantine,
     )
 
 
@@ -277,6 +315,7 @@ def run_demo(
     names: Sequence[str] | None = None,
     progress: Callable[[int, int, Scenario], None] | None = None,
     on_result: Callable[[int, int, ScenarioResult], None] | None = None,
+    heal: bool = False,
 ) -> DemoReport:
     """Run every scenario (or those in ``names``) and return their verdicts.
 
@@ -298,7 +337,7 @@ def run_demo(
         for number, scenario in enumerate(scenarios, start=1):
             if progress is not None:
                 progress(number, len(scenarios), scenario)
-            result = run_scenario(scenario, base / scenario.name)
+            result = run_scenario(scenario, base / scenario.name, heal=heal)
             results.append(result)
             if on_result is not None:
                 on_result(number, len(scenarios), result)
@@ -312,4 +351,5 @@ def run_demo(
         dataset_kept=keep is not None,
         start_method=multiprocessing.get_start_method(allow_none=False),
         images=IMAGES,
+        heal=heal,
     )

@@ -103,6 +103,12 @@ def build_panel(result: ScenarioResult, number: int, total: int) -> RenderableTy
         verdict.append(d.title, style="bold")
         verdict.append(f" (confidence {d.confidence:.2f})", style="cyan")
         rows.add_row("verdict", verdict)
+        if result.heal_action is not None:
+            healed = (
+                f"{result.heal_action}: {result.delivered_samples} of the other samples "
+                f"delivered, quarantine {result.quarantine}"
+            )
+            rows.add_row("healed", Text(healed, style="bold green"))
         if d.worker_id is not None:
             batch = f", batch {d.batch}" if d.batch is not None else ""
             rows.add_row("worker", f"{d.worker_id} (pid {d.pid}){batch}")

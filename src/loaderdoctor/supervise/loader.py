@@ -249,6 +249,8 @@ class DataLoader(torch.utils.data.DataLoader):
             errno=event.get("errno"),
             sample_file=sample_file(self.dataset, index),
         )
+        if ev.stage == "collate" and index is not None:
+            ev.odd_indices = [index]
         attempts = event.get("attempts") or 1
         if attempts > 1:
             ev.notes.append(f"failed {attempts} times in a row")
