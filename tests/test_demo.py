@@ -234,21 +234,12 @@ def test_renderer_json_has_schema_and_verdicts() -> None:
 
 
 @pytest.mark.slow
-def test_cli_heal_finishes_every_epoch_and_quarantines_each_culprit(tmp_path: Path) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "loaderdoctor", "demo", "--heal", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, 9)
-            process.communicate()
-    assert process.returncode == 0, stderr
+def test_cli_heal_finishes_every_epoch_and_quarantines_each_culprit() -> None:
+    from conftest import run_python
+
+    result = run_python(["-m", "loaderdoctor", "demo", "--heal", "--json"], timeout=120)
+    assert result.returncode == 0, result.stderr
+    stdout = result.stdout
     data = json.loads(stdout)
     assert data["heal"] is True and data["passed"] is True
     for scenario in data["scenarios"]:

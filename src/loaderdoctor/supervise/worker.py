@@ -50,6 +50,8 @@ class _WorkerState:
         self.event_log: Any = None
         self.events: list[dict[str, Any]] = []
         self.known_bad: set[Any] = set()
+        self.good_structure: Any = None  # of a sample in a batch that collated (healing)
+        self.reference_fetch: Callable[[list[Any]], Any] | None = None
 
 
 STATE = _WorkerState()
@@ -82,6 +84,7 @@ class DroppedSamples(list[Any]):
 
 
 EVENTS_PREFIX = "events-"
+REFERENCE_SAMPLES = 5
 
 
 def record_event(event: dict[str, Any]) -> None:
@@ -155,18 +158,35 @@ def _structure(sample: Any) -> Any:
     return type(sample).__name__
 
 
-def odd_samples(samples: Any, indices: list[Any]) -> list[Any]:
-    """Indices whose structure differs from the majority of the batch (empty when all agree)."""
+def _safe_structure(sample: Any) -> Any:
+    try:
+        return _structure(sample)
+    except Exception:
+        return None
+
+
+def odd_samples(samples: Any, indices: list[Any], reference: Any = None) -> list[Any]:
+    """Indices whose structure differs from the rest of the batch (empty when undecidable).
+
+    ``reference`` is the structure of a sample known to be good (from an earlier batch or a
+    reference sample): when some samples match it, the others are the odd ones, whatever their
+    number. Without it the majority decides, and a tie decides nothing.
+    """
     if not isinstance(samples, (list, tuple)) or len(samples) != len(indices) or len(samples) < 2:
         return []
     try:
         structures = [_structure(s) for s in samples]
     except Exception:
         return []
+    if len(set(structures)) < 2:
+        return []
+    if reference is not None and reference in structures:
+        return [index for index, s in zip(indices, structures) if s != reference]
     counts: dict[Any, int] = {}
     for structure in structures:
         counts[structure] = counts.get(structure, 0) + 1
-    if len(counts) < 2:
+    ranked = sorted(counts.values(), reverse=True)
+    if ranked[0] == ranked[1]:
         return []
     majority = max(counts, key=lambda s: counts[s])
     return [index for index, s in zip(indices, structures) if s != majority]
@@ -287,9 +307,40 @@ class SupervisedMapDataset(Dataset[Any]):
             STATE.known_bad.add(candidate)
         return None
 
+    def _reference_sample(self, batch: list[Any]) -> Any:
+        """The most common structure among a few healthy samples outside ``batch``.
+
+        Used to tell the odd samples of a worker's first failing batch apart (later batches
+        compare with the last batch that collated).
+        """
+        policy = self.policy
+        if policy is None or not policy.dataset_len:
+            return None
+        taken = set(batch)
+        counts: dict[Any, int] = {}
+        tried = 0
+        for candidate in range(policy.dataset_len):
+            if tried >= REFERENCE_SAMPLES * 3 or sum(counts.values()) >= REFERENCE_SAMPLES:
+                break
+            if (
+                candidate in taken
+                or candidate in policy.quarantined
+                or candidate in STATE.known_bad
+            ):
+                continue
+            tried += 1
+            ok, sample = self._fetch(candidate, 0)
+            if ok:
+                structure = _safe_structure(sample)
+                counts[structure] = counts.get(structure, 0) + 1
+        if not counts:
+            return None
+        return max(counts, key=lambda structure: counts[structure])
+
     def _heal_batch(self, indices: list[Any]) -> list[Any]:
         policy = self.policy
         assert policy is not None
+        STATE.reference_fetch = self._reference_sample
         STATE.batch_indices = list(indices)
         samples: list[Any] = []
         kept_indices: list[Any] = []
@@ -427,7 +478,8 @@ class SupervisedCollate:
         except Exception as error:
             if slot is not None:
                 slot.error()
-            odd = odd_samples(samples, indices)
+            reference = self._reference(indices) if self.heal else None
+            odd = odd_samples(samples, indices, reference)
             healed = self._collate_without(samples, indices, odd, error) if self.heal else None
             if healed is not None:
                 if slot is not None:
@@ -439,7 +491,18 @@ class SupervisedCollate:
             raise
         if slot is not None:
             slot.collated()
+        if self.heal and STATE.good_structure is None and isinstance(samples, list) and samples:
+            STATE.good_structure = _safe_structure(samples[0])
         return batch
+
+    def _reference(self, indices: list[Any]) -> Any:
+        """A good sample's structure: from an earlier batch, else a sample outside this batch."""
+        if STATE.good_structure is not None:
+            return STATE.good_structure
+        fetch = STATE.reference_fetch
+        if fetch is None:
+            return None
+        return fetch(indices)
 
     def _collate_without(
         self, samples: list[Any], indices: list[Any], odd: list[Any], error: BaseException
