@@ -152,7 +152,8 @@ class MemorySampler:
                 track.stride *= 2
 
     def report(self) -> MemoryReport:
-        tracks = list(self._tracks.values())
+        # A process seen only while it exited has no reading: it is not part of the picture.
+        tracks = [t for t in self._tracks.values() if t.memory.peak_rss_bytes > 0]
         worker_parents = {t.memory.parent_pid for t in tracks if t.worker}
         for track in tracks:  # a worker's rank is its parent's (workers inherit RANK anyway)
             if track.worker and track.memory.rank is None:
