@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import in_cgroup, memory_cgroup
+from conftest import in_cgroup, memory_cgroup, run_python
 
 FIXTURE = Path(__file__).parent / "fixtures" / "env" / "images.py"
 SAMPLE_BYTES = 3 * 256 * 256 * 4  # images.py: one float32 3×256×256 tensor
@@ -30,20 +30,13 @@ def run_cli(
     preexec_fn: Callable[[], None] | None = None,
     timeout: float = 90,
 ) -> tuple[int, str, str]:
-    process = subprocess.Popen(
-        [*prefix, sys.executable, "-m", "loaderdoctor", "env", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    result = run_python(
+        ["-m", "loaderdoctor", "env", *args],
+        wrapper=list(prefix),
         preexec_fn=preexec_fn,
+        timeout=timeout,
     )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    return process.returncode, stdout, stderr
+    return result.returncode, result.stdout, result.stderr
 
 
 def checks_of(stdout: str) -> dict[str, dict[str, Any]]:

@@ -27,20 +27,9 @@ class Baseline:
     host_oom_kills: int | None = None
 
 
-def host_oom_kills() -> int | None:
-    """The kernel's machine-wide OOM kill counter (/proc/vmstat oom_kill, Linux 4.13+)."""
-    try:
-        with open("/proc/vmstat") as handle:
-            for line in handle:
-                if line.startswith("oom_kill "):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return None
-
-
 def read_baseline() -> Baseline:
     from loaderdoctor.system import cgroup
+    from loaderdoctor.system.memory import host_oom_kills
 
     host = host_oom_kills()
     try:
@@ -115,31 +104,33 @@ def _has_main_guard(source: str) -> bool:
     return False
 
 
-def _memcg_oom_kills() -> int | None:
-    from loaderdoctor.system import cgroup
-
-    try:
-        return cgroup.memory_cgroup().oom_kill_count
-    except Exception:
-        return None
-
-
 def add_machine_evidence(ev: Evidence, baseline: Baseline | None) -> None:
     """Kernel log, memory cgroup and /dev/shm, each saying why when it cannot be read."""
     from loaderdoctor.system import cgroup, kmsg, shm
+    from loaderdoctor.system.memory import host_oom_kills
 
+    try:
+        memory: Any = cgroup.memory_cgroup()
+    except Exception as error:
+        memory = None
+        ev.notes.append(f"memory cgroup not readable: {error}")
+    if memory is not None:
+        ev.cgroup_limit_bytes = memory.limit_bytes
+        ev.cgroup_oom_kills_after = memory.oom_kill_count
+        if baseline is not None:
+            ev.cgroup_oom_kills_before = baseline.oom_kills
+        if memory.oom_kill_count is None and memory.note:
+            ev.notes.append(f"memory cgroup OOM counter not readable: {memory.note}")
     if ev.signal == "SIGKILL" and ev.pid is not None:
         # The OOM killer bumps its counters before it signals the victim. When neither the
         # memory cgroup's nor the machine's counter moved, there is no OOM line to wait for.
         grace = KERNEL_LOG_GRACE_S
         if baseline is not None:
-            host = host_oom_kills()
-            memcg = _memcg_oom_kills()
-            unchanged = [
-                before == after
-                for before, after in ((baseline.host_oom_kills, host), (baseline.oom_kills, memcg))
-                if before is not None and after is not None
-            ]
+            pairs = (
+                (baseline.host_oom_kills, host_oom_kills()),
+                (baseline.oom_kills, ev.cgroup_oom_kills_after),
+            )
+            unchanged = [b == a for b, a in pairs if b is not None and a is not None]
             if unchanged and all(unchanged):
                 grace = 0.05
         deadline = time.monotonic() + grace
@@ -158,16 +149,6 @@ def add_machine_evidence(ev: Evidence, baseline: Baseline | None) -> None:
                 ev.kernel_log = kmsg.lines_for_pid(log.lines, ev.pid)[-4:]
                 break
             time.sleep(0.1)
-    try:
-        memory = cgroup.memory_cgroup()
-        ev.cgroup_limit_bytes = memory.limit_bytes
-        ev.cgroup_oom_kills_after = memory.oom_kill_count
-        if baseline is not None:
-            ev.cgroup_oom_kills_before = baseline.oom_kills
-        if memory.oom_kill_count is None and memory.note:
-            ev.notes.append(f"memory cgroup OOM counter not readable: {memory.note}")
-    except Exception as error:
-        ev.notes.append(f"memory cgroup not readable: {error}")
     try:
         usage = shm.shm_usage()
         ev.shm_total_bytes = usage.total_bytes
@@ -206,17 +187,3 @@ def facts_from_tags(ev: Evidence, tags: dict[str, Any]) -> None:
         ev.odd_indices = list(tags["odd"])
     if ev.worker_id is None and tags.get("worker") is not None:
         ev.worker_id = tags["worker"]
-
-
-def fd_usage(pid: int) -> tuple[int, int] | None:
-    """(open descriptors, soft RLIMIT_NOFILE) of a live process, from /proc."""
-    try:
-        count = len(os.listdir(f"/proc/{pid}/fd"))
-        with open(f"/proc/{pid}/limits") as handle:
-            for line in handle:
-                if line.startswith("Max open files"):
-                    soft = line.split()[3]
-                    return count, (int(soft) if soft.isdigit() else 1 << 62)
-    except (OSError, ValueError, IndexError):
-        return None
-    return None

@@ -19,6 +19,7 @@ import torch
 
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence
+from loaderdoctor.recorder import Field
 from loaderdoctor.supervise.worker import EVENTS_PREFIX
 
 if TYPE_CHECKING:
@@ -84,8 +85,7 @@ class HealingMixin:
         stats["samples"] += len(indices) if isinstance(indices, list) else 1
 
     def _ld_drain_events_if_any(self) -> None:
-        recorder = self._ld_recorder
-        total = sum(recorder.snapshot(w).events for w in range(recorder.num_workers))
+        total = self._ld_recorder.total(Field.EVENTS)
         if total != self._ld_events_seen:
             self._ld_events_seen = total
             self._ld_drain_events()
@@ -116,7 +116,7 @@ class HealingMixin:
     def _ld_heal_failure(self, ev: Evidence, diagnosis: Diagnosis) -> bool:
         """Heal a dead or stuck worker; False when this failure must be raised instead."""
         loader = self._ld_loader
-        if not loader.heal or self._ld_iterable or self._ld_respawns >= MAX_RESPAWNS:
+        if not self._ld_can_respawn():
             return False
         workers = self._num_workers  # type: ignore[attr-defined]
         prefetch = self._prefetch_factor  # type: ignore[attr-defined]
@@ -145,37 +145,38 @@ class HealingMixin:
         elif diagnosis.cause in ENVIRONMENTAL:
             workers, prefetch, action = self._ld_backed_off(workers, prefetch)
         diagnosis.evidence.extend(notes)
-        if action == "backed-off":
-            diagnosis.evidence.append(f"continuing with num_workers={workers}, prefetch={prefetch}")
-        loader._ld_record(diagnosis, action)
-        warnings.warn(
-            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> {action}"
-            + (f" (sample {culprit!r})" if culprit is not None else ""),
-            HealWarning,
-            stacklevel=2,
-        )
-        self._ld_respawn(workers, prefetch)
+        detail = f" (sample {culprit!r})" if culprit is not None else ""
+        self._ld_act(diagnosis, action, workers, prefetch, detail)
         return True
 
     def _ld_heal_environment(self, diagnosis: Diagnosis) -> bool:
         """Back off after an environmental failure reported as an exception (ENOSPC, EMFILE)."""
-        loader = self._ld_loader
-        if not loader.heal or self._ld_iterable or self._ld_respawns >= MAX_RESPAWNS:
+        if not self._ld_can_respawn():
             return False
         workers, prefetch, action = self._ld_backed_off(
             self._num_workers,  # type: ignore[attr-defined]
             self._prefetch_factor,  # type: ignore[attr-defined]
         )
-        diagnosis.evidence.append(f"continuing with num_workers={workers}, prefetch={prefetch}")
-        loader._ld_record(diagnosis, action)
+        detail = f" (num_workers={workers}, prefetch_factor={prefetch})"
+        self._ld_act(diagnosis, action, workers, prefetch, detail)
+        return True
+
+    def _ld_can_respawn(self) -> bool:
+        return self._ld_loader.heal and not self._ld_iterable and self._ld_respawns < MAX_RESPAWNS
+
+    def _ld_act(
+        self, diagnosis: Diagnosis, action: str, workers: int, prefetch: int, detail: str
+    ) -> None:
+        """Record the incident, say so out loud, and rebuild the pool with what is owed."""
+        if action == "backed-off":
+            diagnosis.evidence.append(f"continuing with num_workers={workers}, prefetch={prefetch}")
+        self._ld_loader._ld_record(diagnosis, action)
         warnings.warn(
-            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> {action} "
-            f"(num_workers={workers}, prefetch_factor={prefetch})",
+            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> {action}{detail}",
             HealWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         self._ld_respawn(workers, prefetch)
-        return True
 
     def _ld_backed_off(self, workers: int, prefetch: int) -> tuple[int, int, str]:
         loader = self._ld_loader

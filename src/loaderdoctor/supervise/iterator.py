@@ -48,6 +48,7 @@ from loaderdoctor.supervise.worker import (
     read_tags,
     strip_tags,
 )
+from loaderdoctor.system.limits import process_open_files
 
 if TYPE_CHECKING:
     from loaderdoctor.supervise.loader import DataLoader
@@ -393,7 +394,7 @@ class SupervisedMultiProcessingIter(HealingMixin, torch_compat.MultiProcessingIt
             "stock PyTorch waits for that batch forever"
         )
         if ev.errno == errno_module.EMFILE and process.pid:
-            usage = collect.fd_usage(process.pid)
+            usage = process_open_files(process.pid)
             if usage:
                 ev.notes.append(
                     f"worker {worker_id} has {usage[0]} open files, its limit is {usage[1]}"
@@ -528,10 +529,10 @@ class SupervisedMultiProcessingIter(HealingMixin, torch_compat.MultiProcessingIt
         """
         exhausted: list[tuple[int | None, int, int, int]] = []
         for worker_id, process in enumerate(self._workers):
-            usage = collect.fd_usage(process.pid) if process.pid else None
+            usage = process_open_files(process.pid) if process.pid else None
             if process.pid and usage and usage[0] >= usage[1] * 0.95:
                 exhausted.append((worker_id, process.pid, *usage))
-        usage = collect.fd_usage(os.getpid())
+        usage = process_open_files(os.getpid())
         if usage and usage[0] >= usage[1] * 0.95:
             exhausted.append((None, os.getpid(), *usage))
         if not exhausted:

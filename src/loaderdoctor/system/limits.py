@@ -21,6 +21,22 @@ def count_open_fds(pid: int | None = None) -> int | None:
         return None
 
 
+def process_open_files(pid: int) -> tuple[int, int] | None:
+    """(open descriptors, soft RLIMIT_NOFILE) of another live process, from /proc."""
+    count = count_open_fds(pid)
+    if count is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/limits") as handle:
+            for line in handle:
+                if line.startswith("Max open files"):
+                    soft = line.split()[3]
+                    return count, (int(soft) if soft.isdigit() else 1 << 62)
+    except (OSError, IndexError):
+        return None
+    return None
+
+
 def open_files() -> OpenFiles:
     try:
         import resource

@@ -50,3 +50,15 @@ def host_memory(path: str = "/proc/meminfo") -> HostMemory:
     if result.text is None:
         return HostMemory(None, None, None, None, result.error)
     return host_memory_from_meminfo(result.text)
+
+
+def host_oom_kills(path: str = "/proc/vmstat") -> int | None:
+    """The kernel's machine-wide OOM kill counter (``oom_kill`` in /proc/vmstat, Linux 4.13+)."""
+    try:
+        with open(path) as handle:
+            for line in handle:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
