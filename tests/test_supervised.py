@@ -146,6 +146,14 @@ def test_killed_parent_leaks_no_shared_memory_and_no_worker() -> None:
         except ProcessLookupError:
             pass
     assert {name for name in shm_entries() - before if "torch" in name} == set()
+    # The dead parent could not remove its log directory; the next supervised iterator does.
+    import tempfile
+
+    leftovers = list(Path(tempfile.gettempdir()).glob(f"loaderdoctor-{process.pid}-*"))
+    assert leftovers, "the killed parent's log directory was expected to remain"
+    iterator = iter(loaderdoctor.DataLoader(Faulty("key"), batch_size=4, num_workers=1))
+    del iterator
+    assert not any(path.exists() for path in leftovers)
 
 
 def test_hang_timeout_must_be_positive() -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,37 @@ def read_baseline() -> Baseline:
     except Exception as error:  # a probe must never break the loader
         return Baseline(None, f"memory cgroup not readable: {error}", host)
     return Baseline(memory.oom_kill_count, memory.note, host)
+
+
+LOG_DIR_PREFIX = "loaderdoctor-"
+
+
+def make_log_dir() -> str:
+    """A private directory for the workers' stack and event logs, named after its owner.
+
+    The owner removes it at shutdown or exit; an owner that was SIGKILLed cannot, so each new
+    one first removes the directories of owners that are gone.
+    """
+    base = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(LOG_DIR_PREFIX)]
+    except OSError:
+        names = []
+    for name in names:
+        owner = name[len(LOG_DIR_PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{LOG_DIR_PREFIX}{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
 
 
 def signal_name(number: int) -> str:

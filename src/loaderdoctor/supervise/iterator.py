@@ -13,7 +13,6 @@ import os
 import queue
 import re
 import shutil
-import tempfile
 import time
 import traceback
 import warnings
@@ -130,7 +129,7 @@ class SupervisedMultiProcessingIter(HealingMixin, torch_compat.MultiProcessingIt
         self._ld_hang_timeout = loader.hang_timeout
         self._ld_start_method = start_method_of(loader)
         self._ld_iterable = loader._dataset_kind == torch_compat.DatasetKind.Iterable
-        self._ld_log_dir = tempfile.mkdtemp(prefix="loaderdoctor-")
+        self._ld_log_dir = collect.make_log_dir()
         self._ld_cleanup = weakref.finalize(
             self, shutil.rmtree, self._ld_log_dir, ignore_errors=True
         )
