@@ -29,7 +29,7 @@ class CommandError(Exception):
 
 # The registry: each module has a one-line docstring (its --help), ``register(parser)`` and
 # ``run(args) -> int``. Add a subcommand by adding its module name here.
-COMMANDS: tuple[str, ...] = ("demo", "env", "lint", "run", "report", "explain", "scan")
+COMMANDS: tuple[str, ...] = ("demo", "env", "lint", "run", "report", "explain", "scan", "tune")
 
 
 def _load(name: str) -> ModuleType:
