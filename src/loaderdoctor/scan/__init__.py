@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from loaderdoctor.scan.core import describe, quarantine_entries, scan_dataset
-from loaderdoctor.scan.model import BadSample, Outlier, ScanReport, SlowSample
+from loaderdoctor.scan.model import (
+    BadSample,
+    HungrySample,
+    Outlier,
+    Profile,
+    ScanReport,
+    SlowSample,
+)
 
 __all__ = [
     "BadSample",
+    "HungrySample",
     "Outlier",
+    "Profile",
     "ScanReport",
     "SlowSample",
     "describe",

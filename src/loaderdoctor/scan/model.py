@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA = 1
+SCHEMA = 2
+READABLE_SCHEMAS = (1, 2)  # schema 1 lacked the memory, profile and run fields; they default
 
 
 @dataclass
@@ -37,6 +38,28 @@ class SlowSample:
 
 
 @dataclass
+class HungrySample:
+    """A sample whose loading raised the worker's peak resident memory the most."""
+
+    index: int
+    peak_bytes: int  # the worker's peak RSS while loading it, above its RSS just before
+    file: str | None
+
+
+@dataclass
+class Profile:
+    """Per-sample cost along the index axis: the maximum over each bucket of ``step`` indices.
+
+    Bounded in size whatever the dataset's length, so that a report of a million samples still
+    plots; a bucket with no loaded sample (all bad) holds ``None``.
+    """
+
+    step: int
+    seconds: list[float | None]
+    peak_bytes: list[int | None]
+
+
+@dataclass
 class ScanReport:
     spec: str
     total: int
@@ -47,12 +70,20 @@ class ScanReport:
     seconds: float
     num_workers: int
     structure: str | None = None  # the majority's structure
+    hungriest: list[HungrySample] = field(default_factory=list)
+    profile: Profile | None = None
+    timeout: float | None = None  # seconds one sample may take before it counts as a hang
+    mem_limit_bytes: int | None = None  # the per-worker memory cap, if any
+    mem_cap: str | None = None  # how the cap was enforced ("cgroup v1", "RLIMIT_AS"), or why not
+    ranks: int = 1  # torchrun processes that shared the scan
+    resumed: int = 0  # samples whose result came from a checkpoint of an interrupted scan
     schema: int = SCHEMA
 
     @property
     def throughput(self) -> float:
         """Samples fetched per second of wall time (the bad ones included)."""
-        return self.total / self.seconds if self.seconds > 0 else 0.0
+        fetched = self.total - self.resumed
+        return fetched / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def clean(self) -> bool:
@@ -65,8 +96,9 @@ class ScanReport:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ScanReport:
-        if data.get("schema") != SCHEMA:
+        if data.get("schema") not in READABLE_SCHEMAS:
             raise ValueError(f"unsupported scan report schema {data.get('schema')!r}")
+        profile = data.get("profile")
         return cls(
             spec=data["spec"],
             total=data["total"],
@@ -77,4 +109,11 @@ class ScanReport:
             seconds=data["seconds"],
             num_workers=data["num_workers"],
             structure=data.get("structure"),
+            hungriest=[HungrySample(**item) for item in data.get("hungriest", [])],
+            profile=Profile(**profile) if profile else None,
+            timeout=data.get("timeout"),
+            mem_limit_bytes=data.get("mem_limit_bytes"),
+            mem_cap=data.get("mem_cap"),
+            ranks=data.get("ranks", 1),
+            resumed=data.get("resumed", 0),
         )
