@@ -71,7 +71,7 @@ def test_describe_names_what_default_collate_compares() -> None:
 def test_report_round_trips_through_json() -> None:
     report = sample_report()
     data = json.loads(format_json(report))
-    assert data["schema"] == 1 and data["throughput"] == 5.0
+    assert data["schema"] == 2 and data["throughput"] == 5.0
     assert [bad["index"] for bad in data["bad"]] == [3, 7]
     assert ScanReport.from_json(data) == report
 

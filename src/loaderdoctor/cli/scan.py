@@ -34,7 +34,40 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="quarantine file to write with every bad index (default quarantine.json)",
     )
+    parser.add_argument(
+        "--mem-limit",
+        metavar="SIZE",
+        help="memory cap per worker (e.g. 2G): a sample that needs more is OOM-killed and "
+        "quarantined, alone (default: no cap)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted scan from its checkpoint; samples already scanned are "
+        "not fetched again",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        help="where the scan saves its progress (default: beside --out, NAME.checkpoint.json); "
+        "removed when the scan completes",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds between checkpoint saves (default 10)",
+    )
+    parser.add_argument("--html", metavar="PATH", help="also write the report as one HTML file")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.epilog = (
+        "Scale out with torchrun: torchrun --nproc_per_node=N -m loaderdoctor scan SPEC shards "
+        "the indices across ranks; rank 0 prints the merged report and writes the files. "
+        "Exit status: 0 clean, 1 bad samples found, 2 usage error, 130 interrupted (rerun with "
+        "--resume); under torchrun 0 whenever the scan completes, as torchrun takes any other "
+        "status for a failed rank."
+    )
 
 
 def load(spec: str) -> Any:
@@ -99,25 +132,61 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loaderdoctor.scan.memcap import parse_size
+    from loaderdoctor.scan.shard import JoinError, current_shard
+
     if args.num_workers < 1:
         raise CommandError(
             "--num-workers must be at least 1 (each sample needs an isolated worker)"
         )
     if args.timeout <= 0:
         raise CommandError("--timeout must be a positive number of seconds")
+    if args.checkpoint_every <= 0:
+        raise CommandError("--checkpoint-every must be a positive number of seconds")
+    mem_limit = None
+    if args.mem_limit is not None:
+        try:
+            mem_limit = parse_size(args.mem_limit)
+        except ValueError as error:
+            raise CommandError(f"--mem-limit: {error}") from None
+        if mem_limit < MIN_MEM_LIMIT:
+            raise CommandError("--mem-limit must be at least 32M: a worker needs that to start")
+    shard = current_shard()
     dataset = load(args.spec)
+    checkpoints = Checkpoints(args.checkpoint or default_checkpoint(args.out), shard)
+    resume = checkpoints.resume(args.spec, len(dataset)) if args.resume else None
+    if resume is None:
+        checkpoints.refuse_to_overwrite()
     from loaderdoctor.report.scan import format_json, print_text
     from loaderdoctor.scan import quarantine_entries, scan_dataset
     from loaderdoctor.supervise.quarantine import write_quarantine
 
-    with progress_bar(sys.stderr.isatty()) as progress:
-        report = scan_dataset(
-            dataset,
-            spec=args.spec,
-            num_workers=args.num_workers,
-            timeout=args.timeout,
-            progress=progress,
+    try:
+        with stop_on_sigterm(), progress_bar(sys.stderr.isatty() and shard.is_leader) as progress:
+            report = scan_dataset(
+                dataset,
+                spec=args.spec,
+                num_workers=args.num_workers,
+                timeout=args.timeout,
+                mem_limit=mem_limit,
+                progress=progress,
+                checkpoint=checkpoints.mine,
+                checkpoint_every=args.checkpoint_every,
+                resume=resume,
+                shard=shard,
+            )
+    except JoinError as error:
+        raise CommandError(str(error)) from None
+    except KeyboardInterrupt:
+        print(
+            f"loaderdoctor scan: interrupted; progress saved in {checkpoints.mine}: "
+            "run the same command with --resume to continue",
+            file=sys.stderr,
         )
+        return ExitCode.INTERRUPTED
+    checkpoints.remove(every_rank=shard.is_leader)
+    if not shard.is_leader:
+        return ExitCode.OK  # rank 0 reports for every rank
     written: str | None = None
     # A clean scan leaves no file behind, but replaces a stale one from an earlier scan.
     if report.bad or os.path.exists(args.out):
@@ -126,8 +195,93 @@ def run(args: argparse.Namespace) -> int:
         except OSError as error:
             raise CommandError(f"cannot write quarantine file {args.out}: {error}") from None
         written = args.out
+    if args.html:
+        from loaderdoctor.report.scan_html import write_html
+
+        try:
+            write_html(report, args.html)
+        except OSError as error:
+            raise CommandError(f"cannot write {args.html}: {error.strerror}") from None
     if args.json:
         sys.stdout.write(format_json(report))
     else:
         print_text(report, sys.stdout, quarantine_path=written)
+    if shard.world_size > 1:
+        # torchrun reports any non-zero exit as a failed rank, with a traceback of its own; the
+        # findings are in the report and the quarantine file.
+        return ExitCode.OK
     return ExitCode.FINDINGS if report.bad else ExitCode.OK
+
+
+MIN_MEM_LIMIT = 32 << 20
+
+
+def default_checkpoint(out: str) -> str:
+    """``quarantine.json`` -> ``quarantine.checkpoint.json``, beside it."""
+    root, _ = os.path.splitext(out)
+    return f"{root}.checkpoint.json"
+
+
+class Checkpoints:
+    """The checkpoint files of a scan: one, or one per torchrun rank (``PATH.rank<N>``)."""
+
+    def __init__(self, path: str, shard: Any) -> None:
+        self.path = path
+        self.mine = path if shard.world_size == 1 else f"{path}.rank{shard.rank}"
+
+    def existing(self) -> list[str]:
+        import glob
+
+        ranks = sorted(glob.glob(glob.escape(self.path) + ".rank*"))
+        return [p for p in [self.path, *ranks] if os.path.isfile(p)]
+
+    def resume(self, spec: str, total: int) -> Any:
+        """Every checkpoint's samples merged (ranks' files included), or a one-line error."""
+        from loaderdoctor.scan.state import CheckpointError, ScanState, load_checkpoint
+
+        found = self.existing()
+        if not found:
+            raise CommandError(f"--resume: no checkpoint at {self.path}; nothing to resume")
+        state = ScanState(spec, total)
+        for path in found:
+            try:
+                state.merge(load_checkpoint(path, spec, total))
+            except CheckpointError as error:
+                raise CommandError(str(error)) from None
+        return state
+
+    def refuse_to_overwrite(self) -> None:
+        """An interrupted scan's progress is never thrown away without being asked to."""
+        found = self.existing()
+        if found:
+            raise CommandError(
+                f"an interrupted scan left {found[0]}: pass --resume to continue it, "
+                "or delete it to start over"
+            )
+
+    def remove(self, every_rank: bool) -> None:
+        """A completed scan needs no checkpoint: remove this rank's (rank 0: everyone's)."""
+        for path in self.existing() if every_rank else [self.mine]:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+@contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (a scheduler, ``kill``) stops the scan like Ctrl-C: the checkpoint is saved."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

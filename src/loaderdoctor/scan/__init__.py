@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from loaderdoctor.scan.core import describe, quarantine_entries, scan_dataset
+from loaderdoctor.scan.core import scan_dataset
+from loaderdoctor.scan.findings import quarantine_entries
 from loaderdoctor.scan.model import (
     BadSample,
     HungrySample,
@@ -11,6 +12,7 @@ from loaderdoctor.scan.model import (
     ScanReport,
     SlowSample,
 )
+from loaderdoctor.scan.summary import describe
 
 __all__ = [
     "BadSample",

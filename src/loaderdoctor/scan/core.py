@@ -1,79 +1,29 @@
 """Fetch every index through the user's code in supervised, healing workers; collect the verdicts.
 
-Only a small summary of each sample (its structure and how long it took) crosses processes: the
-dataset is wrapped so that ``__getitem__`` returns ``(index, seconds, structure)``.
+The scan goes in rounds: each round is one supervised loader over the indices still to scan. The
+loader heals what goes wrong (an exception is skipped, a dead or hung worker is replaced and its
+culprit re-tried alone), and every failure names its index. When the loader gives up (too many
+deaths in a row) a fresh round goes on with the indices left.
 """
 
 from __future__ import annotations
 
-import heapq
+import os
 import time
 import warnings
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoctor.scan.model import BadSample, Outlier, ScanReport, SlowSample
-from loaderdoctor.supervise.quarantine import QuarantineEntry
-from loaderdoctor.supervise.quarantine import now as quarantine_now
+from loaderdoctor.scan.findings import build_report
+from loaderdoctor.scan.model import BadSample, ScanReport
+from loaderdoctor.scan.shard import Shard
+from loaderdoctor.scan.state import Loaded, ScanState, save_checkpoint
+from loaderdoctor.scan.summary import SummarizingDataset, keep_summary
 
-MAX_LISTED_ITEMS = 16  # longer sequences are described by length and first element
-SLOWEST = 5
-# A fresh loader per round: the healing loader stops respawning after a few deaths
-# (heal.MAX_RESPAWNS); a scan of a very broken dataset goes on with the indices left.
 MAX_ROUNDS = 1000
+MAX_EVIDENCE = 8
 
 Progress = Callable[[int, int], None]  # (done, total)
-
-
-class SummarizingDataset:
-    """Wraps a map-style dataset: ``[i]`` returns ``(i, seconds, structure)``, not the sample."""
-
-    def __init__(self, dataset: Any) -> None:
-        self.inner = dataset
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __getitem__(self, index: int) -> tuple[int, float, str]:
-        start = time.perf_counter()
-        sample = self.inner[index]
-        seconds = time.perf_counter() - start
-        return index, seconds, describe(sample)
-
-
-def keep_summary(summary: Any) -> Any:
-    """The collate_fn: the summary is already small and plain; torch must not convert it."""
-    return summary
-
-
-def describe(sample: Any) -> str:
-    """The structure that ``default_collate`` cares about: types, and shapes/dtypes of arrays."""
-    import torch
-
-    if isinstance(sample, torch.Tensor):
-        return f"Tensor[{str(sample.dtype).removeprefix('torch.')}]{tuple(sample.shape)}"
-    kind = type(sample)
-    if kind.__module__ == "numpy" and hasattr(sample, "shape") and hasattr(sample, "dtype"):
-        return f"{kind.__name__}[{sample.dtype}]{tuple(sample.shape)}"
-    if isinstance(sample, dict):
-        items = ", ".join(f"{key!r}: {describe(value)}" for key, value in sorted_items(sample))
-        return "{" + items + "}"
-    if isinstance(sample, (list, tuple)):
-        name = kind.__name__
-        if len(sample) > MAX_LISTED_ITEMS:
-            return f"{name}[{len(sample)} x {describe(sample[0])}]"
-        return f"{name}(" + ", ".join(describe(item) for item in sample) + ")"
-    if kind.__module__.startswith("PIL.") and hasattr(sample, "mode"):
-        return f"Image[{sample.mode}]"
-    return kind.__name__
-
-
-def sorted_items(mapping: dict[Any, Any]) -> list[tuple[Any, Any]]:
-    try:
-        return sorted(mapping.items())
-    except TypeError:  # keys of mixed types
-        return list(mapping.items())
 
 
 def scan_dataset(
@@ -82,32 +32,103 @@ def scan_dataset(
     spec: str = "",
     num_workers: int = 2,
     timeout: float = 60.0,
+    mem_limit: int | None = None,
     progress: Progress | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    checkpoint_every: float = 10.0,
+    resume: ScanState | None = None,
+    shard: Shard | None = None,
 ) -> ScanReport:
-    """Fetch every index of ``dataset`` in isolated workers; every failure marks its index."""
-    from loaderdoctor.forensics import Diagnosis
-    from loaderdoctor.supervise import DataLoader, LoaderError
-    from loaderdoctor.supervise.heal import HealWarning
+    """Fetch every index of ``dataset`` in isolated workers; every failure marks its index.
+
+    ``mem_limit`` caps each worker's memory (bytes): a sample past it is OOM-killed and marked.
+    ``checkpoint`` is saved every ``checkpoint_every`` seconds and when the scan is interrupted;
+    ``resume`` is a checkpoint's state, whose samples are not fetched again. Under torchrun,
+    ``shard`` says which indices are this rank's; rank 0's report covers every rank.
+    """
+    from loaderdoctor.scan import shard as sharding
     from loaderdoctor.supervise.samples import sample_file
 
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
         raise TypeError("scan needs a map-style dataset (__getitem__ and __len__)")
     total = len(dataset)
+    shard = shard or Shard(0, 1)
+    state = resume if resume is not None else ScanState(spec, total)
+    mine = shard.indices(total)
+    resumed = len(state)  # every rank reads the same checkpoints: this counts them all
+    joined = sharding.join(shard)  # after every rank checked for old checkpoints: saves start here
+    saver = _Saver(checkpoint, checkpoint_every, state)
+    cap = None
+    try:
+        if mem_limit is not None:
+            from loaderdoctor.scan.memcap import create_cap
+
+            cap = create_cap(mem_limit)
+        start = time.perf_counter()
+        try:
+            _scan(
+                dataset,
+                [i for i in mine if not state.done(i)],
+                state,
+                len(mine),
+                cap,
+                num_workers=num_workers,
+                timeout=timeout,
+                progress=progress,
+                saver=saver,
+            )
+        finally:
+            saver.save()  # also when interrupted: the samples scanned so far are kept
+        state, seconds = sharding.gather(state, shard, time.perf_counter() - start)
+    finally:
+        sharding.leave(joined)
+        if cap is not None:
+            cap.close()
+
+    def file_of(index: int) -> str | None:
+        return sample_file(dataset, index)
+
+    return build_report(
+        state,
+        file_of,
+        seconds=round(seconds, 3),
+        num_workers=num_workers,
+        timeout=timeout,
+        mem_limit_bytes=mem_limit,
+        mem_cap=cap.how if cap is not None else None,
+        ranks=shard.world_size,
+        resumed=resumed,
+    )
+
+
+def _scan(
+    dataset: Any,
+    remaining: list[int],
+    state: ScanState,
+    shard_size: int,
+    cap: Any,
+    *,
+    num_workers: int,
+    timeout: float,
+    progress: Progress | None,
+    saver: _Saver,
+) -> None:
+    from loaderdoctor.supervise import DataLoader, LoaderError
+    from loaderdoctor.supervise.heal import HealWarning
+    from loaderdoctor.supervise.samples import sample_file
+
     wrapped = SummarizingDataset(dataset)
-    times: dict[int, float] = {}
-    structures: dict[int, str] = {}
-    verdicts: dict[int, Diagnosis] = {}
-    remaining = list(range(total))
-    start = time.perf_counter()
+    done = shard_size - len(remaining)
     for _ in range(MAX_ROUNDS):
         if not remaining:
-            break
+            return
         loader = DataLoader(
             wrapped,
             batch_size=None,
             sampler=remaining,
             num_workers=num_workers,
             collate_fn=keep_summary,
+            worker_init_fn=cap,
             on_error="skip",
             heal=True,
             hang_timeout=timeout,
@@ -116,67 +137,72 @@ def scan_dataset(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", HealWarning)  # every action is in loader.report
             try:
-                for index, seconds, structure in loader:
-                    times[index] = seconds
-                    structures[index] = structure
+                for index, seconds, structure, peak_bytes in loader:
+                    state.loaded[index] = Loaded(seconds, structure, peak_bytes)
+                    done += 1
                     if progress is not None:
-                        progress(len(times) + len(verdicts), total)
+                        progress(done, shard_size)
+                    saver.maybe_save()
             except LoaderError as error:
                 failure = error
-        report = loader.report
-        for incident in report.incidents:
-            for index in incident.diagnosis.indices:
-                if isinstance(index, int) and index not in times:
-                    verdicts.setdefault(index, incident.diagnosis)
-        if failure is not None and failure.diagnosis is not None:
-            for index in failure.diagnosis.indices:
-                if isinstance(index, int) and index not in times:
-                    verdicts.setdefault(index, failure.diagnosis)
+            finally:  # also on Ctrl-C: the verdicts so far go into the checkpoint
+                diagnoses = [incident.diagnosis for incident in loader.report.incidents]
+                if failure is not None and failure.diagnosis is not None:
+                    diagnoses.append(failure.diagnosis)
+                for diagnosis in diagnoses:
+                    for index in diagnosis.indices:
+                        if isinstance(index, int) and not state.done(index):
+                            state.bad[index] = _bad_sample(index, diagnosis, dataset, cap)
         before = len(remaining)
-        remaining = [i for i in remaining if i not in times and i not in verdicts]
-        if progress is not None:
-            progress(len(times) + len(verdicts), total)
+        remaining = [i for i in remaining if not state.done(i)]
         if failure is not None and len(remaining) == before:
             # no progress at all: the failure names no sample; blame the first one left
-            verdicts[remaining.pop(0)] = failure.diagnosis or _unknown(str(failure))
-    seconds = time.perf_counter() - start
+            index = remaining.pop(0)
+            state.bad[index] = _bad_sample(
+                index, failure.diagnosis or _unknown(str(failure)), dataset, cap
+            )
+        done = shard_size - len(remaining)
+        if progress is not None:
+            progress(done, shard_size)
     for index in remaining:  # only reachable past MAX_ROUNDS
-        verdicts[index] = _unknown("not scanned: too many failures")
-
-    def file_of(index: int) -> str | None:
-        return sample_file(dataset, index)
-
-    bad = [
-        BadSample(
-            index=index,
-            cause=verdicts[index].cause,
-            file=verdicts[index].sample_file or file_of(index),
-            message=_message(verdicts[index]),
-            evidence=list(verdicts[index].evidence)[:8],
+        state.bad[index] = BadSample(
+            index, "unknown", sample_file(dataset, index), "not scanned: too many failures"
         )
-        for index in sorted(verdicts)
-    ]
-    majority = Counter(structures.values()).most_common(1)[0][0] if structures else None
-    outliers = [
-        Outlier(index=index, structure=structure, expected=majority or "", file=file_of(index))
-        for index, structure in sorted(structures.items())
-        if structure != majority
-    ]
-    slowest = [
-        SlowSample(index=index, seconds=round(times[index], 6), file=file_of(index))
-        for index in heapq.nlargest(SLOWEST, times, key=times.__getitem__)
-    ]
-    return ScanReport(
-        spec=spec,
-        total=total,
-        scanned=len(times),
-        bad=bad,
-        outliers=outliers,
-        slowest=slowest,
-        seconds=round(seconds, 3),
-        num_workers=num_workers,
-        structure=majority,
+
+
+def _bad_sample(index: int, diagnosis: Any, dataset: Any, cap: Any) -> BadSample:
+    from loaderdoctor.supervise.samples import sample_file
+
+    evidence = list(diagnosis.evidence)[:MAX_EVIDENCE]
+    if cap is not None and diagnosis.cause == "oom-killed":
+        evidence.append(f"memory cap per worker: {cap.limit_bytes / 2**20:.0f} MiB ({cap.how})")
+    return BadSample(
+        index=index,
+        cause=diagnosis.cause,
+        file=diagnosis.sample_file or sample_file(dataset, index),
+        message=_message(diagnosis),
+        evidence=evidence,
     )
+
+
+class _Saver:
+    """Saves the checkpoint at most every ``every`` seconds, and never slower than 10x a save."""
+
+    def __init__(self, path: str | os.PathLike[str] | None, every: float, state: ScanState):
+        self.path, self.every, self.state = path, every, state
+        self.due = time.monotonic() + every
+
+    def maybe_save(self) -> None:
+        if self.path is not None and time.monotonic() >= self.due:
+            self.save()
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        started = time.monotonic()
+        save_checkpoint(self.path, self.state)
+        took = time.monotonic() - started
+        self.due = time.monotonic() + max(self.every, 10 * took)
 
 
 def _message(diagnosis: Any) -> str:
@@ -205,16 +231,4 @@ def _unknown(message: str) -> Any:
     )
 
 
-def quarantine_entries(report: ScanReport) -> dict[int, QuarantineEntry]:
-    """The quarantine file's entries for every bad sample: ``DataLoader(quarantine=...)`` skips them."""
-    when = quarantine_now()
-    return {
-        bad.index: QuarantineEntry(
-            index=bad.index,
-            cause=bad.cause,
-            evidence=[bad.message, *bad.evidence],
-            file=bad.file,
-            when=when,
-        )
-        for bad in report.bad
-    }
+__all__ = ["MAX_ROUNDS", "scan_dataset"]

@@ -68,12 +68,19 @@ def write_quarantine(path: str | os.PathLike[str], entries: dict[int, Quarantine
         "schema": SCHEMA,
         "quarantine": [asdict(entries[index]) for index in sorted(entries)],
     }
+    write_json_atomically(path, document, indent=2)
+
+
+def write_json_atomically(
+    path: str | os.PathLike[str], document: Any, indent: int | None = None
+) -> None:
+    """Write to a temporary file beside ``path``, then rename it over ``path``: all or nothing."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=".quarantine-", dir=directory)
+    descriptor, temporary = tempfile.mkstemp(prefix=".loaderdoctor-", dir=directory)
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2)
+            json.dump(document, handle, indent=indent)
             handle.write("\n")
         os.replace(temporary, path)
     except BaseException:

@@ -1,0 +1,86 @@
+"""Turn a scan's per-index state into its report: bad samples, outliers, the costliest samples."""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from loaderdoctor.scan.model import HungrySample, Outlier, Profile, ScanReport, SlowSample
+from loaderdoctor.scan.state import ScanState
+from loaderdoctor.supervise.quarantine import QuarantineEntry
+from loaderdoctor.supervise.quarantine import now as quarantine_now
+
+TOP = 5  # slowest and memory-hungriest samples listed
+PROFILE_POINTS = 400  # the profile's length, whatever the dataset's
+
+
+def build_report(
+    state: ScanState,
+    file_of: Callable[[int], str | None],
+    **settings: Any,
+) -> ScanReport:
+    """The report of ``state``; ``settings`` are ScanReport's run fields (seconds, workers...)."""
+    loaded = state.loaded
+    structures = Counter(item.structure for item in loaded.values())
+    majority = structures.most_common(1)[0][0] if structures else None
+    outliers = [
+        Outlier(index=index, structure=item.structure, expected=majority or "", file=file_of(index))
+        for index, item in sorted(loaded.items())
+        if item.structure != majority
+    ]
+    slowest = [
+        SlowSample(index=index, seconds=round(loaded[index].seconds, 6), file=file_of(index))
+        for index in heapq.nlargest(TOP, loaded, key=lambda i: loaded[i].seconds)
+    ]
+    hungriest = [
+        HungrySample(index=index, peak_bytes=loaded[index].peak_bytes, file=file_of(index))
+        for index in heapq.nlargest(TOP, loaded, key=lambda i: loaded[i].peak_bytes)
+        if loaded[index].peak_bytes > 0
+    ]
+    return ScanReport(
+        spec=state.spec,
+        total=state.total,
+        scanned=len(loaded),
+        bad=[state.bad[index] for index in sorted(state.bad)],
+        outliers=outliers,
+        slowest=slowest,
+        structure=majority,
+        hungriest=hungriest,
+        profile=profile(state),
+        **settings,
+    )
+
+
+def profile(state: ScanState, points: int = PROFILE_POINTS) -> Profile | None:
+    """The maximum time and peak memory over each bucket of consecutive indices."""
+    if not state.loaded or state.total <= 0:
+        return None
+    step = max(1, -(-state.total // points))
+    buckets = -(-state.total // step)
+    seconds: list[float | None] = [None] * buckets
+    peaks: list[int | None] = [None] * buckets
+    for index, item in state.loaded.items():
+        bucket = index // step
+        if not 0 <= bucket < buckets:
+            continue
+        slow, peak = seconds[bucket], peaks[bucket]
+        seconds[bucket] = round(item.seconds if slow is None else max(slow, item.seconds), 6)
+        peaks[bucket] = item.peak_bytes if peak is None else max(peak, item.peak_bytes)
+    return Profile(step=step, seconds=seconds, peak_bytes=peaks)
+
+
+def quarantine_entries(report: ScanReport) -> dict[int, QuarantineEntry]:
+    """The quarantine file's entries for every bad sample: ``DataLoader(quarantine=...)`` skips them."""
+    when = quarantine_now()
+    return {
+        bad.index: QuarantineEntry(
+            index=bad.index,
+            cause=bad.cause,
+            evidence=[bad.message, *bad.evidence],
+            file=bad.file,
+            when=when,
+        )
+        for bad in report.bad
+    }
