@@ -1,10 +1,12 @@
-"""Show the report of an earlier ``loaderdoctor run`` again and rewrite its report.html."""
+"""Show the report of an earlier ``loaderdoctor run`` or ``scan`` again and rewrite its HTML page."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 from loaderdoctor.cli import CommandError, ExitCode
 
@@ -15,14 +17,37 @@ def register(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         type=Path,
         default=Path("loaderdoctor-report"),
-        metavar="DIR",
-        help="the run's report folder, or its report.json (default ./loaderdoctor-report)",
+        metavar="PATH",
+        help=(
+            "a run's report folder or its report.json (default ./loaderdoctor-report), "
+            "or a scan's JSON (loaderdoctor scan --json > scan.json)"
+        ),
     )
-    parser.add_argument("--json", action="store_true", help="print report.json instead")
-    parser.add_argument("--no-html", action="store_true", help="do not rewrite report.html")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON instead")
+    parser.add_argument(
+        "--no-html", action="store_true", help="do not rewrite report.html (or scan.html)"
+    )
+
+
+def scan_json(path: Path) -> dict[str, Any] | None:
+    """The file's JSON if it is a scan report (it has ``bad`` and ``outliers``), else None."""
+    if path.is_dir():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None  # the run report's loader says what is missing
+    except (OSError, ValueError) as error:
+        raise CommandError(f"cannot read {path}: {error}") from None
+    if isinstance(data, dict) and "bad" in data and "outliers" in data:
+        return data
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
+    data = scan_json(args.report_dir)
+    if data is not None:
+        return rerender_scan(args, data)
     from loaderdoctor.runner.core import RunUsageError, load_report
 
     try:
@@ -45,3 +70,30 @@ def run(args: argparse.Namespace) -> int:
 
         print_run_summary(report, html, Console())
     return ExitCode.OK if report.status == "ok" else ExitCode.FINDINGS
+
+
+def rerender_scan(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    """The scan's summary and tables (or JSON), and ``scan.html`` next to its JSON."""
+    from loaderdoctor.report.scan import format_json, print_text
+    from loaderdoctor.scan.model import ScanReport
+
+    path: Path = args.report_dir
+    try:
+        report = ScanReport.from_json(data)
+    except (TypeError, ValueError, KeyError) as error:
+        raise CommandError(f"{path} is not a loaderdoctor scan report: {error}") from None
+    html = None
+    if not args.no_html:
+        from loaderdoctor.report.scan_html import HTML_NAME, write_html
+
+        try:
+            html = write_html(report, path.parent / HTML_NAME)
+        except OSError as error:  # the JSON is there: say it, as a run's report.html does
+            print(f"loaderdoctor report: {HTML_NAME} not written: {error}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(format_json(report))
+    else:
+        print_text(report, sys.stdout)
+        if html is not None:
+            print(f"report: {html}")
+    return ExitCode.FINDINGS if report.bad else ExitCode.OK

@@ -74,10 +74,11 @@ def svg_plot(
     x_max: float,
     y_unit: float = MiB,
     y_suffix: str = "MiB",
+    x_suffix: str = " s",
     width: int = 940,
     height: int = 240,
 ) -> str:
-    """A line chart as inline SVG: time (s) across, bytes up, incidents as red rules."""
+    """A line chart as inline SVG: time across (or ``x_suffix``), bytes up, incidents as red rules."""
     left, right, top, bottom = 64, 14, 12, 30
     plot_w, plot_h = width - left - right, height - top - bottom
     y_top = max((y for line in lines for _, y in line.points), default=0.0) / y_unit
@@ -112,7 +113,9 @@ def svg_plot(
         out.append(
             f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + plot_h}" stroke="#f0f2f5"/>'
         )
-        out.append(f'<text x="{x:.1f}" y="{height - 10}" text-anchor="middle">{tick:g} s</text>')
+        out.append(
+            f'<text x="{x:.1f}" y="{height - 10}" text-anchor="middle">{tick:g}{_e(x_suffix)}</text>'
+        )
         tick += x_step
     out.append(
         f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#c9ced6"/>'

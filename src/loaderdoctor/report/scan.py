@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from typing import IO
 
+from loaderdoctor.envchecks import human_bytes
 from loaderdoctor.scan.model import ScanReport
 
 MAX_ROWS = 20
+MiB = 1024 * 1024
 
 
 def format_json(report: ScanReport) -> str:
@@ -15,17 +17,41 @@ def format_json(report: ScanReport) -> str:
 
 
 def format_summary(report: ScanReport) -> str:
-    """One line: the counts, the time and the throughput."""
+    """The counts, the time and the throughput; then the settings, if the report records any."""
     verdict = "clean" if report.clean else f"{len(report.bad)} bad"
-    return (
+    counts = (
         f"scanned {report.total} samples in {report.seconds:.1f} s "
         f"({report.throughput:.1f} samples/s, {report.num_workers} workers): {verdict}, "
         f"{len(report.outliers)} outliers"
     )
+    settings = format_settings(report)
+    return f"{counts}\nsettings: {settings}" if settings else counts
+
+
+def format_settings(report: ScanReport) -> str:
+    """What bounded each fetch: timeout, memory cap and how, ranks, checkpoint ("" if none)."""
+    parts = []
+    if report.timeout is not None:
+        parts.append(f"timeout {report.timeout:g} s")
+    if report.mem_limit_bytes is not None:
+        how = f" ({report.mem_cap})" if report.mem_cap else ""
+        parts.append(f"memory cap {format_bytes(report.mem_limit_bytes)} per worker{how}")
+    elif report.mem_cap:
+        parts.append(f"no memory cap ({report.mem_cap})")
+    if report.ranks > 1:
+        parts.append(f"{report.ranks} ranks")
+    if report.resumed > 0:
+        parts.append(f"{report.resumed} samples from checkpoint")
+    return ", ".join(parts)
+
+
+def format_bytes(count: int) -> str:
+    """``536870912`` -> ``"512 MiB"``; ``1.5 GiB`` keeps its decimal."""
+    return human_bytes(count).replace(".0 ", " ", 1)
 
 
 def print_text(report: ScanReport, file: IO[str], quarantine_path: str | None = None) -> None:
-    """The summary line, then a table per finding kind (bad, outliers, slowest)."""
+    """The summary, then a table per finding kind (bad, outliers, slowest, memory-hungry)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -70,4 +96,13 @@ def print_text(report: ScanReport, file: IO[str], quarantine_path: str | None = 
             table.add_column(column, overflow="fold")
         for slow in report.slowest:
             table.add_row(str(slow.index), f"{slow.seconds * 1000:.1f}", escape(slow.file or "-"))
+        console.print(table)
+    if report.hungriest:
+        table = Table(title="memory-hungry samples", title_justify="left")
+        for column in ("index", "peak MiB", "file"):
+            table.add_column(column, overflow="fold")
+        for hungry in report.hungriest:
+            table.add_row(
+                str(hungry.index), f"{hungry.peak_bytes / MiB:.1f}", escape(hungry.file or "-")
+            )
         console.print(table)
