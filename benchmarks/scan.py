@@ -1,11 +1,12 @@
 """Scan throughput against a stock DataLoader pass over the same dataset, side by side.
 
-On a clean dataset with about 1 ms of real work per sample, ``scan_dataset`` (every index through
+On a clean dataset with about 1 ms of real decode work per sample (a JPEG decoded by Pillow and
+turned into a tensor, as an image dataset does), ``scan_dataset`` (every index through
 the supervised, healing loader, one sample at a time) against a stock
 ``torch.utils.data.DataLoader(batch_size=None)`` pass that fetches the same samples with the same
 workers. Rounds alternate which runs first; the ratio is the median of per-round ratios.
 
-    python benchmarks/scan.py [--repeats 5] [--workers 2] [--samples 1500]
+    python benchmarks/scan.py [--repeats 5] [--workers 2] [--samples 1500] [--workload decode]
 
 Target (issue 7): scan >= 0.90x the stock pass.
 """
@@ -13,6 +14,7 @@ Target (issue 7): scan >= 0.90x the stock pass.
 from __future__ import annotations
 
 import argparse
+import io
 import statistics
 import time
 import warnings
@@ -21,6 +23,33 @@ import torch
 from torch.utils.data import Dataset
 
 from loaderdoctor.scan import scan_dataset
+
+
+class Decode(Dataset):
+    """A distinct JPEG per sample, decoded and converted to a uint8 CHW tensor on every fetch."""
+
+    def __init__(self, n: int, side: int = 288) -> None:
+        from PIL import Image
+
+        self.n = n
+        self.jpegs: list[bytes] = []
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(min(n, 64)):  # 64 distinct images, reused: the decode work is the same
+            pixels = torch.randint(0, 256, (side // 8, side // 8, 3), generator=generator)
+            image = Image.fromarray(pixels.to(torch.uint8).numpy()).resize((side, side))
+            buffer = io.BytesIO()
+            image.save(buffer, format="JPEG", quality=90)
+            self.jpegs.append(buffer.getvalue())
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(self.jpegs[index % len(self.jpegs)])) as image:
+            pixels = torch.frombuffer(bytearray(image.convert("RGB").tobytes()), dtype=torch.uint8)
+        return pixels.view(image.height, image.width, 3).permute(2, 0, 1)
 
 
 class Work(Dataset):
@@ -59,10 +88,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--samples", type=int, default=1500)
+    parser.add_argument("--workload", choices=("decode", "compute"), default="decode")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
-    dataset = Work(args.samples)
+    dataset = Decode(args.samples) if args.workload == "decode" else Work(args.samples)
     started = time.perf_counter()
     for index in range(100):
         dataset[index]
@@ -77,7 +107,10 @@ def main() -> None:
         stock_rates.append(rates["stock"])
         scan_rates.append(rates["scan"])
         ratios.append(rates["scan"] / rates["stock"])
-    print(f"{args.workers} workers, {args.samples} samples, {args.repeats} alternating rounds")
+    print(
+        f"{args.workload}: {args.workers} workers, {args.samples} samples, "
+        f"{args.repeats} alternating rounds"
+    )
     print(f"stock DataLoader pass: median {statistics.median(stock_rates):.0f} samples/s")
     print(f"loaderdoctor scan:     median {statistics.median(scan_rates):.0f} samples/s")
     print(
