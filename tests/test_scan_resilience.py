@@ -248,3 +248,28 @@ def test_torchrun_shards_the_scan_and_rank_zero_merges(tmp_path: Path) -> None:
     quarantined = [entry["index"] for entry in json.loads(out.read_text())["quarantine"]]
     assert quarantined == [datasets.EXCEPTION_AT, datasets.CRASH_AT]
     assert not list(tmp_path.glob("*.checkpoint.json*"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--out", "/proc/q.json"], "cannot write /proc/q.json"),  # before scanning, not after
+        (["--html", "/proc/x/scan.html"], "cannot write /proc/x/scan.html"),
+        (["--checkpoint-every", "0"], "--checkpoint-every must be a positive"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_up_front(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    command = ["-m", "loaderdoctor", "scan", f"{SCAN}:clean", *args]
+    result = run_python(command, timeout=60, cwd=str(tmp_path))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_empty_dataset_is_one_line(tmp_path: Path) -> None:
+    result = run_python(
+        ["-m", "loaderdoctor", "scan", f"{SCAN}:clean"], env={"SCAN_TEST_LENGTH": "0"},
+        timeout=60, cwd=str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 2 and "has no samples" in result.stderr

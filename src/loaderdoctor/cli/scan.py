@@ -153,10 +153,16 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError("--mem-limit must be at least 32M: a worker needs that to start")
     shard = current_shard()
     dataset = load(args.spec)
+    if len(dataset) == 0:
+        raise CommandError(f"{args.spec} has no samples (its len() is 0): nothing to scan")
     checkpoints = Checkpoints(args.checkpoint or default_checkpoint(args.out), shard)
     resume = checkpoints.resume(args.spec, len(dataset)) if args.resume else None
     if resume is None:
         checkpoints.refuse_to_overwrite()
+    # Fail now, not after an hour of scanning, when a result could not be written.
+    for path in (args.out, checkpoints.mine, args.html):
+        if path is not None:
+            ensure_writable(path)
     from loaderdoctor.report.scan import format_json, print_text
     from loaderdoctor.scan import quarantine_entries, scan_dataset
     from loaderdoctor.supervise.quarantine import write_quarantine
@@ -184,8 +190,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return ExitCode.INTERRUPTED
-    checkpoints.remove(every_rank=shard.is_leader)
     if not shard.is_leader:
+        checkpoints.remove(every_rank=False)  # rank 0 has this rank's results now
         return ExitCode.OK  # rank 0 reports for every rank
     written: str | None = None
     # A clean scan leaves no file behind, but replaces a stale one from an earlier scan.
@@ -202,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
             write_html(report, args.html)
         except OSError as error:
             raise CommandError(f"cannot write {args.html}: {error.strerror}") from None
+    checkpoints.remove(every_rank=True)  # the results are written: nothing left to resume
     if args.json:
         sys.stdout.write(format_json(report))
     else:
@@ -214,6 +221,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 MIN_MEM_LIMIT = 32 << 20
+
+
+def ensure_writable(path: str) -> None:
+    """A file can be created beside ``path`` (its folder is made if missing), or one clear error."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise CommandError(f"cannot write {path}: {error.strerror or error}") from None
 
 
 def default_checkpoint(out: str) -> str:

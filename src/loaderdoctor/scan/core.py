@@ -80,6 +80,9 @@ def scan_dataset(
         finally:
             saver.save()  # also when interrupted: the samples scanned so far are kept
         state, seconds = sharding.gather(state, shard, time.perf_counter() - start)
+        if shard.world_size > 1 and shard.is_leader:
+            saver.state = state  # every rank's results, kept until the report is written
+            saver.save()
     finally:
         sharding.leave(joined)
         if cap is not None:
@@ -200,7 +203,17 @@ class _Saver:
         if self.path is None:
             return
         started = time.monotonic()
-        save_checkpoint(self.path, self.state)
+        try:
+            save_checkpoint(self.path, self.state)
+        except OSError as error:  # a full disk must not end the scan: it only loses --resume
+            warnings.warn(
+                f"scan checkpoint {self.path} not saved ({error.strerror}); "
+                "the scan goes on but cannot be resumed",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            self.path = None
+            return
         took = time.monotonic() - started
         self.due = time.monotonic() + max(self.every, 10 * took)
 
