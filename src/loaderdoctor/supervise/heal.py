@@ -20,7 +20,7 @@ import torch
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence
 from loaderdoctor.recorder import Field
-from loaderdoctor.supervise.worker import EVENTS_PREFIX
+from loaderdoctor.supervise.worker_state import EVENTS_PREFIX
 
 if TYPE_CHECKING:
     from loaderdoctor.supervise.loader import DataLoader
@@ -211,7 +211,8 @@ class HealingMixin:
 
     # --- acting --------------------------------------------------------------------------
     def _ld_respawn(self, workers: int, prefetch: int) -> None:
-        from loaderdoctor.supervise.iterator import SupervisedSingleProcessIter, _LoaderView
+        from loaderdoctor.supervise.loader_view import _LoaderView
+        from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter
 
         loader = self._ld_loader
         owed = [self._ld_batch_indices[task] for task in sorted(self._ld_batch_indices)]
@@ -247,7 +248,7 @@ class HealingMixin:
         loader = self._ld_loader
         if not loader.heal:
             return False
-        from loaderdoctor.supervise.iterator import SupervisedSingleProcessIter
+        from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter
 
         start_error = self._ld_start_failure(error)  # type: ignore[attr-defined]
         diagnosis = start_error.diagnosis

@@ -1,53 +1,41 @@
-"""Supervised iterators: torch's own iterators with a watch on every worker.
+"""The supervised multiprocessing iterator: torch's own iterator with a watch on every worker.
 
 A clean run takes exactly torch's code path (same sampler draws, same seeds, same batches); the
 supervisor adds a flight recorder, a short poll that notices a dead or stuck worker within
 ``POLL_S``, and the evidence collection that turns a death into a ``Diagnosis``.
+
+This module holds torch's overrides and the failure path; the rest comes from mixins, each in its
+own module: the watch and hang watchdog (``worker_watch``), batches lost in transfer
+(``lost_batches``), worker exceptions (``worker_exceptions``), start-up failures
+(``start_failure``) and healing (``heal``). num_workers=0 is ``single_process``.
 """
 
 from __future__ import annotations
 
-import errno as errno_module
 import multiprocessing
 import os
 import queue
-import re
 import shutil
 import time
-import traceback
 import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from loaderdoctor import torch_compat
-from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
+from loaderdoctor.forensics import Evidence, diagnose
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.report.text import format_death_headline, format_verdict
 from loaderdoctor.supervise import collect
-from loaderdoctor.supervise.errors import (
-    LoaderError,
-    WorkerDiedError,
-    WorkerHangError,
-    WorkerStartError,
-)
+from loaderdoctor.supervise.errors import LoaderError, WorkerDiedError, WorkerHangError
 from loaderdoctor.supervise.heal import ENVIRONMENTAL, HealingMixin
-from loaderdoctor.supervise.samples import sample_file
-from loaderdoctor.supervise.worker import (
-    BOOTSTRAP_DIR_ENV,
-    MARKER,
-    SEND_ERROR_HEADER,
-    STACK_DUMP_SIGNAL,
-    HealPolicy,
-    SkippedBatch,
-    SupervisedBatchedMapDataset,
-    SupervisedCollate,
-    SupervisedIterableDataset,
-    SupervisedMapDataset,
-    SupervisedWorkerInit,
-    read_tags,
-    strip_tags,
-)
-from loaderdoctor.system.limits import process_open_files
+from loaderdoctor.supervise.heal_policy import SkippedBatch
+from loaderdoctor.supervise.loader_view import _LoaderView, wrap_dataset
+from loaderdoctor.supervise.lost_batches import LostBatchMixin
+from loaderdoctor.supervise.start_failure import StartFailureMixin
+from loaderdoctor.supervise.worker_collate import SupervisedCollate
+from loaderdoctor.supervise.worker_exceptions import WorkerExceptionMixin
+from loaderdoctor.supervise.worker_hooks import BOOTSTRAP_DIR_ENV, SupervisedWorkerInit
+from loaderdoctor.supervise.worker_watch import WorkerWatchMixin
 
 if TYPE_CHECKING:
     from loaderdoctor.supervise.loader import DataLoader
@@ -55,31 +43,7 @@ if TYPE_CHECKING:
 # How often the main process looks at its workers while it waits for a batch. torch checks every
 # MP_STATUS_CHECK_INTERVAL (5 s) and relies on a SIGCHLD handler for the rest.
 POLL_S = 0.1
-STACK_DUMP_WAIT_S = 1.0
-RECEIVE_ERROR_GRACE_S = 1.0
 SHUTDOWN_GRACE_S = 2.0
-ERRNO_PATTERN = re.compile(r"\[Errno (\d+)\]")
-
-
-class _LoaderView:
-    """The loader as torch's iterator reads it, with the dataset and callables wrapped."""
-
-    def __init__(self, loader: Any, **overrides: Any) -> None:
-        self._loader = loader
-        self.__dict__.update(overrides)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-
-def wrap_dataset(dataset: Any, dataset_kind: int, policy: HealPolicy | None = None) -> Any:
-    if torch_compat.DATAPIPE_TYPES and isinstance(dataset, torch_compat.DATAPIPE_TYPES):
-        return dataset  # DataPipes carry their own graph machinery: supervise deaths only
-    if dataset_kind == torch_compat.DatasetKind.Iterable:
-        return SupervisedIterableDataset(dataset, policy)
-    if getattr(dataset, "__getitems__", None) and policy is None:
-        return SupervisedBatchedMapDataset(dataset)
-    return SupervisedMapDataset(dataset, policy)
 
 
 def start_method_of(loader: Any) -> str:
@@ -88,38 +52,18 @@ def start_method_of(loader: Any) -> str:
     return method or multiprocessing.get_all_start_methods()[0]
 
 
-def _exception_line(traceback_text: str) -> str:
-    lines = [line for line in traceback_text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-def build_exception(exc_type: type[BaseException], message: str) -> BaseException:
-    """Recreate the worker's exception with its original type, as torch's ExceptionWrapper does."""
-    if exc_type is KeyError:
-        return KeyError(torch_compat.KeyErrorMessage(message))
-    if getattr(exc_type, "message", None):
-        try:
-            return exc_type(message=message)  # type: ignore[call-arg]
-        except Exception:
-            return LoaderError(message)
-    try:
-        return exc_type(message)
-    except Exception:
-        return LoaderError(message)
-
-
-def attach(error: BaseException, diagnosis: Diagnosis) -> None:
-    try:
-        error.diagnosis = diagnosis  # type: ignore[attr-defined]
-    except (AttributeError, TypeError):  # an exception type with __slots__
-        pass
-
-
 class _PoolRestarted(Exception):
     """Internal: the worker pool was rebuilt after a failure; fetch the next batch again."""
 
 
-class SupervisedMultiProcessingIter(HealingMixin, torch_compat.MultiProcessingIter):
+class SupervisedMultiProcessingIter(
+    HealingMixin,
+    StartFailureMixin,
+    WorkerWatchMixin,
+    LostBatchMixin,
+    WorkerExceptionMixin,
+    torch_compat.MultiProcessingIter,
+):
     def __init__(self, loader: DataLoader) -> None:
         self._ld_loader = loader
         self._ld_failed: LoaderError | None = None
@@ -175,33 +119,6 @@ class SupervisedMultiProcessingIter(HealingMixin, torch_compat.MultiProcessingIt
             else:
                 os.environ[BOOTSTRAP_DIR_ENV] = previous
         torch_compat.stop_sigchld_checks(self)
-
-    # --- start-up -------------------------------------------------------------------------
-    def _ld_abort_start(self) -> None:
-        for process in getattr(self, "_workers", []):
-            if process.is_alive():
-                process.kill()
-            process.join(timeout=5)
-        self._shutdown = True
-        self._ld_cleanup()
-
-    def _ld_start_failure(self, error: Exception) -> LoaderError:
-        loader = self._ld_loader
-        ev = Evidence(
-            kind="start",
-            start_method=self._ld_start_method,
-            exception_type=type(error).__name__,
-            exception_message=str(error),
-            traceback="".join(traceback.format_exception(error)),
-        )
-        if self._ld_start_method != "fork":
-            ev.unpicklable_parts = unpicklable_parts(loader)
-        diagnosis = diagnose(ev)
-        message = (
-            f"DataLoader workers could not start ({type(error).__name__}: {error}).\n"
-            + format_verdict(diagnosis)
-        )
-        return WorkerStartError(message, diagnosis)
 
     # --- bookkeeping of what each batch holds ---------------------------------------------
     def _next_index(self) -> Any:
@@ -317,136 +234,6 @@ class SupervisedMultiProcessingIter(HealingMixin, torch_compat.MultiProcessingIt
             cleanup()
 
     # --- failures -------------------------------------------------------------------------
-    def _ld_check_workers(self) -> None:
-        for worker_id, process in enumerate(self._workers):
-            if self._workers_status[worker_id] and not process.is_alive():
-                self._ld_fail(self._ld_death_evidence(worker_id))
-        for worker_id in range(len(self._workers)):
-            if self._ld_recorder.snapshot(worker_id).send_errors:
-                self._ld_fail(self._ld_send_error_evidence(worker_id))
-        if self._ld_hang_timeout:
-            for worker_id in range(len(self._workers)):
-                if not self._workers_status[worker_id]:
-                    continue
-                snapshot = self._ld_recorder.snapshot(worker_id)
-                busy = snapshot.stage in ("fetch", "collate", "init")
-                if busy and snapshot.stage_age_s > self._ld_hang_timeout:
-                    self._ld_hang(worker_id, None)
-
-    def _ld_base_evidence(self, kind: Any, worker_id: int) -> Evidence:
-        process = self._workers[worker_id]
-        return Evidence(
-            kind=kind,
-            worker_id=worker_id,
-            pid=process.pid,
-            start_method=self._ld_start_method,
-            epoch=self._ld_epoch,
-        )
-
-    def _ld_batch_of(self, worker_id: int, index: Any) -> tuple[int | None, list[Any] | None]:
-        """The outstanding batch of ``worker_id`` that holds ``index`` (else its oldest one)."""
-        mine = sorted(
-            task
-            for task, info in self._task_info.items()
-            if len(info) == 1 and info[0] == worker_id
-        )
-        for task in mine:
-            indices = self._ld_batch_indices.get(task)
-            if index is not None and isinstance(indices, list) and index in indices:
-                return task, list(indices)
-        if not mine:
-            return None, None
-        indices = self._ld_batch_indices.get(mine[0])
-        return mine[0], (list(indices) if isinstance(indices, list) else None)
-
-    def _ld_death_evidence(self, worker_id: int) -> Evidence:
-        process = self._workers[worker_id]
-        ev = self._ld_base_evidence("death", worker_id)
-        code = process.exitcode
-        if code is not None and code < 0:
-            ev.signal = collect.signal_name(-code)
-        else:
-            ev.exit_code = code
-        self._ld_fill_worker_facts(ev, worker_id)
-        ev.python_stack = collect.read_stack_log(self._ld_log_dir, worker_id, process.pid)
-        if not ev.reached_worker_init:
-            ev.bootstrap_marker = collect.read_bootstrap_markers(self._ld_log_dir)
-            if self._ld_start_method != "fork":
-                ev.main_script, ev.main_guard_missing = collect.main_script_unguarded()
-        collect.add_machine_evidence(ev, self._ld_baseline)
-        return ev
-
-    def _ld_send_error_evidence(self, worker_id: int) -> Evidence:
-        process = self._workers[worker_id]
-        ev = self._ld_base_evidence("exception", worker_id)
-        ev.stage = "send"
-        log = collect.read_stack_log(self._ld_log_dir, worker_id, process.pid) or ""
-        text = log.split(SEND_ERROR_HEADER, 1)[-1].strip()
-        ev.traceback = text
-        ev.exception_message = _exception_line(text)
-        ev.exception_type = ev.exception_message.split(":", 1)[0] or None
-        match = ERRNO_PATTERN.search(ev.exception_message)
-        if match:
-            ev.errno = int(match.group(1))
-        ev.notes.append(
-            f"worker {worker_id} finished a batch but could not send it to the main process; "
-            "stock PyTorch waits for that batch forever"
-        )
-        if ev.errno == errno_module.EMFILE and process.pid:
-            usage = process_open_files(process.pid)
-            if usage:
-                ev.notes.append(
-                    f"worker {worker_id} has {usage[0]} open files, its limit is {usage[1]}"
-                )
-        if ev.errno == errno_module.ENOSPC:
-            collect.add_machine_evidence(ev, None)
-        return ev
-
-    def _ld_fill_worker_facts(self, ev: Evidence, worker_id: int) -> None:
-        snapshot = self._ld_recorder.snapshot(worker_id)
-        collect.from_snapshot(ev, snapshot, self._ld_iterable)
-        ev.batch, ev.batch_indices = self._ld_batch_of(worker_id, ev.in_flight_index)
-        if ev.in_flight_index is None and ev.batch_indices and len(ev.batch_indices) == 1:
-            ev.in_flight_index = ev.batch_indices[0]
-        ev.sample_file = sample_file(self._ld_loader.dataset, ev.in_flight_index)
-
-    def _ld_hang(self, worker_id: int, timeout_message: str | None) -> NoReturn:
-        process = self._workers[worker_id]
-        ev = self._ld_base_evidence("hang", worker_id)
-        self._ld_fill_worker_facts(ev, worker_id)
-        ev.seconds_without_progress = self._ld_recorder.snapshot(worker_id).stage_age_s
-        if process.is_alive():
-            ev.python_stack = self._ld_dump_stack(worker_id, process.pid)
-            process.kill()
-            process.join(timeout=5)
-        if timeout_message:
-            ev.notes.append(timeout_message)
-        self._ld_fail(ev)
-
-    def _ld_dump_stack(self, worker_id: int, pid: int | None) -> str | None:
-        if pid is None:
-            return None
-        path = os.path.join(self._ld_log_dir, f"worker-{worker_id}-{pid}.log")
-        try:
-            offset = os.path.getsize(path)
-            os.kill(pid, STACK_DUMP_SIGNAL)
-        except OSError:
-            return None
-        deadline = time.monotonic() + STACK_DUMP_WAIT_S
-        size = offset
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            new_size = os.path.getsize(path)
-            if new_size > offset and new_size == size:
-                break  # it grew and stopped growing: the dump is complete
-            size = new_size
-        try:
-            with open(path, errors="replace") as handle:
-                handle.seek(offset)
-                return handle.read().strip() or None
-        except OSError:
-            return None
-
     def _ld_fail(self, ev: Evidence) -> NoReturn:
         diagnosis = diagnose(ev)
         if self._ld_healing_allowed and self._ld_heal_failure(ev, diagnosis):
@@ -496,200 +283,3 @@ class SupervisedMultiProcessingIter(HealingMixin, torch_compat.MultiProcessingIt
                 continue
             if os.path.basename(temp_dir).startswith("pymp-"):
                 shutil.rmtree(temp_dir, ignore_errors=True)
-
-    def _ld_on_receive_error(self, error: Exception) -> NoReturn:
-        if isinstance(error, OSError) and error.errno == errno_module.EMFILE:
-            self._ld_check_workers()
-            self._ld_fail_main_process(error)
-        self._ld_wait_for_dead_sender()
-        self._ld_fail_transfer(error)
-        raise error
-
-    def _ld_wait_for_dead_sender(self) -> None:
-        """A batch that cannot be received usually means its sender just died.
-
-        A killed process closes its sockets before it becomes reapable, so the parent can see the
-        connection reset (the tensor's file descriptor was to come from the dead worker's
-        resource-sharer thread) a moment before ``is_alive()`` turns false. Give it that moment.
-        """
-        deadline = time.monotonic() + RECEIVE_ERROR_GRACE_S
-        while True:
-            self._ld_check_workers()
-            if time.monotonic() >= deadline:
-                return
-            time.sleep(0.02)
-
-    def _ld_fail_transfer(self, error: Exception) -> None:
-        """A batch could not be received. Name the process that ran out of descriptors, if any.
-
-        With the ``file_descriptor`` sharing strategy each tensor crosses as a descriptor served
-        by the sender's resource-sharer thread; when the worker is at its RLIMIT_NOFILE the
-        parent only sees EOFError or ConnectionRefusedError (PyTorch issues #11201, #973).
-        """
-        exhausted: list[tuple[int | None, int, int, int]] = []
-        for worker_id, process in enumerate(self._workers):
-            usage = process_open_files(process.pid) if process.pid else None
-            if process.pid and usage and usage[0] >= usage[1] * 0.95:
-                exhausted.append((worker_id, process.pid, *usage))
-        usage = process_open_files(os.getpid())
-        if usage and usage[0] >= usage[1] * 0.95:
-            exhausted.append((None, os.getpid(), *usage))
-        if not exhausted:
-            return
-        first_worker = exhausted[0][0]
-        ev = (
-            self._ld_base_evidence("exception", first_worker)
-            if first_worker is not None
-            else Evidence(kind="exception", pid=os.getpid(), epoch=self._ld_epoch)
-        )
-        ev.start_method = self._ld_start_method
-        ev.errno = errno_module.EMFILE
-        ev.notes.append(f"the main process got {type(error).__name__} receiving a batch")
-        for wid, pid, count, limit in exhausted:
-            who = "the main process" if wid is None else f"worker {wid}"
-            ev.notes.append(f"{who} (pid {pid}) has {count} open files, its limit is {limit}")
-        ev.notes.append("receiving a batch failed: the sender could not pass file descriptors")
-        self._ld_fail(ev)
-
-    def _ld_fail_main_process(self, error: OSError) -> NoReturn:
-        ev = Evidence(
-            kind="exception",
-            pid=os.getpid(),
-            start_method=self._ld_start_method,
-            epoch=self._ld_epoch,
-            exception_type=type(error).__name__,
-            exception_message=str(error),
-            errno=error.errno,
-        )
-        try:
-            import resource
-
-            ev.open_files_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-            ev.notes.append(f"open-file limit of the main process: {ev.open_files_limit}")
-        except (ImportError, OSError, ValueError):
-            pass
-        ev.notes.append("the main process ran out of file descriptors receiving a batch")
-        self._ld_fail(ev)
-
-    def _ld_worker_exception(
-        self, data: Any, worker_idx: int, batch: int | None, indices: Any
-    ) -> BaseException:
-        text = data.exc_msg
-        original = strip_tags(text)
-        ev = self._ld_base_evidence("exception", worker_idx)
-        ev.batch = batch
-        ev.exception_type = data.exc_type.__name__
-        ev.exception_message = _exception_line(original)
-        ev.traceback = original
-        match = ERRNO_PATTERN.search(ev.exception_message)
-        if match:
-            ev.errno = int(match.group(1))
-        collect.facts_from_tags(ev, read_tags(text))
-        if ev.batch_indices is None and isinstance(indices, list):
-            ev.batch_indices = list(indices)
-        culprit = ev.in_flight_index
-        if culprit is None and ev.odd_indices and len(ev.odd_indices) == 1:
-            culprit = ev.odd_indices[0]
-        ev.sample_file = sample_file(self._ld_loader.dataset, culprit)
-        diagnosis = diagnose(ev)
-        if diagnosis.cause == "shm-exhausted":
-            collect.add_machine_evidence(ev, None)
-            diagnosis = diagnose(ev)
-        message = (
-            f"Caught {ev.exception_type} {data.where}.\n"
-            f"{format_verdict(diagnosis, include_stack=False)}\n"
-            f"Original {original}"
-        )
-        error = build_exception(data.exc_type, message)
-        attach(error, diagnosis)
-        return error
-
-
-class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
-    """num_workers=0: no process to watch, but every exception still names its sample.
-
-    Also the last resort of healing: in-process loading of the rest of an epoch
-    (``index_sampler`` then resumes where the worker pool stopped).
-    """
-
-    def __init__(self, loader: DataLoader, index_sampler: Any = None) -> None:
-        self._ld_loader = loader
-        policy = loader._ld_policy()
-        overrides: dict[str, Any] = {
-            "dataset": wrap_dataset(loader.dataset, loader._dataset_kind, policy),
-            "collate_fn": SupervisedCollate(loader.collate_fn, heal=policy is not None),
-            "num_workers": 0,
-            "timeout": 0,
-        }
-        if index_sampler is not None:
-            overrides["_index_sampler"] = index_sampler
-        super().__init__(_LoaderView(loader, **overrides))
-        if index_sampler is not None:
-            self._index_sampler = loader._index_sampler  # later epochs use the real sampler
-
-    def _next_index(self) -> Any:
-        index = super()._next_index()
-        self._ld_last_index = index
-        return index
-
-    def _next_data(self) -> Any:
-        loader = self._ld_loader
-        while True:
-            data = self._ld_next_data()
-            loader._ld_take_in_process_events()
-            if isinstance(data, SkippedBatch):
-                continue
-            stats = loader._ld_stats
-            stats["batches"] += 1
-            index = getattr(self, "_ld_last_index", None)
-            stats["samples"] += len(index) if isinstance(index, list) else 1
-            return data
-
-    def _ld_next_data(self) -> Any:
-        try:
-            return super()._next_data()
-        except StopIteration:
-            raise
-        except Exception as error:
-            notes = list(getattr(error, "__notes__", []))
-            tags = read_tags("\n".join(notes))
-            if not tags:
-                raise
-            ev = Evidence(
-                kind="exception",
-                pid=os.getpid(),
-                epoch=self._ld_loader._ld_epoch,
-                exception_type=type(error).__name__,
-                exception_message=f"{type(error).__name__}: {error}",
-                traceback="".join(traceback.format_exception(error)),
-            )
-            if isinstance(error, OSError):
-                ev.errno = error.errno
-            collect.facts_from_tags(ev, tags)
-            ev.worker_id = None
-            ev.sample_file = sample_file(self._ld_loader.dataset, ev.in_flight_index)
-            diagnosis = diagnose(ev)
-            self._ld_loader._ld_record(diagnosis, "raised")
-            error.__notes__ = [n for n in notes if not n.startswith(MARKER)]
-            error.add_note(format_verdict(diagnosis, include_stack=False))
-            attach(error, diagnosis)
-            raise
-
-
-def unpicklable_parts(loader: Any) -> list[str]:
-    """Which of the worker's arguments cannot be pickled (what spawn/forkserver must send)."""
-    from multiprocessing.reduction import ForkingPickler
-
-    parts = []
-    for name, value in (
-        ("dataset", loader.dataset),
-        ("collate_fn", loader.collate_fn),
-        ("worker_init_fn", loader.worker_init_fn),
-    ):
-        if value is None:
-            continue
-        try:
-            ForkingPickler.dumps(value)
-        except Exception as error:
-            parts.append(f"{name} ({type(error).__name__}: {error})")
-    return parts

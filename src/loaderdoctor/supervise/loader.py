@@ -11,13 +11,13 @@ from typing import Any
 import torch.utils.data
 
 from loaderdoctor.forensics.evidence import Diagnosis
+from loaderdoctor.supervise.heal_policy import HealPolicy
 from loaderdoctor.supervise.quarantine import (
     QuarantineEntry,
     read_quarantine,
     write_quarantine,
 )
 from loaderdoctor.supervise.quarantine import now as quarantine_now
-from loaderdoctor.supervise.worker import HealPolicy
 
 ON_ERROR_CHOICES = ("raise", "skip", "replace")
 
@@ -160,13 +160,13 @@ class DataLoader(torch.utils.data.DataLoader):
             self._ld_quarantine = read_quarantine(self.quarantine_path)
 
     def _get_iterator(self) -> Any:
-        from loaderdoctor.supervise import iterator, worker
+        from loaderdoctor.supervise import iterator, single_process, worker_hooks
 
-        if worker.is_spawn_bootstrapping():
-            worker.write_bootstrap_marker()
+        if worker_hooks.is_spawn_bootstrapping():
+            worker_hooks.write_bootstrap_marker()
         workers = self.num_workers if self._ld_backoff is None else self._ld_backoff[0]
         if workers == 0:
-            return iterator.SupervisedSingleProcessIter(self)
+            return single_process.SupervisedSingleProcessIter(self)
         self.check_worker_number_rationality()
         return iterator.SupervisedMultiProcessingIter(self)
 
@@ -261,7 +261,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._ld_quarantine_add(index, diagnosis)
 
     def _ld_take_in_process_events(self) -> None:
-        from loaderdoctor.supervise.worker import STATE
+        from loaderdoctor.supervise.worker_state import STATE
 
         while STATE.events:
             self._ld_take_event(STATE.events.pop(0))

@@ -1,0 +1,65 @@
+"""What ``env``'s checks measure against: the machine's facts and the loader's settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loaderdoctor._loadprobe import LoadProbe
+from loaderdoctor.envchecks import EnvCheck, make_check
+from loaderdoctor.system.cgroup import MemoryCgroup, memory_cgroup
+from loaderdoctor.system.container import ContainerInfo, detect_container
+from loaderdoctor.system.cpu import CpuInfo, cpu_info
+from loaderdoctor.system.kmsg import KernelLog, read_kernel_log
+from loaderdoctor.system.limits import OpenFiles, open_files
+from loaderdoctor.system.memory import HostMemory, host_memory
+from loaderdoctor.system.shm import ShmUsage, shm_usage
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+@dataclass
+class Machine:
+    shm: ShmUsage
+    cgroup: MemoryCgroup
+    host: HostMemory
+    files: OpenFiles
+    cpu: CpuInfo
+    container: ContainerInfo
+    kernel_log: KernelLog
+
+
+@dataclass
+class Settings:
+    batch_size: int | None
+    num_workers: int
+    prefetch_factor: int
+    assumed: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        text = f"num_workers={self.num_workers}, prefetch_factor={self.prefetch_factor}"
+        if self.batch_size is not None:
+            text = f"batch_size={self.batch_size}, {text}"
+        return f"{text} (assumed: {', '.join(self.assumed)})" if self.assumed else text
+
+
+def probe_machine() -> Machine:
+    return Machine(
+        shm_usage(),
+        memory_cgroup(),
+        host_memory(),
+        open_files(),
+        cpu_info(),
+        detect_container(),
+        read_kernel_log(),
+    )
+
+
+def _no_target(check_id: str, what: str) -> EnvCheck:
+    return make_check(check_id, "unknown", None, f"give --target to measure {what}")
+
+
+def _probe_failed(check_id: str, probe: LoadProbe) -> EnvCheck:
+    return make_check(
+        check_id, "unknown", None, f"could not load a batch: {probe.error}", {"error": probe.error}
+    )

@@ -1,0 +1,105 @@
+"""``env``'s memory checks: the memory this process tree may use, and what the workers grow to."""
+
+from __future__ import annotations
+
+from loaderdoctor._loadprobe import LoadProbe
+from loaderdoctor.envchecks import EnvCheck, Status, human_bytes, make_check
+from loaderdoctor.preflight_facts import GiB, Machine, MiB, Settings, _no_target, _probe_failed
+
+
+def _available(machine: Machine) -> int | None:
+    """Bytes this process tree may still allocate: the least of host and cgroup headroom."""
+    candidates = []
+    if machine.host.available_bytes is not None:
+        candidates.append(machine.host.available_bytes)
+    limit, usage = machine.cgroup.limit_bytes, machine.cgroup.usage_bytes
+    if limit is not None and usage is not None:
+        candidates.append(max(0, limit - usage))
+    return min(candidates) if candidates else None
+
+
+def check_memory_limit(machine: Machine) -> EnvCheck:
+    host, cgroup = machine.host, machine.cgroup
+    available = _available(machine)
+    limit = cgroup.limit_bytes if cgroup.limit_bytes is not None else host.total_bytes
+    details = {
+        "host_total_bytes": host.total_bytes,
+        "host_available_bytes": host.available_bytes,
+        "swap_total_bytes": host.swap_total_bytes,
+        "swap_free_bytes": host.swap_free_bytes,
+        "cgroup_version": cgroup.version,
+        "cgroup_path": cgroup.path,
+        "cgroup_limit_bytes": cgroup.limit_bytes,
+        "cgroup_usage_bytes": cgroup.usage_bytes,
+        "cgroup_oom_kills": cgroup.oom_kill_count,
+        "available_bytes": available,
+    }
+    if limit is None or available is None:
+        return make_check(
+            "memory-limit",
+            "unknown",
+            None,
+            f"cannot read memory: {host.note or cgroup.note}",
+            details,
+        )
+    parts = [
+        f"host {human_bytes(host.total_bytes)} ({human_bytes(host.available_bytes)} available)"
+    ]
+    if cgroup.limit_bytes is not None:
+        parts.append(
+            f"cgroup v{cgroup.version} limit {human_bytes(cgroup.limit_bytes)}, "
+            f"{human_bytes(cgroup.usage_bytes)} used"
+        )
+    else:
+        parts.append(
+            f"no cgroup memory limit ({cgroup.note})" if cgroup.note else "no cgroup memory limit"
+        )
+    parts.append(f"swap {human_bytes(host.swap_total_bytes)}")
+    status: Status = "pass"
+    if available < 256 * MiB:
+        status = "fail"
+        parts.append(f"only {human_bytes(available)} left")
+    elif available < 2 * GiB:
+        status = "warn"
+        parts.append(f"{human_bytes(available)} left for workers")
+    if cgroup.oom_kill_count:
+        status = "fail" if status == "fail" else "warn"
+        parts.append(f"this cgroup already OOM-killed {cgroup.oom_kill_count} process(es)")
+    return make_check("memory-limit", status, limit, "; ".join(parts), details)
+
+
+def check_worker_memory(machine: Machine, settings: Settings, probe: LoadProbe | None) -> EnvCheck:
+    if probe is None:
+        return _no_target("worker-memory", "what a worker grows to")
+    if probe.rss_peak is None or probe.uss_peak is None or probe.batches == 0:
+        return _probe_failed("worker-memory", probe)
+    projected = probe.uss_peak * settings.num_workers
+    available = _available(machine)
+    details = {
+        "batches_loaded": probe.batches,
+        "worker_rss_start_bytes": probe.rss_start,
+        "worker_rss_bytes": probe.rss_peak,
+        "worker_private_bytes": probe.uss_peak,
+        "projected_bytes": projected,
+        "available_bytes": available,
+    }
+    text = (
+        f"a worker grew to {human_bytes(probe.rss_peak)} RSS ({human_bytes(probe.uss_peak)} private) "
+        f"over {probe.batches} batch(es); × {settings.num_workers} workers = {human_bytes(projected)}"
+    )
+    if available is None:
+        return make_check(
+            "worker-memory", "unknown", probe.rss_peak, f"{text}; available memory unknown", details
+        )
+    status: Status = "pass"
+    if projected > available:
+        status = "fail"
+    elif projected > available / 2:
+        status = "warn"
+    return make_check(
+        "worker-memory",
+        status,
+        probe.rss_peak,
+        f"{text} against {human_bytes(available)} available",
+        details,
+    )

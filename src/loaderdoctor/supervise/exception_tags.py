@@ -1,0 +1,42 @@
+"""Facts (index, stage, worker) tagged onto a worker's exception, and read back in the parent.
+
+The tag is an exception note, so it travels inside the traceback text torch ships to the main
+process.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loaderdoctor.supervise.worker_state import STATE
+
+MARKER = "[loaderdoctor] "
+
+
+def tag_exception(error: BaseException, **facts: Any) -> None:
+    """Attach the facts (index, stage, worker) as a note; the note travels in torch's traceback."""
+    facts["worker"] = STATE.worker_id
+    try:
+        note = MARKER + json.dumps(facts, default=repr)
+    except (TypeError, ValueError):  # pragma: no cover - default=repr handles every object
+        note = MARKER + json.dumps({k: repr(v) for k, v in facts.items()})
+    if any(n.startswith(MARKER) for n in getattr(error, "__notes__", ())):
+        return  # the innermost wrapper knows best
+    error.add_note(note)
+
+
+def read_tags(text: str) -> dict[str, Any]:
+    """The facts of the last tag in a formatted traceback (``{}`` when there is none)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                facts = json.loads(line[len(MARKER) :])
+            except ValueError:
+                return {}
+            return facts if isinstance(facts, dict) else {}
+    return {}
+
+
+def strip_tags(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith(MARKER))

@@ -1,0 +1,83 @@
+"""The worker side of collate_fn: records the collate stage and names the odd samples of a batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from loaderdoctor.recorder import Stage
+from loaderdoctor.supervise.exception_tags import tag_exception
+from loaderdoctor.supervise.heal_policy import (
+    DroppedSamples,
+    SkippedBatch,
+    _safe_structure,
+    odd_samples,
+)
+from loaderdoctor.supervise.worker_state import STATE, _failure, record_event
+
+
+class SupervisedCollate:
+    def __init__(self, collate_fn: Callable[[Any], Any], heal: bool = False) -> None:
+        self.collate_fn = collate_fn
+        self.heal = heal
+
+    def __call__(self, samples: Any) -> Any:
+        slot = STATE.slot
+        indices = STATE.batch_indices
+        STATE.batch_indices = []
+        if isinstance(samples, SkippedBatch):
+            return samples
+        if isinstance(samples, DroppedSamples) or (self.heal and samples == []):
+            if slot is not None:
+                slot.stage(Stage.IDLE)
+            # ``indices`` are the healthy samples this drop leaves out (drop_last).
+            return SkippedBatch(indices, "every sample was skipped or the batch was left short")
+        if slot is not None:
+            slot.stage(Stage.COLLATE)
+        try:
+            batch = self.collate_fn(samples)
+        except Exception as error:
+            if slot is not None:
+                slot.error()
+            reference = self._reference(indices) if self.heal else None
+            odd = odd_samples(samples, indices, reference)
+            healed = self._collate_without(samples, indices, odd, error) if self.heal else None
+            if healed is not None:
+                if slot is not None:
+                    slot.collated()
+                return healed
+            if slot is not None:
+                slot.stage(Stage.IDLE)
+            tag_exception(error, index=None, stage="collate", batch=indices, odd=odd)
+            raise
+        if slot is not None:
+            slot.collated()
+        if self.heal and STATE.good_structure is None and isinstance(samples, list) and samples:
+            STATE.good_structure = _safe_structure(samples[0])
+        return batch
+
+    def _reference(self, indices: list[Any]) -> Any:
+        """A good sample's structure: from an earlier batch, else a sample outside this batch."""
+        if STATE.good_structure is not None:
+            return STATE.good_structure
+        fetch = STATE.reference_fetch
+        if fetch is None:
+            return None
+        return fetch(indices)
+
+    def _collate_without(
+        self, samples: list[Any], indices: list[Any], odd: list[Any], error: BaseException
+    ) -> Any:
+        """Collate the batch without the samples unlike the rest; None when that fails too."""
+        if not odd or len(odd) >= len(samples):
+            return None
+        odd_set = set(map(repr, odd))
+        kept = [s for s, i in zip(samples, indices) if repr(i) not in odd_set]
+        try:
+            batch = self.collate_fn(kept)
+        except Exception:
+            return None
+        for index in odd:
+            event = {**_failure(error, index, 1, "collate"), "action": "skipped", "dropped": False}
+            record_event(event)
+        return batch

@@ -1,0 +1,164 @@
+"""Start-up hooks: what runs first in every worker, and what a spawned worker's bootstrap leaves.
+
+``SupervisedWorkerInit`` attaches the recorder and arms faulthandler and the lost-batch hook; the
+bootstrap marker lets the parent name an unguarded main script that a spawned worker re-ran.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from loaderdoctor import torch_compat
+from loaderdoctor.recorder import FlightRecorder, Stage
+from loaderdoctor.supervise.exception_tags import tag_exception
+from loaderdoctor.supervise.worker_state import EVENTS_PREFIX, STATE
+
+# The parent sends this to a stuck worker to make faulthandler dump every thread's Python stack.
+# A real-time signal: user code rarely installs handlers for those, unlike SIGUSR1/SIGUSR2.
+STACK_DUMP_SIGNAL = signal.SIGRTMIN + 6
+BOOTSTRAP_DIR_ENV = "LOADERDOCTOR_BOOTSTRAP_DIR"
+
+
+class SupervisedWorkerInit:
+    """Runs first in every worker: attach the recorder, arm faulthandler, then the user's init."""
+
+    def __init__(
+        self,
+        user_init: Callable[[int], Any] | None,
+        recorder: FlightRecorder,
+        log_dir: str,
+        dataset: Any,
+    ) -> None:
+        self.user_init = user_init
+        self.recorder = recorder
+        self.log_dir = log_dir
+        self.dataset = dataset
+
+    def __call__(self, worker_id: int) -> None:
+        STATE.worker_id = worker_id
+        STATE.batch_indices = []
+        slot = self.recorder.attach(worker_id)
+        STATE.slot = slot
+        try:
+            # One file per worker process: faulthandler writes the Python stack of every thread
+            # into it at a fatal signal (SIGSEGV, SIGBUS, ...) and on STACK_DUMP_SIGNAL.
+            path = os.path.join(self.log_dir, f"worker-{worker_id}-{os.getpid()}.log")
+            STATE.stack_log = open(path, "w")  # must outlive this call
+            # A forked worker inherits "enabled" from a parent run under pytest or -X
+            # faulthandler; enable() would then only switch files and leave torch's SIGSEGV
+            # handler in front. Disable first so faulthandler's handler is installed for real.
+            faulthandler.disable()
+            faulthandler.enable(file=STATE.stack_log, all_threads=True)
+            faulthandler.register(
+                STACK_DUMP_SIGNAL, file=STATE.stack_log, all_threads=True, chain=False
+            )
+        except (OSError, RuntimeError, ValueError):
+            pass  # no stack on a crash; every other piece of evidence still works
+        _report_lost_batches()
+        _announce_temp_dir(self.log_dir, worker_id)
+        try:
+            STATE.events = []
+            STATE.event_log = open(
+                os.path.join(self.log_dir, f"{EVENTS_PREFIX}{worker_id}-{os.getpid()}.jsonl"), "w"
+            )
+        except OSError:
+            STATE.event_log = None
+        torch_compat.show_user_dataset_in_worker_info(self.dataset)
+        if self.user_init is not None:
+            try:
+                self.user_init(worker_id)
+            except Exception as error:
+                tag_exception(error, index=None, stage="init")
+                raise
+        slot.stage(Stage.IDLE)
+
+
+def _announce_temp_dir(log_dir: str, worker_id: int) -> None:
+    """Tell the parent where multiprocessing keeps this worker's temp dir (its fd-passing socket).
+
+    A worker that is SIGKILLed cannot remove it; the parent does, after the death.
+    """
+    import multiprocessing
+    import multiprocessing.util
+
+    if multiprocessing.current_process()._config.get("tempdir"):  # type: ignore[attr-defined]
+        return  # inherited from the parent through fork: the parent's, not ours to remove
+    try:
+        temp_dir = multiprocessing.util.get_temp_dir()
+        path = os.path.join(log_dir, f"tempdir-{worker_id}-{os.getpid()}.txt")
+        with open(path, "w") as handle:
+            handle.write(temp_dir)
+    except OSError:
+        pass
+
+
+SEND_ERROR_HEADER = "loaderdoctor: a batch could not be sent to the main process"
+
+
+def _report_lost_batches() -> None:
+    """Make a batch that fails to leave the worker a recorded failure instead of a silent hang.
+
+    The worker hands each batch to a multiprocessing.Queue whose feeder thread pickles it in the
+    background. When that fails (an unpicklable object in the sample, EMFILE or ENOSPC while
+    moving tensors to shared memory) the stock hook only prints a traceback: the batch is gone
+    and the main process waits for it forever. This worker-local hook also bumps the recorder
+    and writes the traceback where the parent looks.
+    """
+    import multiprocessing.queues
+
+    queue_class: Any = multiprocessing.queues.Queue
+    original = queue_class._on_queue_feeder_error
+
+    def on_feeder_error(error: BaseException, obj: object) -> None:
+        slot = STATE.slot
+        log = STATE.stack_log
+        if log is not None:
+            try:
+                log.write(SEND_ERROR_HEADER + "\n")
+                log.write("".join(traceback.format_exception(error)))
+                log.flush()
+            except (OSError, ValueError):
+                pass
+        if slot is not None:
+            slot.send_error()
+        original(error, obj)
+
+    queue_class._on_queue_feeder_error = staticmethod(on_feeder_error)
+
+
+def write_bootstrap_marker() -> None:
+    """Called when a spawned worker re-runs an unguarded main script and reaches a DataLoader.
+
+    The parent names the missing ``if __name__ == "__main__":`` guard from this file.
+    """
+    directory = os.environ.get(BOOTSTRAP_DIR_ENV)
+    if not directory or not os.path.isdir(directory):
+        return
+    main = sys.modules.get("__mp_main__") or sys.modules.get("__main__")
+    script = getattr(main, "__file__", None) or "the main script"
+    where = ""
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        if script and os.path.abspath(frame.filename) == os.path.abspath(script):
+            where = f" (line {frame.lineno}: {(frame.line or '').strip()})"
+            break
+    text = (
+        f"worker pid {os.getpid()} re-ran {script} while starting and reached a DataLoader "
+        f"at import{where}"
+    )
+    try:
+        with open(os.path.join(directory, f"bootstrap-{os.getpid()}.txt"), "w") as handle:
+            handle.write(text)
+    except OSError:
+        pass
+
+
+def is_spawn_bootstrapping() -> bool:
+    import multiprocessing
+
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))

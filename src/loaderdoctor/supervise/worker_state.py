@@ -1,0 +1,62 @@
+"""Per-process state of a DataLoader worker, and the skip/replace events it records for the parent.
+
+One ``STATE`` per process: every worker-side wrapper reads and writes this same object.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from loaderdoctor.recorder import WorkerSlot
+
+
+class _WorkerState:
+    """Per-process state, set in the worker by ``SupervisedWorkerInit``."""
+
+    def __init__(self) -> None:
+        self.slot: WorkerSlot | None = None
+        self.worker_id: int | None = None
+        self.batch_indices: list[Any] = []
+        self.stack_log: Any = None
+        self.event_log: Any = None
+        self.events: list[dict[str, Any]] = []
+        self.known_bad: set[Any] = set()
+        self.good_structure: Any = None  # of a sample in a batch that collated (healing)
+        self.reference_fetch: Callable[[list[Any]], Any] | None = None
+
+
+STATE = _WorkerState()
+
+
+EVENTS_PREFIX = "events-"
+
+
+def record_event(event: dict[str, Any]) -> None:
+    """A skip or replace decided in this process, for the parent's ledger and report."""
+    event["worker"] = STATE.worker_id
+    if STATE.event_log is None:
+        STATE.events.append(event)  # in-process loading: the parent is this process
+        return
+    try:
+        STATE.event_log.write(json.dumps(event, default=repr) + "\n")
+        STATE.event_log.flush()
+    except (OSError, ValueError):
+        return
+    if STATE.slot is not None:
+        STATE.slot.event()
+
+
+def _failure(error: BaseException, index: Any, attempts: int, stage: str) -> dict[str, Any]:
+    text = "".join(traceback.format_exception(error))
+    return {
+        "index": index,
+        "stage": stage,
+        "exception_type": type(error).__name__,
+        "message": f"{type(error).__name__}: {error}",
+        "traceback": text[-4000:],
+        "errno": getattr(error, "errno", None),
+        "attempts": attempts,
+    }
