@@ -20,19 +20,7 @@ class SpecError(Exception):
 
 
 def load_dataset(spec: str) -> object:
-    location, separator, name = spec.rpartition(":")
-    if not separator or not location or not name:
-        raise SpecError(
-            f"dataset spec {spec!r} has no ':NAME'; expected path/to/file.py:NAME "
-            "or package.module:NAME"
-        )
-    is_file = location.endswith(".py") or os.sep in location or "/" in location
-    module = _import_file(location) if is_file else _import_module(location)
-    if not hasattr(module, name):
-        public = sorted(n for n in vars(module) if not n.startswith("_"))[:8]
-        hint = f" (it has: {', '.join(public)})" if public else ""
-        raise SpecError(f"{location} has no name {name!r}{hint}")
-    value = getattr(module, name)
+    location, name, value = _resolve(spec, "dataset")
     if not _is_dataset_like(value) and callable(value):
         try:
             value = value()
@@ -46,6 +34,27 @@ def load_dataset(spec: str) -> object:
             "__getitem__ and __len__ (map-style) or __iter__ (iterable-style)"
         )
     return value
+
+
+def load_object(spec: str, what: str = "object") -> object:
+    """``NAME`` in ``path/to/file.py:NAME`` or ``package.module:NAME`` as it is (a collate_fn)."""
+    return _resolve(spec, what)[2]
+
+
+def _resolve(spec: str, what: str) -> tuple[str, str, object]:
+    location, separator, name = spec.rpartition(":")
+    if not separator or not location or not name:
+        raise SpecError(
+            f"{what} spec {spec!r} has no ':NAME'; expected path/to/file.py:NAME "
+            "or package.module:NAME"
+        )
+    is_file = location.endswith(".py") or os.sep in location or "/" in location
+    module = _import_file(location) if is_file else _import_module(location)
+    if not hasattr(module, name):
+        public = sorted(n for n in vars(module) if not n.startswith("_"))[:8]
+        hint = f" (it has: {', '.join(public)})" if public else ""
+        raise SpecError(f"{location} has no name {name!r}{hint}")
+    return location, name, getattr(module, name)
 
 
 def _is_dataset_like(value: object) -> bool:

@@ -1,0 +1,177 @@
+"""Find the fastest num_workers / prefetch_factor / persistent_workers that fit the memory budget."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from loaderdoctor.cli import CommandError, ExitCode
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "spec", metavar="SPEC", help="the dataset: path/to/file.py:NAME or package.module:NAME"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, required=True, metavar="N", help="batch size to tune for"
+    )
+    parser.add_argument(
+        "--collate", metavar="FILE.py:NAME", help="the collate_fn to use (default_collate if not)"
+    )
+    parser.add_argument(
+        "--max-workers",
+        type=int,
+        metavar="N",
+        help="most workers to try (default: 16, or 2 per usable core when that is more)",
+    )
+    parser.add_argument(
+        "--mem-budget",
+        metavar="SIZE",
+        help="memory the loader may use in all, e.g. 6G or 512M (default: the cgroup or "
+        "host limit minus a margin)",
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds the search may take (default 300)",
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=1.5,
+        metavar="S",
+        help="steady-state seconds measured per configuration (default 1.5)",
+    )
+    parser.add_argument(
+        "--soak",
+        type=int,
+        default=0,
+        metavar="EPOCHS",
+        help="then run the chosen configuration for EPOCHS epochs: stability and memory growth",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="write throughput and memory against workers (.html, .svg, .png)",
+    )
+
+
+def _validate(args: argparse.Namespace) -> int | None:
+    """Every check that needs no dataset; returns the memory budget in bytes (or None)."""
+    if args.batch_size < 1:
+        raise CommandError("--batch-size must be at least 1")
+    if args.max_workers is not None and args.max_workers < 0:
+        raise CommandError("--max-workers must be 0 or more")
+    if args.time_budget <= 0:
+        raise CommandError("--time-budget must be a positive number of seconds")
+    if args.window <= 0:
+        raise CommandError("--window must be a positive number of seconds")
+    if args.soak < 0:
+        raise CommandError("--soak must be 0 or more epochs")
+    if args.plot is not None:
+        from loaderdoctor.report.tune_plot import PLOT_SUFFIXES
+
+        if not args.plot.lower().endswith(PLOT_SUFFIXES):
+            raise CommandError(f"--plot takes a {', '.join(PLOT_SUFFIXES)} file, not {args.plot}")
+    if args.mem_budget is None:
+        return None
+    from loaderdoctor.units import parse_size
+
+    try:
+        return parse_size(args.mem_budget)
+    except ValueError as error:
+        raise CommandError(f"--mem-budget: {error}") from None
+
+
+def load(spec: str, collate: str | None) -> tuple[Any, Callable[..., Any] | None]:
+    if ":" not in spec:
+        raise CommandError(f"{spec} is not a dataset spec: expected path/to/file.py:NAME")
+    from loaderdoctor.spec import SpecError, load_dataset, load_object
+
+    try:
+        dataset: Any = load_dataset(spec)
+        collate_fn = load_object(collate, "collate") if collate is not None else None
+    except SpecError as error:
+        raise CommandError(str(error)) from None
+    if collate_fn is not None and not callable(collate_fn):
+        raise CommandError(f"{collate} is a {type(collate_fn).__name__}, not a function")
+    if hasattr(dataset, "batch_sampler"):  # a DataLoader: tune its dataset
+        collate_fn = collate_fn or getattr(dataset, "collate_fn", None)
+        dataset = dataset.dataset
+    return dataset, collate_fn
+
+
+@contextmanager
+def progress_bar(enabled: bool) -> Iterator[Callable[[int, int, str], None] | None]:
+    """A rich progress bar on stderr (trials done of planned, the configuration running)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("tuning"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=Console(file=sys.stderr),
+        transient=True,
+    )
+    task = bar.add_task("", total=None)
+
+    def update(done: int, planned: int, label: str) -> None:
+        bar.update(task, completed=done, total=max(planned, done), description=label)
+
+    with bar:
+        yield update
+
+
+def run(args: argparse.Namespace) -> int:
+    memory_budget = _validate(args)
+    dataset, collate_fn = load(args.spec, args.collate)
+    from loaderdoctor.tune import DatasetError, tune_dataset
+
+    with progress_bar(sys.stderr.isatty()) as progress:
+        try:
+            report = tune_dataset(
+                dataset,
+                spec=args.spec,
+                batch_size=args.batch_size,
+                collate_fn=collate_fn,
+                collate=args.collate,
+                max_workers=args.max_workers,
+                memory_budget=memory_budget,
+                time_budget_s=args.time_budget,
+                window_s=args.window,
+                soak_epochs=args.soak,
+                progress=progress,
+            )
+        except DatasetError as error:
+            raise CommandError(
+                f"the dataset or collate_fn fails in the main process: {error} "
+                f"(loaderdoctor scan {args.spec} names the bad samples)"
+            ) from None
+    if args.plot is not None:
+        from loaderdoctor.report.tune_plot import write_plot
+
+        try:
+            write_plot(report, args.plot)
+        except OSError as error:
+            raise CommandError(f"cannot write {args.plot}: {error}") from None
+    from loaderdoctor.report.tune import format_json, print_text
+
+    if args.json:
+        sys.stdout.write(format_json(report))
+    else:
+        print_text(report, sys.stdout)
+        if args.plot is not None:
+            print(f"plot written to {args.plot}")
+    return ExitCode.OK

@@ -1,0 +1,183 @@
+"""``tune_dataset``: budget, search, start-up, bound and soak wired into one ``TuneReport``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from loaderdoctor.tune.bounds import analyze
+from loaderdoctor.tune.budget import MemoryModel, default_budget
+from loaderdoctor.tune.measure import MeasureSettings, is_map_style, measure, measure_restart
+from loaderdoctor.tune.model import LoaderConfig, Startup, Trial, TuneReport
+from loaderdoctor.tune.sampler import own_rss
+from loaderdoctor.tune.search import Progress, Search, SearchSettings
+from loaderdoctor.tune.soak import soak
+
+# persistent_workers=True pays off when re-starting the workers costs this much of an epoch.
+PERSISTENT_MIN_SHARE = 0.01
+GRID_PREFETCH = 4
+CONTENDED_SHARE = 0.10  # of the 0-worker trial's time spent waiting for a CPU  # prefetch_factor 1..4: the grid a full walk would cover
+MAX_DEFAULT_WORKERS = 64
+
+
+def default_max_workers(usable_cores: int) -> int:
+    """Past the cores, for I/O-bound data: 16, or two per usable core on a larger machine."""
+    return min(MAX_DEFAULT_WORKERS, max(16, 2 * usable_cores))
+
+
+def usable_cores() -> int:
+    from loaderdoctor.system.cpu import cpu_info
+
+    return cpu_info().usable_cores or os.cpu_count() or 1
+
+
+def tune_dataset(
+    dataset: Any,
+    *,
+    batch_size: int,
+    spec: str = "",
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    collate: str | None = None,
+    max_workers: int | None = None,
+    memory_budget: int | None = None,
+    time_budget_s: float | None = None,
+    window_s: float = 1.5,
+    soak_epochs: int = 0,
+    progress: Progress | None = None,
+    cuda: bool | None = None,
+) -> TuneReport:
+    """Search the DataLoader settings for ``dataset`` and return what was measured and chosen."""
+    import torch
+
+    started = time.monotonic()
+    cores = usable_cores()
+    workers_cap = max_workers if max_workers is not None else default_max_workers(cores)
+    has_cuda = torch.cuda.is_available() if cuda is None else cuda
+    budget = default_budget(own_rss(), memory_budget)
+    settings = MeasureSettings(
+        batch_size=batch_size,
+        window_s=window_s,
+        max_window_s=max(4 * window_s, window_s + 1),
+        collate_fn=collate_fn,
+    )
+
+    def run_trial(config: LoaderConfig, phase: str, worker_guess: int) -> Trial:
+        return measure(
+            dataset,
+            config,
+            settings,
+            phase=phase,
+            budget_bytes=budget.memory_bytes,
+            worker_guess_bytes=worker_guess,
+        )
+
+    model = MemoryModel()
+    search = Search(
+        run_trial,
+        budget,
+        SearchSettings(
+            max_workers=workers_cap,
+            usable_cores=cores,
+            time_budget_s=time_budget_s,
+            cuda=has_cuda,
+        ),
+        model=model,
+        progress=progress,
+    )
+    result = search.run()
+    notes = list(result.notes)
+    contention = _contention(result.trials)
+    if contention is not None:
+        notes.append(contention)
+    pick = result.pick
+    startup = _startup(dataset, pick, settings, result.pick_samples_per_s, notes)
+    recommended = pick
+    if startup is not None and startup.recommend_persistent:
+        recommended = dataclasses.replace(pick, persistent_workers=True)
+    soaked = None
+    if soak_epochs > 0:
+        soaked = soak(
+            dataset,
+            recommended,
+            settings,
+            soak_epochs,
+            budget_bytes=budget.memory_bytes,
+            worker_guess_bytes=model.per_worker_bytes,
+            progress=progress,
+        )
+    length = len(dataset) if is_map_style(dataset) else None
+    return TuneReport(
+        spec=spec,
+        batch_size=batch_size,
+        dataset_length=length,
+        usable_cores=cores,
+        max_workers=workers_cap,
+        cuda=has_cuda,
+        budget=budget,
+        trials=result.trials,
+        skipped=result.skipped,
+        recommended=recommended,
+        recommended_samples_per_s=result.pick_samples_per_s,
+        bound=analyze(result.trials, pick, cores, result.skipped),
+        startup=startup,
+        seconds=time.monotonic() - started,
+        grid_size=(1 + workers_cap * GRID_PREFETCH) * (2 if has_cuda else 1),
+        stop_reason=result.stop_reason,
+        collate=collate,
+        notes=notes,
+        soak=soaked,
+    )
+
+
+def _contention(trials: list[Trial]) -> str | None:
+    """A note when the 0-worker trial spent a tenth of its time queued for a CPU."""
+    zero = next((t for t in trials if t.config.num_workers == 0 and t.ok), None)
+    if zero is None or zero.run_queue_per_sample_s is None or zero.samples_per_s <= 0:
+        return None
+    queued = zero.run_queue_per_sample_s * zero.samples_per_s
+    if queued < CONTENDED_SHARE:
+        return None
+    return (
+        f"at 0 workers the main process waited for a CPU {queued:.0%} of the time: other "
+        "processes share these cores, so more workers win a larger share of them and the "
+        "figures may not hold on a quiet machine"
+    )
+
+
+def _startup(
+    dataset: Any,
+    pick: LoaderConfig,
+    settings: MeasureSettings,
+    samples_per_s: float,
+    notes: list[str],
+) -> Startup | None:
+    """Fresh against persistent workers at an epoch's start; persistent when it saves >= 1%."""
+    if pick.num_workers == 0 or not is_map_style(dataset):
+        return None
+    try:
+        fresh, persistent = measure_restart(dataset, pick, settings)
+    except Exception as error:
+        notes.append(f"epoch start-up not measured: {type(error).__name__}: {error}")
+        return None
+    epoch = len(dataset) / samples_per_s if samples_per_s > 0 else None
+    saving = fresh - persistent
+    if epoch is None:
+        share = None
+    else:
+        share = saving / (epoch + fresh)
+    recommend = saving > 0 and (share is None or share >= PERSISTENT_MIN_SHARE)
+    if share is None:
+        reason = f"re-starting workers costs {saving:.2f} s per epoch"
+    else:
+        reason = (
+            f"re-starting workers costs {saving:.2f} s per epoch of {epoch:.1f} s ({share:.1%})"
+        )
+    reason += (
+        ": keep them (persistent_workers=True)"
+        if recommend
+        else ": not worth keeping them between epochs"
+    )
+    return Startup(fresh, persistent, epoch, recommend, reason)

@@ -1,0 +1,240 @@
+"""Measure one configuration with the stock ``torch.utils.data.DataLoader``: what the user will run.
+
+Start-up (``iter()`` to the first batch) is timed apart. The steady-state rate is taken from the
+first batch on, over a window that ends on a multiple of ``num_workers`` batches: the workers
+start together and deliver in rounds, so a window cut mid-round would count a burst of batches
+that a full round does not have (up to 1/rounds too high).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sized
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from loaderdoctor.tune.model import LoaderConfig, Trial
+from loaderdoctor.tune.sampler import TrialSampler, own_rss
+
+
+class DatasetError(Exception):
+    """The dataset itself fails in the main process: tuning cannot measure anything."""
+
+
+@dataclass
+class MeasureSettings:
+    batch_size: int
+    window_s: float = 1.5  # steady-state seconds per trial
+    max_window_s: float = 6.0  # when rounds are slow, stop here even mid-round
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    batch_timeout_s: float = 120.0  # DataLoader(timeout=...): a hung worker fails the trial
+    sample_interval_s: float = 0.1
+
+
+class CyclingSampler:
+    """Every index in order, forever: a trial's window never runs into an epoch's end."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __iter__(self) -> Iterator[int]:
+        while True:
+            yield from range(self.length)
+
+
+def is_map_style(dataset: Any) -> bool:
+    return hasattr(dataset, "__getitem__") and isinstance(dataset, Sized)
+
+
+def make_loader(
+    dataset: Any,
+    config: LoaderConfig,
+    settings: MeasureSettings,
+    sampler: Any = None,
+) -> Any:
+    from torch.utils.data import DataLoader
+
+    with quiet_worker_count():
+        return DataLoader(
+            dataset,
+            batch_size=settings.batch_size,
+            sampler=sampler,
+            num_workers=config.num_workers,
+            prefetch_factor=config.prefetch_factor,
+            persistent_workers=config.persistent_workers,
+            pin_memory=config.pin_memory,
+            collate_fn=settings.collate_fn,
+            timeout=settings.batch_timeout_s if config.num_workers else 0,
+        )
+
+
+@contextmanager
+def quiet_worker_count() -> Iterator[None]:
+    """Silence torch's warning past its own worker suggestion (the core count), at DataLoader()
+    and at every iter(): going past it is the point when the work waits rather than computes."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+        yield
+
+
+def batch_nbytes(batch: Any) -> int:
+    """Bytes of the tensors and arrays in a batch (nested dicts, lists and tuples)."""
+    if hasattr(batch, "element_size") and hasattr(batch, "nelement"):
+        return int(batch.element_size() * batch.nelement())
+    if hasattr(batch, "nbytes") and isinstance(batch.nbytes, int):
+        return int(batch.nbytes)
+    if isinstance(batch, dict):
+        return sum(batch_nbytes(value) for value in batch.values())
+    if isinstance(batch, list | tuple):
+        return sum(batch_nbytes(value) for value in batch)
+    if isinstance(batch, bytes | bytearray | str):
+        return len(batch)
+    return sys.getsizeof(batch)
+
+
+def batch_length(batch: Any, default: int) -> int:
+    """Samples in a batch: the first dimension of its first tensor, else ``default``."""
+    if hasattr(batch, "shape") and len(batch.shape) > 0:
+        return int(batch.shape[0])
+    if isinstance(batch, dict) and batch:
+        return batch_length(next(iter(batch.values())), default)
+    if isinstance(batch, list | tuple) and batch:
+        first = batch[0]
+        return batch_length(first, default) if hasattr(first, "shape") else len(batch)
+    return default
+
+
+def measure(
+    dataset: Any,
+    config: LoaderConfig,
+    settings: MeasureSettings,
+    *,
+    phase: str = "workers",
+    budget_bytes: int | None = None,
+    worker_guess_bytes: int = 0,
+) -> Trial:
+    """Run ``config`` for one steady-state window; never raises for a worker failure."""
+    sampler = CyclingSampler(len(dataset)) if is_map_style(dataset) else None
+    loader = make_loader(dataset, config, settings, sampler)
+    watcher = TrialSampler(budget_bytes, worker_guess_bytes, settings.sample_interval_s)
+    trial = Trial(config=config, phase=phase)
+    main_start = own_rss()
+    started = time.perf_counter()
+    iterator: Any = None
+    try:
+        with quiet_worker_count():
+            iterator = iter(loader)
+        watcher.start(main_start)  # after the fork of the workers, never during it
+        first = next(iterator)
+        first_at = time.perf_counter()
+        trial.startup_s = first_at - started
+        trial.batch_bytes = batch_nbytes(first)
+        samples_per_batch = batch_length(first, settings.batch_size)
+        del first
+        rounds = max(1, config.num_workers)
+        batches = samples = 0
+        cpu_start = time.thread_time()
+        process_cpu_start = time.process_time()  # at 0 workers: torch's intra-op threads too
+        delay_start = thread_run_delay_s()
+        now = first_at
+        while True:
+            try:
+                batch = next(iterator)
+            except StopIteration:  # an iterable-style dataset ran out
+                trial.note = "the dataset ended before the window did"
+                break
+            batches += 1
+            samples += batch_length(batch, samples_per_batch)
+            del batch
+            now = time.perf_counter()
+            if watcher.over_budget.is_set():
+                trial.status, trial.note = "aborted", watcher.reason
+                break
+            elapsed = now - first_at
+            if elapsed >= settings.window_s and batches % rounds == 0:
+                break
+            if elapsed >= settings.max_window_s:
+                break
+        cpu = time.thread_time() - cpu_start
+        process_cpu = time.process_time() - process_cpu_start
+        delay_end = thread_run_delay_s()
+        window = now - first_at
+        trial.window_s, trial.batches = window, batches
+        if trial.ok and batches and window > 0:
+            trial.batches_per_s = batches / window
+            trial.samples_per_s = samples / window
+            trial.main_cpu_per_batch_s = cpu / batches
+            if config.num_workers == 0:
+                trial.cpu_per_sample_s = process_cpu / max(samples, 1)
+                if delay_start is not None and delay_end is not None:
+                    trial.run_queue_per_sample_s = (delay_end - delay_start) / max(samples, 1)
+    except Exception as error:
+        if config.num_workers == 0:
+            raise DatasetError(_one_line(error)) from error
+        trial.status, trial.note = "failed", _one_line(error)
+    finally:
+        peaks = watcher.finish()
+        del iterator, loader
+        gc.collect()  # shut the workers down now, inside this trial's time
+        trial.seconds = time.perf_counter() - started
+    trial.main_start_bytes = peaks.main_start_bytes
+    trial.main_peak_bytes = peaks.main_peak_bytes
+    trial.worker_peak_bytes = peaks.worker_peak_bytes
+    trial.shm_peak_bytes = peaks.shm_peak_bytes
+    trial.total_peak_bytes = peaks.total_peak_bytes
+    return trial
+
+
+def measure_restart(
+    dataset: Any, config: LoaderConfig, settings: MeasureSettings
+) -> tuple[float, float]:
+    """Seconds to an epoch's first batch with fresh workers, and with persistent ones.
+
+    Two short epochs of a persistent loader: the first starts the workers, the second reuses them.
+    """
+    from torch.utils.data import SubsetRandomSampler
+
+    if not is_map_style(dataset) or config.num_workers == 0:
+        raise ValueError("start-up is compared for map-style datasets with workers only")
+    batches = config.num_workers * ((config.prefetch_factor or 2) + 1)
+    indices = [i % len(dataset) for i in range(batches * settings.batch_size)]
+    persistent = LoaderConfig.make(config.num_workers, config.prefetch_factor or 2, True)
+    loader = make_loader(dataset, persistent, settings, SubsetRandomSampler(indices))
+    try:
+        epoch_starts: list[float] = []
+        for _epoch in range(2):
+            started = time.perf_counter()
+            with quiet_worker_count():
+                iterator = iter(loader)
+            next(iterator)
+            epoch_starts.append(time.perf_counter() - started)
+            for _batch in iterator:
+                pass
+            del iterator
+    finally:
+        del loader
+        gc.collect()
+    return epoch_starts[0], epoch_starts[1]
+
+
+def thread_run_delay_s() -> float | None:
+    """Seconds the calling thread has waited for a CPU while runnable (Linux schedstat).
+
+    Wall time minus CPU time is not all waiting on I/O: on cores shared with other processes a
+    runnable thread also waits in the run queue, and a compute-bound sample would look I/O-bound.
+    """
+    try:
+        with open("/proc/thread-self/schedstat") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _one_line(error: BaseException) -> str:
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    # torch wraps a worker's exception: its last line is the original one
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}".rstrip(": ")

@@ -1,0 +1,184 @@
+"""Peak memory of one trial: the main process, each DataLoader worker and ``/dev/shm``.
+
+A thread samples every ``interval_s``. RSS is cheap to read (``/proc/PID/statm``), but a fork
+worker's RSS counts every page it shares with the parent, so summing it over workers overstates
+the machine's use many times over. A worker's own cost is its private memory (USS), which needs
+``/proc/PID/smaps_rollup``: about 10 ms of kernel page-table walking per read on a process that
+has torch loaded, too much to do for 16 workers ten times a second on the cores being measured.
+So USS is read for one worker per ``uss_interval_s`` (round robin, new workers first) and, in
+between, a worker's private memory is estimated as its last USS plus any RSS it gained since;
+a worker never read is estimated from the largest USS read of the others.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+
+from loaderdoctor.runner.memory import WORKER_NAME
+
+# At the end of a trial, with every worker still busy on two cores, each read can take 50 ms or
+# more; workers of one loader are alike, so a few reads stand for the rest.
+FINAL_USS_READS = 4
+
+
+@dataclass
+class _Worker:
+    pid: int
+    first_rss: int
+    uss: int | None = None  # the last USS read
+    rss_at_uss: int = 0
+    read_at: float = 0.0  # time.monotonic() of the last USS read
+    peak: int = 0
+
+
+@dataclass
+class MemoryPeaks:
+    main_start_bytes: int
+    main_peak_bytes: int
+    worker_peak_bytes: list[int]
+    shm_peak_bytes: int
+    total_peak_bytes: int
+
+
+def read_uss(pid: int) -> int | None:
+    """Private memory (Private_Clean + Private_Dirty) of ``pid``, or None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as handle:
+            total = 0
+            for line in handle:
+                if line.startswith(("Private_Clean:", "Private_Dirty:", "Private_Hugetlb:")):
+                    total += int(line.split()[1]) * 1024
+            return total
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class TrialSampler:
+    """Samples this process and its DataLoader workers until ``finish()``; flags the budget."""
+
+    budget_bytes: int | None
+    worker_guess_bytes: int  # a worker's private memory before its USS has been read
+    interval_s: float = 0.1
+    uss_interval_s: float = 0.25
+    shm_path: str = "/dev/shm"
+    over_budget: threading.Event = field(default_factory=threading.Event)
+    reason: str | None = None
+    _workers: dict[int, _Worker] = field(default_factory=dict)
+    _main_start: int = 0
+    _main_peak: int = 0
+    _shm_start: int = 0
+    _shm_peak: int = 0
+    _total_peak: int = 0
+    _last_uss_read: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self, main_start_bytes: int) -> None:
+        """Start sampling; call it after the workers were forked, never before (fork + threads)."""
+        self._main_start = self._main_peak = main_start_bytes
+        self._shm_start = self._shm_used()
+        self._thread = threading.Thread(target=self._loop, name="loaderdoctor-tune", daemon=True)
+        self._thread.start()
+
+    def finish(self) -> MemoryPeaks:
+        """Stop the thread, read the USS of workers not read yet (a few), return the peaks."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.tick(read_all_uss=True)
+        ordered = sorted(self._workers.values(), key=lambda w: w.pid)
+        return MemoryPeaks(
+            main_start_bytes=self._main_start,
+            main_peak_bytes=self._main_peak,
+            worker_peak_bytes=[w.peak for w in ordered],
+            shm_peak_bytes=self._shm_peak,
+            total_peak_bytes=self._total_peak,
+        )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.tick()
+            except Exception:  # a probe must never break the measurement
+                return
+
+    def _shm_used(self) -> int:
+        try:
+            return shutil.disk_usage(self.shm_path).used
+        except OSError:
+            return 0
+
+    def tick(self, read_all_uss: bool = False) -> None:
+        import psutil
+
+        main = psutil.Process()
+        try:
+            main_rss = main.memory_info().rss
+            children = main.children()
+        except psutil.Error:
+            return
+        self._main_peak = max(self._main_peak, main_rss)
+        live: list[tuple[_Worker, int]] = []
+        for child in children:
+            try:
+                if child.name() != WORKER_NAME:
+                    continue
+                rss = child.memory_info().rss
+            except psutil.Error:
+                continue
+            if rss == 0:
+                continue  # exiting
+            worker = self._workers.get(child.pid)
+            if worker is None:
+                worker = self._workers[child.pid] = _Worker(child.pid, rss)
+            live.append((worker, rss))
+        now = time.monotonic()
+        due = read_all_uss or now - self._last_uss_read >= self.uss_interval_s
+        if due and live:
+            pending = [min(live, key=_uss_age)]
+            if read_all_uss:  # the last look: the workers never read, a few of them at most
+                unread = [item for item in live if item[0].uss is None]
+                pending = unread[:FINAL_USS_READS] or pending
+            for worker, rss in pending:
+                uss = read_uss(worker.pid)
+                worker.read_at = now
+                if uss is not None:
+                    worker.uss, worker.rss_at_uss = uss, rss
+            self._last_uss_read = now
+        known = [w.uss for w, _ in live if w.uss is not None]
+        guess = max(known) if known else self.worker_guess_bytes
+        workers_total = 0
+        for worker, rss in live:
+            if worker.uss is None:
+                estimate = guess + max(0, rss - worker.first_rss)
+            else:
+                estimate = worker.uss + max(0, rss - worker.rss_at_uss)
+            worker.peak = max(worker.peak, estimate)
+            workers_total += estimate
+        shm = max(0, self._shm_used() - self._shm_start)
+        self._shm_peak = max(self._shm_peak, shm)
+        total = main_rss + workers_total + shm
+        self._total_peak = max(self._total_peak, total)
+        if self.budget_bytes is not None and total > self.budget_bytes and not read_all_uss:
+            from loaderdoctor.envchecks import human_bytes
+
+            self.reason = (
+                f"stopped: {human_bytes(total)} in use > budget {human_bytes(self.budget_bytes)}"
+            )
+            self.over_budget.set()
+
+
+def _uss_age(item: tuple[_Worker, int]) -> tuple[bool, float]:
+    worker, _rss = item
+    return (worker.uss is not None, worker.read_at)
+
+
+def own_rss() -> int:
+    import psutil
+
+    return int(psutil.Process(os.getpid()).memory_info().rss)

@@ -1,0 +1,318 @@
+"""The search: a doubling ladder of worker counts that stops on a plateau, a few probes around the
+best, prefetch_factor at the best count, and a second measurement of the top candidates.
+
+The exhaustive grid (workers 0..16 x prefetch 1..4) is 65 trials; this walks 8 to 15 of them.
+Throughput over worker counts rises, flattens where the bound is reached (the cores for compute,
+the main process or the transfer for cheap samples) and stays flat or sinks, so two doublings
+past the core count that each gain less than ``tolerance`` mark the plateau. Every configuration's memory is
+predicted first and one over the budget is never started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from loaderdoctor.tune.budget import MemoryModel, over_budget
+from loaderdoctor.tune.model import Budget, LoaderConfig, Skipped, Trial
+
+Measure = Callable[[LoaderConfig, str, int], Trial]  # (config, phase, worker guess bytes)
+Progress = Callable[[int, int, str], None]  # (trials done, trials planned, what runs now)
+
+DEFAULT_PREFETCH = 2  # torch's default
+PLATEAU_STEPS = 2  # doublings in a row without a gain that end the ladder
+MAX_REFINE = 3  # probes between measured worker counts
+KNEE_MARGIN = 0.10  # scaling this much better than proportional below the pick: a knee between
+MAX_PICK_TOLERANCE = 0.05
+TIGHT_BUDGET = 0.75  # try prefetch_factor=1 when the pick uses this much of the budget
+
+
+@dataclass
+class SearchSettings:
+    max_workers: int
+    usable_cores: int = 1
+    tolerance: float = 0.04  # a gain below this is noise: the plateau
+    pick_tolerance: float = 0.03  # the fewest workers within this of the best are picked
+    time_budget_s: float | None = None
+    cuda: bool = False
+    repeats: int = 2  # top candidates measured a second time
+
+
+@dataclass
+class SearchResult:
+    trials: list[Trial]
+    skipped: list[Skipped]
+    pick: LoaderConfig
+    pick_samples_per_s: float
+    stop_reason: str
+    notes: list[str] = field(default_factory=list)
+
+
+def worker_ladder(max_workers: int) -> list[int]:
+    """1, 2, 4, 8, ... up to ``max_workers``, which is on the ladder too."""
+    ladder, workers = [], 1
+    while workers < max_workers:
+        ladder.append(workers)
+        workers *= 2
+    if max_workers >= 1:
+        ladder.append(max_workers)
+    return ladder
+
+
+class Search:
+    def __init__(
+        self,
+        measure: Measure,
+        budget: Budget,
+        settings: SearchSettings,
+        *,
+        model: MemoryModel | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        progress: Progress | None = None,
+    ) -> None:
+        self.measure = measure
+        self.budget = budget
+        self.settings = settings
+        self.model = model or MemoryModel()
+        self.clock = clock
+        self.progress = progress
+        self.trials: list[Trial] = []
+        self.skipped: list[Skipped] = []
+        self.notes: list[str] = []
+        self.started = clock()
+        self.planned = 0
+        self.out_of_time = False
+
+    # -- one trial -------------------------------------------------------------------------
+    def attempt(self, config: LoaderConfig, phase: str) -> Trial | None:
+        """Measure ``config`` unless it is over the budget (recorded as skipped) or out of time."""
+        if any(s.config == config for s in self.skipped):
+            return None
+        predicted, predicted_shm = self.model.predict(config)
+        seen = [t for t in self.trials if t.config == config and t.ok]
+        if seen:
+            # a configuration run before: what it used beats the linear model's prediction
+            predicted = max(t.total_peak_bytes for t in seen)
+            predicted_shm = max(t.shm_peak_bytes for t in seen)
+        reason = over_budget(predicted, predicted_shm, self.budget)
+        if reason is not None:
+            self.skipped.append(Skipped(config, reason, predicted, predicted_shm))
+            return None
+        if self.trials and self._would_overrun():
+            self.out_of_time = True
+            return None
+        if self.progress is not None:
+            self.planned = max(self.planned, len(self.trials) + 1)
+            self.progress(len(self.trials), self.planned, config.label())
+        trial = self.measure(config, phase, self.model.per_worker_bytes)
+        trial.predicted_bytes, trial.predicted_shm_bytes = predicted, predicted_shm
+        self.trials.append(trial)
+        self.model.update(trial)
+        if self.progress is not None:
+            self.progress(len(self.trials), max(self.planned, len(self.trials)), config.label())
+        return trial if trial.ok else None
+
+    def _would_overrun(self) -> bool:
+        if self.settings.time_budget_s is None:
+            return False
+        elapsed = self.clock() - self.started
+        longest = max(t.seconds for t in self.trials)
+        return elapsed + longest > self.settings.time_budget_s
+
+    def rate(self, config: LoaderConfig) -> float | None:
+        """The mean steady-state samples/s of ``config`` over its good trials."""
+        rates = [t.samples_per_s for t in self.trials if t.config == config and t.ok]
+        return statistics.fmean(rates) if rates else None
+
+    def _plan(self, remaining: int) -> None:
+        self.planned = len(self.trials) + remaining
+
+    # -- the phases ------------------------------------------------------------------------
+    def run(self) -> SearchResult:
+        ladder = worker_ladder(self.settings.max_workers)
+        self._plan(1 + len(ladder) + 2 + 1 + self.settings.repeats)
+        stop = self._ladder(ladder)
+        if not self.out_of_time:
+            self._plan(2 + 1 + self.settings.repeats)
+            self._refine()
+        if not self.out_of_time:
+            self._plan(2 + self.settings.repeats + int(self.settings.cuda))
+            self._prefetch()
+        if not self.out_of_time and self.settings.cuda:
+            self._pin()
+        if not self.out_of_time:
+            self._plan(self.settings.repeats)
+            self._repeat()
+        if self.out_of_time:
+            stop += "; the time budget ended the search"
+        pick, rate = self.pick()
+        noise = self.noise()
+        if noise is not None:
+            self.notes.append(
+                f"repeated configurations varied by {noise:.1%} (stdev/mean); the pick is the "
+                f"fewest workers within {self.pick_tolerance():.1%} of the fastest"
+            )
+        return SearchResult(self.trials, self.skipped, pick, rate, stop, self.notes)
+
+    def _ladder(self, ladder: list[int]) -> str:
+        zero = self.attempt(LoaderConfig.make(0), "workers")
+        best = zero.samples_per_s if zero else 0.0
+        misses = 0
+        for workers in ladder:
+            trial = self.attempt(LoaderConfig.make(workers, DEFAULT_PREFETCH), "workers")
+            if trial is None:
+                if self.out_of_time:
+                    return f"stopped at {workers} workers"
+                if self.skipped and self.skipped[-1].config.num_workers == workers:
+                    return f"{workers} workers would exceed the budget"
+                last = self.trials[-1]
+                if last.status == "aborted":
+                    return f"{workers} workers went over the memory budget and were stopped"
+                return f"{workers} workers failed: {last.note}"
+            gained = trial.samples_per_s >= best * (1 + self.settings.tolerance)
+            best = max(best, trial.samples_per_s)
+            # Up to the core count workers run in parallel, so a step there that gains nothing
+            # is noise more often than a plateau; past it, two steps in a row must gain nothing.
+            misses = 0 if gained or workers <= self.settings.usable_cores else misses + 1
+            if misses >= PLATEAU_STEPS:
+                return (
+                    f"plateau at {workers} workers: {PLATEAU_STEPS} doublings in a row gained "
+                    f"less than {self.settings.tolerance:.0%}"
+                )
+        return f"reached --max-workers {self.settings.max_workers}"
+
+    def _worker_rates(self) -> dict[int, float]:
+        rates: dict[int, float] = {}
+        for trial in self.trials:
+            config = trial.config
+            if trial.ok and config.prefetch_factor in (None, DEFAULT_PREFETCH):
+                if not config.persistent_workers and not config.pin_memory:
+                    rate = self.rate(config)
+                    if rate is not None:
+                        rates[config.num_workers] = rate
+        return rates
+
+    def _refine(self) -> None:
+        """Probe between measured worker counts where the knee or the peak can hide.
+
+        Below the pick (the fewest workers on the plateau) when throughput rose less than in
+        proportion from the next lower count: the knee lies in between (with proportional
+        scaling, as for I/O latency, it does not). Above the fastest count when the next higher
+        one is slower, or was over the budget: the peak may lie in between.
+        """
+        tried: set[int] = set()
+        for _probe in range(MAX_REFINE):
+            rates = self._worker_rates()
+            if not rates:
+                return
+            top = max(sorted(rates), key=lambda w: rates[w])
+            near = self.settings.pick_tolerance
+            pick = min(w for w in rates if rates[w] >= rates[top] * (1 - near))
+            candidates = []
+            below = [w for w in rates if w < pick]
+            if below and pick > 0:
+                lower = max(below)
+                proportional = lower / pick + KNEE_MARGIN
+                if pick - lower > 1 and rates[lower] / rates[pick] > proportional:
+                    candidates.append((lower + pick) // 2)
+            above = [w for w in rates if w > top]
+            if above:
+                higher = min(above)
+                dropped = rates[higher] < rates[top] * (1 - self.settings.tolerance)
+                if higher - top > 1 and dropped:
+                    candidates.append((top + higher) // 2)
+            over = [s.config.num_workers for s in self.skipped if s.config.num_workers > top]
+            if not above and over and min(over) - top > 1:
+                # the ladder ran into the budget while still rising: what fits in between?
+                candidates.append((top + min(over)) // 2)
+            blocked = {s.config.num_workers for s in self.skipped}
+            candidates = [w for w in candidates if w not in tried and w not in blocked]
+            if not candidates:
+                return
+            tried.add(candidates[0])
+            self.attempt(LoaderConfig.make(candidates[0], DEFAULT_PREFETCH), "refine")
+            if self.out_of_time:
+                return
+
+    def _prefetch(self) -> None:
+        base, base_rate = self.pick()
+        if base.num_workers == 0:
+            return
+        workers = base.num_workers
+        more = self.attempt(LoaderConfig.make(workers, 4), "prefetch")
+        if more is not None and more.samples_per_s > base_rate * (1 + self.settings.tolerance):
+            self.attempt(LoaderConfig.make(workers, 3), "prefetch")
+            return
+        predicted, _shm = self.model.predict(base)
+        if predicted > self.budget.memory_bytes * TIGHT_BUDGET:
+            self.attempt(LoaderConfig.make(workers, 1), "prefetch")
+
+    def _pin(self) -> None:
+        base, _rate = self.pick()
+        pinned = LoaderConfig(base.num_workers, base.prefetch_factor, base.persistent_workers, True)
+        self.attempt(pinned, "pin")
+
+    def _repeat(self) -> None:
+        ranked = self._ranked()
+        pick, _rate = self.pick()
+        chosen = [config for config, _ in ranked[: self.settings.repeats]]
+        if pick not in chosen:
+            chosen.append(pick)
+        if pick.prefetch_factor not in (None, DEFAULT_PREFETCH):
+            # a prefetch_factor other than torch's default is advised only when it stays ahead
+            default = dataclasses.replace(pick, prefetch_factor=DEFAULT_PREFETCH)
+            if default not in chosen and self.rate(default) is not None:
+                chosen.append(default)
+        for config in chosen:
+            self.attempt(config, "repeat")
+            if self.out_of_time:
+                return
+
+    def _ranked(self) -> list[tuple[LoaderConfig, float]]:
+        configs = {t.config for t in self.trials if t.ok}
+        scored = [(config, self.rate(config) or 0.0) for config in configs]
+        return sorted(scored, key=lambda item: (-item[1], item[0].num_workers))
+
+    def noise(self) -> float | None:
+        """The median relative spread (stdev / mean) of configurations measured more than once."""
+        spreads = []
+        for config in {t.config for t in self.trials}:
+            rates = [t.samples_per_s for t in self.trials if t.config == config and t.ok]
+            if len(rates) > 1 and statistics.fmean(rates) > 0:
+                spreads.append(statistics.pstdev(rates) / statistics.fmean(rates))
+        return statistics.median(spreads) if spreads else None
+
+    def pick_tolerance(self) -> float:
+        """``pick_tolerance``, widened to the measured noise (up to ``MAX_PICK_TOLERANCE``): on
+        shared cores two runs of one configuration differ by more than 3%, and a pick made on
+        such a difference would add workers (and memory) for nothing."""
+        noise = self.noise() or 0.0
+        return min(max(self.settings.pick_tolerance, noise), MAX_PICK_TOLERANCE)
+
+    def pick(self) -> tuple[LoaderConfig, float]:
+        """The fewest workers within ``pick_tolerance`` of the best mean rate measured, at torch's
+        default prefetch_factor unless another is clearly faster."""
+        ranked = self._ranked()
+        if not ranked:
+            return LoaderConfig.make(0), 0.0
+        best = ranked[0][1]
+        near = [item for item in ranked if item[1] >= best * (1 - self.pick_tolerance())]
+
+        def preference(item: tuple[LoaderConfig, float]) -> tuple[int, int, bool, float]:
+            config, rate = item
+            prefetch = abs((config.prefetch_factor or DEFAULT_PREFETCH) - DEFAULT_PREFETCH)
+            # pinned memory speeds the copy to the GPU, which tune does not time: prefer it
+            return (config.num_workers, prefetch, not config.pin_memory, -rate)
+
+        config, rate = min(near, key=preference)
+        if config.prefetch_factor not in (None, DEFAULT_PREFETCH):
+            # Two means of noisy rates differ by up to twice the noise by chance: torch's default
+            # stays unless another prefetch_factor beat it by more (and costs no extra memory).
+            default = dataclasses.replace(config, prefetch_factor=DEFAULT_PREFETCH)
+            default_rate = self.rate(default)
+            if default_rate is not None and default_rate >= rate * (1 - 2 * self.pick_tolerance()):
+                return default, default_rate
+        return config, rate
