@@ -132,8 +132,8 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from loaderdoctor.scan.memcap import parse_size
     from loaderdoctor.scan.shard import JoinError, current_shard
+    from loaderdoctor.units import parse_size
 
     if args.num_workers < 1:
         raise CommandError(

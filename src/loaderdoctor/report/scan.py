@@ -56,7 +56,7 @@ def print_text(report: ScanReport, file: IO[str], quarantine_path: str | None = 
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(file=file, highlight=False, soft_wrap=True)
+    console = Console(file=file, highlight=False, soft_wrap=True, emoji=False)
     console.print(escape(format_summary(report)))
     if report.bad:
         table = Table(title="bad samples", title_justify="left")

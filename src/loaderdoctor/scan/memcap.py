@@ -126,23 +126,6 @@ def remove_group(root: str, wait_s: float = 5.0) -> None:
             time.sleep(0.05)
 
 
-def parse_size(text: str) -> int:
-    """``512M``, ``2G``, ``1.5GiB``, ``300000000`` -> bytes; ValueError with the reason."""
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    cleaned = text.strip().upper().removesuffix("B").removesuffix("I")
-    number = cleaned.rstrip("KMGT")
-    unit = cleaned[len(number) :]
-    if unit not in units or len(unit) > 1:
-        raise ValueError(f"not a size: {text!r} (use e.g. 512M or 2G)")
-    try:
-        value = float(number)
-    except ValueError:
-        raise ValueError(f"not a size: {text!r} (use e.g. 512M or 2G)") from None
-    if value <= 0:
-        raise ValueError(f"a size must be positive, not {text!r}")
-    return int(value * units[unit])
-
-
 def _address_space() -> int:
     with open("/proc/self/statm") as handle:
         return int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
