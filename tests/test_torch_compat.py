@@ -30,3 +30,18 @@ def test_worker_info_can_be_replaced() -> None:
 
     info = WorkerInfo(id=0, num_workers=1, seed=1, dataset=[1])
     assert dataclasses.replace(info, dataset=[2]).dataset == [2]
+
+
+def test_worker_pids_are_the_iterators_own_workers() -> None:
+    import psutil
+    import torch
+
+    loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2, num_workers=2)
+    iterator = iter(loader)
+    try:
+        pids = torch_compat.worker_pids(iterator)
+        children = {child.pid for child in psutil.Process().children()}
+        assert len(pids) == 2 and pids <= children
+    finally:
+        del iterator  # shuts the workers down
+    assert torch_compat.worker_pids(iter(torch.utils.data.DataLoader([1, 2]))) == set()

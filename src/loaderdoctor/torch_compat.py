@@ -59,6 +59,11 @@ ITERATOR_ATTRIBUTES = (
 )
 
 
+def worker_pids(iterator: Any) -> set[int]:
+    """The pids of a multiprocessing iterator's workers (``_workers``); empty for in-process."""
+    return {process.pid for process in getattr(iterator, "_workers", ()) if process.pid}
+
+
 def stop_sigchld_checks(iterator: Any) -> None:
     """Take the iterator's workers out of torch's SIGCHLD handler.
 

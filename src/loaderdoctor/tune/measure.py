@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoctor.torch_compat import worker_pids
 from loaderdoctor.tune.model import LoaderConfig, Trial
 from loaderdoctor.tune.sampler import TrialSampler, own_rss
 
@@ -128,7 +129,9 @@ def measure(
     try:
         with quiet_worker_count():
             iterator = iter(loader)
-        watcher.start(main_start)  # after the fork of the workers, never during it
+        watcher.start(
+            main_start, worker_pids(iterator)
+        )  # after the fork of the workers, never during it
         first = next(iterator)
         first_at = time.perf_counter()
         trial.startup_s = first_at - started

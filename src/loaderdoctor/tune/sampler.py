@@ -77,9 +77,15 @@ class TrialSampler:
     _last_uss_read: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _worker_pids: set[int] | None = None
 
-    def start(self, main_start_bytes: int) -> None:
-        """Start sampling; call it after the workers were forked, never before (fork + threads)."""
+    def start(self, main_start_bytes: int, worker_pids: set[int] | None = None) -> None:
+        """Start sampling; call it after the workers were forked, never before (fork + threads).
+
+        ``worker_pids``: the trial's own workers. Without it every DataLoader worker child of
+        this process counts, also those of a loader still alive elsewhere in the program.
+        """
+        self._worker_pids = worker_pids
         self._main_start = self._main_peak = main_start_bytes
         self._shm_start = self._shm_used()
         self._thread = threading.Thread(target=self._loop, name="loaderdoctor-tune", daemon=True)
@@ -125,6 +131,8 @@ class TrialSampler:
         self._main_peak = max(self._main_peak, main_rss)
         live: list[tuple[_Worker, int]] = []
         for child in children:
+            if self._worker_pids is not None and child.pid not in self._worker_pids:
+                continue
             try:
                 if child.name() != WORKER_NAME:
                     continue

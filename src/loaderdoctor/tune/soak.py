@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from loaderdoctor.torch_compat import worker_pids
 from loaderdoctor.tune.measure import (
     MeasureSettings,
     batch_length,
@@ -51,7 +52,7 @@ def soak(
             started = time.perf_counter()
             with quiet_worker_count():
                 iterator = iter(loader)
-            watcher.start(main_start)
+            watcher.start(main_start, worker_pids(iterator))
             first_at: float | None = None
             samples = 0
             try:
