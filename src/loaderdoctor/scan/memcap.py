@@ -19,6 +19,8 @@ import resource
 import time
 from dataclasses import dataclass
 
+import psutil
+
 PREFIX = "loaderdoctor-scan-"
 
 
@@ -94,7 +96,7 @@ def prune_stale_groups(parent: str) -> None:
         return
     for name in names:
         owner = name.removeprefix(PREFIX)
-        if name.startswith(PREFIX) and owner.isdigit() and not _alive(int(owner)):
+        if name.startswith(PREFIX) and owner.isdigit() and not psutil.pid_exists(int(owner)):
             remove_group(os.path.join(parent, name))
 
 
@@ -142,13 +144,3 @@ def _pids(group: str) -> list[int]:
             return [int(pid) for pid in handle.read().split()]
     except OSError:
         return []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
