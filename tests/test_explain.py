@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,31 @@ def test_cli_from_stdin_and_file(tmp_path) -> None:
     assert run_python(["-m", "loaderdoctor", "explain", str(empty)]).returncode == 1
     missing = run_python(["-m", "loaderdoctor", "explain", str(tmp_path / "nope.log")])
     assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+PLATFORM_LOGS = Path(__file__).parent / "fixtures" / "explain"
+
+
+@pytest.mark.parametrize(
+    ("log", "causes"),
+    [
+        ("windows-paging-file.log", ["paging-file-too-small", "native-crash"]),
+        ("windows-main-guard.log", ["main-guard-missing", "unpicklable"]),
+        ("windows-lambda.log", ["unpicklable", "main-guard-missing"]),
+        ("notebook-spawn.log", ["unpicklable", "native-crash"]),
+        ("macos-too-many-open-files.log", ["fd-exhausted"]),
+        ("macos-objc-fork.log", ["mps-in-worker", "native-crash"]),
+        ("macos-mps-share.log", ["mps-in-worker"]),
+    ],
+)
+def test_spawn_platform_logs_name_their_cause(log: str, causes: list[str]) -> None:
+    # Logs shaped as Windows and macOS users post them; explain reads them on any platform.
+    assert top((PLATFORM_LOGS / log).read_text())[: len(causes)] == causes
+
+
+def test_notebook_classes_get_the_notebook_note() -> None:
+    text = (PLATFORM_LOGS / "notebook-spawn.log").read_text()
+    notes = [match.note for match in explain_text(text).matches]
+    assert notes[0] == (
+        "A class or function defined in a notebook cell: spawned workers cannot import it."
+    )

@@ -140,6 +140,26 @@ def death(**kw) -> Evidence:
             Evidence(
                 kind="start",
                 start_method="spawn",
+                exception_type="OSError",
+                exception_message='[WinError 1455] The paging file is too small for this operation to complete. Error loading "C:\\venv\\torch\\lib\\shm.dll" or one of its dependencies.',
+            ),
+            "paging-file-too-small",
+            0.95,
+        ),
+        (
+            Evidence(
+                kind="exception",
+                stage="fetch",
+                exception_type="RuntimeError",
+                exception_message="_share_filename_: only available on CPU",
+            ),
+            "mps-in-worker",
+            0.95,
+        ),
+        (
+            Evidence(
+                kind="start",
+                start_method="spawn",
                 exception_type="AttributeError",
                 exception_message="Can't pickle local object 'main.<locals>.<lambda>'",
                 unpicklable_parts=["collate_fn (AttributeError: ...)"],

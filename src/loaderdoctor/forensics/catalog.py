@@ -268,6 +268,9 @@ CAUSES: dict[str, Cause] = {
                 "__getitem__ and collate_fn; apply callables inside the worker.",
                 "Open files, database and network handles lazily in __getitem__ (or in "
                 "worker_init_fn), not in __init__.",
+                "In a Jupyter notebook, move the Dataset class (and collate_fn) into a .py "
+                "module and import it: spawned workers cannot find classes defined in a cell "
+                "(`Can't get attribute ... on <module '__main__' (built-in)>`).",
                 "Or choose fork explicitly: DataLoader(..., multiprocessing_context='fork') (Linux).",
             ),
             symptoms=(
@@ -345,7 +348,8 @@ CAUSES: dict[str, Cause] = {
             fixes=(
                 "Close files in __getitem__ (use `with open(...)`).",
                 "Raise the limit: `ulimit -n 65536` before starting, or "
-                "resource.setrlimit(RLIMIT_NOFILE, ...) at start-up.",
+                "resource.setrlimit(RLIMIT_NOFILE, ...) at start-up. macOS starts shells at 256, "
+                "which a few workers passing tensors by file descriptor exhaust.",
                 "Or `torch.multiprocessing.set_sharing_strategy('file_system')`.",
             ),
             symptoms=("OSError: [Errno 24] Too many open files", "received 0 items of ancdata"),
@@ -372,6 +376,59 @@ CAUSES: dict[str, Cause] = {
             proof=(
                 "A worker's exception carries torch's message `Cannot re-initialize CUDA in forked "
                 "subprocess`."
+            ),
+        ),
+        Cause(
+            id="paging-file-too-small",
+            title="Windows ran out of commit space while starting workers (WinError 1455)",
+            explanation=(
+                "Windows has no fork: each worker is a new process that loads torch's DLLs "
+                "again, and Windows reserves commit space (RAM plus the paging file) for every "
+                "one of them, used or not. With many workers the sum passes the commit limit and "
+                "the next worker fails to load a DLL, before it ever reads a sample."
+            ),
+            fixes=(
+                "Use fewer workers (num_workers=2 or 4 on a laptop), and persistent_workers=True "
+                "so they start once per run, not once per epoch.",
+                "Enlarge the paging file: System Properties > Advanced > Performance > Virtual "
+                "memory, or let Windows manage it on a drive with free space.",
+                "Close other programs that hold commit space (a second training run, a browser).",
+            ),
+            symptoms=(
+                "OSError: [WinError 1455] The paging file is too small for this operation to "
+                "complete",
+                'Error loading "...torch\\lib\\...dll" or one of its dependencies',
+            ),
+            proof=(
+                "Windows' own error code 1455 (ERROR_COMMITMENT_LIMIT), raised while a worker "
+                "process loads torch's libraries; read from the worker's error or from a log by "
+                "`loaderdoctor explain`."
+            ),
+        ),
+        Cause(
+            id="mps-in-worker",
+            title="Apple's GPU (MPS) or Objective-C state crossed into DataLoader workers (macOS)",
+            explanation=(
+                "On macOS the Dataset or collate_fn made MPS tensors (or `torch.set_default_device"
+                "('mps')` was in force), which workers cannot share with the main process; or "
+                "workers were forked (multiprocessing_context='fork') after the main process had "
+                "initialised MPS or another Objective-C framework, and macOS kills a forked child "
+                "that touches it."
+            ),
+            fixes=(
+                "Keep the Dataset and collate_fn on the CPU; move each batch to the GPU in the "
+                "training loop (`batch.to('mps')`).",
+                "Do not set torch.set_default_device('mps') before the DataLoader's workers start.",
+                "Keep macOS's default 'spawn' start method: do not force 'fork'.",
+            ),
+            symptoms=(
+                "_share_filename_: only available on CPU",
+                "may have been in progress in another thread when fork() was called",
+            ),
+            proof=(
+                "The worker's exception carries torch's `_share_filename_: only available on CPU` "
+                "(a non-CPU tensor returned by a worker), or a forked worker was aborted by the "
+                "Objective-C runtime's fork-safety check, whose message names `fork()`."
             ),
         ),
     )

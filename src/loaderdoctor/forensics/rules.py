@@ -47,6 +47,18 @@ MESSAGE_SIGNATURES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
         re.compile(r"Too many open files|\[Errno 24\]|received 0 items of ancdata"),
     ),
     ("cuda-in-worker", 0.98, re.compile(r"Cannot re-initialize CUDA in forked subprocess")),
+    # Windows: ERROR_COMMITMENT_LIMIT while a spawned worker loads torch's DLLs.
+    ("paging-file-too-small", 0.97, re.compile(r"WinError 1455|paging file is too small")),
+    # macOS: an MPS tensor returned by a worker (pytorch issue 87688), or the Objective-C
+    # runtime's fork-safety abort in a forked child.
+    (
+        "mps-in-worker",
+        0.95,
+        re.compile(
+            r"_share_filename_: only available on CPU|"
+            r"may have been in progress in another thread when fork\(\) was called"
+        ),
+    ),
     (
         "main-guard-missing",
         0.98,

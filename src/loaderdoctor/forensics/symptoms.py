@@ -117,6 +117,12 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "A worker did not deliver within the DataLoader's timeout.",
     ),
     Symptom(
+        "notebook-main",
+        r"Can't get attribute .* on <module '__main__' \(built-in\)>",
+        (("unpicklable", 0.95),),
+        "A class or function defined in a notebook cell: spawned workers cannot import it.",
+    ),
+    Symptom(
         "pickling",
         r"Can't pickle|cannot pickle|PicklingError|Can't get attribute .* on <module '__main__'",
         (("unpicklable", 0.85),),
@@ -128,6 +134,32 @@ SYMPTOMS: tuple[Symptom, ...] = (
         r"|freeze_support\(\)",
         (("main-guard-missing", 0.95),),
         "The script's top level ran again in a spawned worker: no main guard.",
+    ),
+    Symptom(
+        "broken-pipe",
+        r"BrokenPipeError: \[Errno 32\] Broken pipe",
+        (("main-guard-missing", 0.5), ("unpicklable", 0.4)),
+        "Windows/macOS (spawn): the worker died while the parent sent it the dataset; the "
+        "worker's own error (bootstrapping, or a pickling error in the parent) says which.",
+    ),
+    Symptom(
+        "ran-out-of-input",
+        r"EOFError: Ran out of input",
+        (("unpicklable", 0.6), ("main-guard-missing", 0.3)),
+        "A spawned worker read a truncated pickle: the parent failed while pickling for it.",
+    ),
+    Symptom(
+        "paging-file",
+        r"WinError 1455|paging file is too small",
+        (("paging-file-too-small", 0.95),),
+        "Windows ran out of commit space (RAM + paging file) while a worker loaded torch.",
+    ),
+    Symptom(
+        "objc-fork",
+        r"objc\[\d+\]: .*may have been in progress in another thread when fork\(\) was called"
+        r"|_share_filename_: only available on CPU",
+        (("mps-in-worker", 0.85),),
+        "macOS: MPS or Objective-C state in a forked worker, or an MPS tensor returned by one.",
     ),
     Symptom(
         "cuda-fork",
@@ -165,6 +197,11 @@ NEXT_CHECKS: dict[str, tuple[str, ...]] = {
     "unpicklable": ("python -c 'import pickle; pickle.dumps(DATASET)'",),
     "main-guard-missing": ("loaderdoctor lint train.py",),
     "cuda-in-worker": ("loaderdoctor lint train.py",),
+    "paging-file-too-small": (
+        'systeminfo | findstr /C:"Virtual Memory"   (the commit limit and what is in use)',
+        "loaderdoctor lint --platform windows train.py",
+    ),
+    "mps-in-worker": ("loaderdoctor lint --platform macos train.py",),
 }
 
 
