@@ -119,7 +119,9 @@ def test_cli_fix_rewrites_a_temp_copy(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr  # LD106 cannot be fixed mechanically
     lines = result.stdout.splitlines()
     assert sum(line.startswith("fixed ") for line in lines) == 4
-    assert all(" LD106 " in line for line in lines if not line.startswith("fixed "))
+    findings = [line for line in lines if not line.startswith(("fixed ", "    fix: "))]
+    assert [line.split(": ")[1].split(" [")[0] for line in findings[:-1]] == ["LD106"] * 3
+    assert findings[-1].startswith("3 errors in 2 files (")
     text = target.read_text()
     assert (
         "persistent_workers" not in text and "prefetch_factor" not in text and "timeout" not in text

@@ -74,6 +74,8 @@ class Scopes:
         self.tree = tree
         self.parents: dict[ast.AST, ast.AST] = {}
         self.imports: dict[str, str] = {}
+        # local name -> (module as written, imported name or None for a module, relative level)
+        self.import_sources: dict[str, tuple[str, str | None, int]] = {}
         self.arg_holders: set[str] = set(_ARG_HOLDER_NAMES)
         self._bindings: dict[ast.AST, dict[str, list[ast.AST]]] = {}
         self.argparse_defaults: dict[str, ast.expr | None] = {}
@@ -88,12 +90,17 @@ class Scopes:
                 for alias in node.names:
                     if alias.asname:
                         self.imports[alias.asname] = alias.name
+                        self.import_sources[alias.asname] = (alias.name, None, 0)
                     else:
                         head = alias.name.split(".")[0]
                         self.imports[head] = head
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                        self.import_sources[head] = (head, None, 0)
+            elif isinstance(node, ast.ImportFrom):
                 for alias in node.names:
-                    self.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    local = alias.asname or alias.name
+                    self.import_sources[local] = (node.module or "", alias.name, node.level)
+                    if node.module and not node.level:
+                        self.imports[local] = f"{node.module}.{alias.name}"
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 if node.func.attr == "add_argument":
                     self._record_argument(node)
@@ -118,7 +125,7 @@ class Scopes:
         return f"{origin}.{rest}" if rest else origin
 
     def is_imported(self, name: str) -> bool:
-        return name in self.imports
+        return name in self.imports or name in self.import_sources
 
     def scope_of(self, node: ast.AST) -> ScopeNode:
         current = self.parents.get(node)
