@@ -111,26 +111,44 @@ class DatasetClass:
         found = self.find(name)
         return found[0] if found else None
 
+    def _find_in_bases(self, name: str) -> tuple[FunctionNode, DatasetClass] | None:
+        for base in self.bases:
+            found = base.find(name)
+            if found is not None:
+                return found
+        return None
+
     def _closure(
         self, start: list[str], stop: tuple[str, ...]
     ) -> list[tuple[FunctionNode, DatasetClass]]:
-        pending = list(start)
-        seen: set[str] = set()
-        found: list[tuple[FunctionNode, DatasetClass]] = []
+        """Methods reached from ``start`` through ``self.m()`` and ``super().m()`` calls."""
+        pending: list[tuple[FunctionNode, DatasetClass]] = []
+        for name in start:
+            found = self.find(name)
+            if found is not None:
+                pending.append(found)
+        seen: set[int] = set()
+        result: list[tuple[FunctionNode, DatasetClass]] = []
         while pending:
-            name = pending.pop()
-            if name in seen or name in stop:
+            method, owner = pending.pop()
+            if id(method) in seen:
                 continue
-            seen.add(name)
-            method = self.find(name)
-            if method is None:
-                continue
-            found.append(method)
-            for node in walk_local(method[0]):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                    if isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
-                        pending.append(node.func.attr)
-        return found
+            seen.add(id(method))
+            result.append((method, owner))
+            for node in walk_local(method):
+                if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                    continue
+                name = node.func.attr
+                receiver = node.func.value
+                found = None
+                if isinstance(receiver, ast.Name) and receiver.id == "self":
+                    if name not in stop:
+                        found = self.find(name)  # dispatch from the most derived class
+                elif _is_super(receiver, owner):
+                    found = owner._find_in_bases(name)  # super().__init__(...)
+                if found is not None:
+                    pending.append(found)
+        return result
 
     def worker_methods(self) -> list[tuple[FunctionNode, DatasetClass]]:
         """The methods that run in workers: entry points and what they call on ``self``."""
@@ -309,17 +327,20 @@ class ModuleModel:
                 root = root.value
         if isinstance(root, ast.Name):
             name = root.id
+            parts = (dotted_name(node) or self.segment(node)).lower().replace("[", ".").split(".")
             if name in self.scopes.arg_holders and isinstance(node, ast.Attribute):
                 return "from the command line"
+            if any(hint in part for part in parts for hint in _CONFIG_HINTS):
+                return "from a config"
+            if "kwargs" in name:
+                return "from **kwargs"
+            if name == "self":
+                return "an attribute set elsewhere"
             binding = self.scopes.lookup(name, root)
             if binding and all(isinstance(b, ast.arguments) for b in binding):
                 function = self.scopes.scope_of(root)
                 owner = getattr(function, "name", "the function")
                 return f"a parameter of `{owner}()`"
-            if name == "self":
-                return "an attribute set elsewhere"
-            if any(hint in name.lower() for hint in _CONFIG_HINTS):
-                return "from a config"
         return "not known statically"
 
     def _start_method(self, context: ast.expr | None) -> StartMethod:
@@ -381,6 +402,15 @@ class ModuleModel:
         """The class of this module whose instance ``node`` evaluates to, if a reader can tell."""
         found = self.project.class_of_instance(self, node, depth)
         return found[1] if found and found[0] is self else None
+
+
+def _is_super(node: ast.expr, owner: DatasetClass) -> bool:
+    """``super()``, ``super(Cls, self)``, or ``Base`` in ``Base.__init__(self, ...)``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id == "super"
+    if isinstance(node, ast.Name):
+        return any(base.name == node.id for base in owner.bases)
+    return False
 
 
 def is_main_guard(test: ast.expr) -> bool:

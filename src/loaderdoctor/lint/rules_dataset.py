@@ -227,7 +227,12 @@ def _handle_opener(
         return f"a `{name}(...)` client"
     if name in ("numpy.load", "np.load"):
         return _npz_handle(model, value)
-    if isinstance(value.func, ast.Attribute) and is_self_attribute(value.func.value):
+    receiver = value.func.value if isinstance(value.func, ast.Attribute) else None
+    if (
+        isinstance(value.func, ast.Attribute)
+        and isinstance(receiver, ast.Name)
+        and receiver.id == "self"
+    ):
         helper = owner.find(value.func.attr)  # self.env = self._open_env(path)
         if helper is not None:
             function, helper_owner = helper

@@ -89,9 +89,9 @@ def _module_hits(model: ModuleModel) -> Iterator[Hit]:
             )
 
 
-def _module_holders(model: ModuleModel, candidates: list[LoaderCall]) -> dict[str, LoaderCall]:
+def _module_holders(model: ModuleModel, candidates: list[LoaderCall]) -> _Holders:
     """Module-level names bound to a worker DataLoader, or to a container of them."""
-    holders: dict[str, LoaderCall] = {}
+    holders = _Holders()
     for loader in candidates:
         node: ast.AST = loader.node
         parent = model.scopes.parents.get(node)
@@ -105,10 +105,31 @@ def _module_holders(model: ModuleModel, candidates: list[LoaderCall]) -> dict[st
                 for target in targets:
                     if isinstance(target, ast.Name):
                         holders.setdefault(target.id, loader)
+                        if node is not loader.node:
+                            holders.containers.add(target.id)
     return holders
 
 
-def _holder_uses(model: ModuleModel, holders: dict[str, LoaderCall]) -> dict[str, list[ast.Name]]:
+class _Holders(dict[str, LoaderCall]):
+    """Name -> DataLoader; ``containers`` are the names bound to a dict or list of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.containers: set[str] = set()
+
+
+def _uses_loader(model: ModuleModel, use: ast.Name, holders: _Holders) -> bool:
+    """A use of a holder that iterates a DataLoader: ``loaders["train"]`` for a container."""
+    node: ast.AST = use
+    if use.id in holders.containers:
+        parent = model.scopes.parents.get(use)
+        if not (isinstance(parent, ast.Subscript) and parent.value is use):
+            return False  # iterating a dict of loaders does not start any of them
+        node = parent
+    return _consumes(model, node)
+
+
+def _holder_uses(model: ModuleModel, holders: _Holders) -> dict[str, list[ast.Name]]:
     uses: dict[str, list[ast.Name]] = {}
     if not holders:
         return uses
@@ -121,7 +142,7 @@ def _holder_uses(model: ModuleModel, holders: dict[str, LoaderCall]) -> dict[str
 def _consumed_at_top_level(
     model: ModuleModel,
     loader: LoaderCall,
-    holders: dict[str, LoaderCall],
+    holders: _Holders,
     uses: dict[str, list[ast.Name]],
 ) -> bool:
     if _consumes(model, loader.node):
@@ -130,7 +151,7 @@ def _consumed_at_top_level(
         if held is not loader:
             continue
         for use in uses.get(name, ()):
-            if model.scopes.scope_of(use) is model.tree and _consumes(model, use):
+            if model.scopes.scope_of(use) is model.tree and _uses_loader(model, use, holders):
                 if model.placement(use) is Placement.UNGUARDED:
                     return True
     return False
@@ -150,7 +171,7 @@ def _import_time_calls(model: ModuleModel) -> Iterator[ast.Call]:
 def _starts_workers(
     model: ModuleModel,
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef],
-    holders: dict[str, LoaderCall],
+    holders: _Holders,
     candidates: list[LoaderCall],
     name: str,
     depth: int,
@@ -174,7 +195,7 @@ def _starts_workers(
         local_names = model.scopes.bindings(function)
         for node in walk_local(function):
             if isinstance(node, ast.Name) and node.id in holders and node.id not in local_names:
-                if isinstance(node.ctx, ast.Load) and _consumes(model, node):
+                if isinstance(node.ctx, ast.Load) and _uses_loader(model, node, holders):
                     found = holders[node.id]
                     break
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -211,14 +232,8 @@ def _is_consumed_in(model: ModuleModel, loader: LoaderCall, function: ast.AST) -
 def _consumes(model: ModuleModel, node: ast.AST) -> bool:
     """Whether this use of a loader (or of a container of loaders) iterates it or hands it on."""
     parent = model.scopes.parents.get(node)
-    while isinstance(parent, ast.Subscript) and parent.value is node:  # loaders["train"]
-        node, parent = parent, model.scopes.parents.get(parent)
     if isinstance(parent, ast.Attribute) and parent.value is node:
-        call = model.scopes.parents.get(parent)
-        if parent.attr in ("values", "items") and isinstance(call, ast.Call):
-            node, parent = call, model.scopes.parents.get(call)
-        else:
-            return False
+        return False  # loader.dataset, len(loader.sampler): no workers
     if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)) and parent.iter is node:
         return True
     if isinstance(parent, ast.keyword):

@@ -272,7 +272,12 @@ def _rebuilt_unchanged_each_time(
     used = {n.id for n in ast.walk(loader.node) if isinstance(n, ast.Name)}
     if used & bound:
         return False
-    if _changed_in_loop(loop, used):
+    given = {
+        name
+        for argument in (*loader.node.args, *(k.value for k in loader.node.keywords))
+        if (name := dotted_name(argument)) is not None
+    }
+    if _changed_in_loop(loop, given):
         return False
     for node in walk_local(loop):
         if isinstance(node, ast.Name) and node.id == target.id and isinstance(node.ctx, ast.Load):
@@ -298,20 +303,21 @@ def _names_bound_in(loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
     return names
 
 
-def _changed_in_loop(loop: ast.AST, names: set[str]) -> bool:
+def _changed_in_loop(loop: ast.AST, given: set[str]) -> bool:
     """Whether the loop calls a method on, or assigns into, an object the DataLoader is given."""
+
+    def touches(node: ast.AST) -> bool:
+        name = dotted_name(node)
+        return name is not None and any(
+            name == other or name.startswith(f"{other}.") for other in given
+        )
+
     for node in walk_local(loop):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            root = node.func.value
-            while isinstance(root, (ast.Attribute, ast.Subscript)):
-                root = root.value
-            if isinstance(root, ast.Name) and root.id in names:
+            if touches(node.func.value):  # dataset.set_epoch(epoch), self.dataset.resample()
                 return True
         if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, ast.Store):
-            root = node.value
-            while isinstance(root, (ast.Attribute, ast.Subscript)):
-                root = root.value
-            if isinstance(root, ast.Name) and root.id in names:
+            if touches(node.value) or touches(node):
                 return True
     return False
 

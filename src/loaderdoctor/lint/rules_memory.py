@@ -131,8 +131,17 @@ def _listing(what: str, source: str) -> _Kind:
     return _Kind(_INFO, what, source)
 
 
+# Library Datasets whose own __init__ keeps a big Python object (not visible in the project).
+_LIBRARY_TABLES = {
+    "torchvision.datasets.CocoDetection": ("coco", "a COCO index (pycocotools)"),
+    "torchvision.datasets.CocoCaptions": ("coco", "a COCO index (pycocotools)"),
+    "torchvision.datasets.coco.CocoDetection": ("coco", "a COCO index (pycocotools)"),
+}
+
+
 def check_python_object_tables(project: Project) -> Iterator[Hit]:
     for dataset in project.worker_datasets():
+        yield from _library_tables(dataset)
         workers = dataset.worker_methods()
         if not workers:
             continue
@@ -153,6 +162,22 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
             if user is None:
                 continue
             yield _hit(dataset, owner, attr, kind, node, user)
+
+
+def _library_tables(dataset: DatasetClass) -> Iterator[Hit]:
+    for base in dataset.node.bases:
+        name = dataset.module.scopes.qualified(base) or ""
+        if name in _LIBRARY_TABLES:
+            attr, what = _LIBRARY_TABLES[name]
+            yield Hit(
+                dataset.module,
+                base,
+                "LD107",
+                f"`{dataset.name}` derives from `{name}`, which keeps {what} in `self.{attr}` "
+                "and reads it in every worker: reading Python objects writes their reference "
+                "counts, so each worker copies every page they sit on and memory grows by "
+                "num_workers x its size over the epoch (copy-on-read)",
+            )
 
 
 def _hit(
@@ -276,8 +301,17 @@ class _Flow:
             self._fill(func.value, kind, call)
 
     def _fill(self, container: ast.AST, kind: _Kind, node: ast.AST) -> None:
-        while isinstance(container, ast.Subscript):  # groups[key].append(record)
-            container = container.value
+        while True:  # groups[key].append(record), groups.setdefault(key, []).append(record)
+            if isinstance(container, ast.Subscript):
+                container = container.value
+            elif (
+                isinstance(container, ast.Call)
+                and isinstance(container.func, ast.Attribute)
+                and container.func.attr in ("setdefault", "get")
+            ):
+                container = container.func.value
+            else:
+                break
         if isinstance(container, ast.Name):
             self.env[container.id] = self.env.get(container.id, NONE).stronger(kind)
         elif is_self_attribute(container):
@@ -290,7 +324,12 @@ class _Flow:
         if kind.level >= _ROW:
             return _records(kind.source)
         if isinstance(value, (ast.Tuple, ast.List, ast.Dict)):
-            return _listing("tuples or lists per entry", "")
+            elements = value.values if isinstance(value, ast.Dict) else value.elts
+            for element in elements:
+                inner = self.kind(element)
+                if inner.level == _INFO:
+                    return _listing(f"tuples holding {inner.what}", inner.source)
+            return _listing("tuples or lists, one per entry", "")
         if kind.level == _INFO:
             return kind
         return NONE
