@@ -419,7 +419,8 @@ class _Flow:
                 return _listing("ids (the keys of loaded data)", base.source)
             if base.level == _BIG and func.attr in _SAME_KIND_METHODS:
                 return base
-            if is_self_attribute(func.value) and self.owner is not None:
+            receiver = func.value
+            if isinstance(receiver, ast.Name) and receiver.id == "self" and self.owner:
                 return self._helper_method(func.attr, depth)
         if isinstance(func, (ast.Name, ast.Attribute)) and self.depth < _MAX_DEPTH:
             found = self.model.project.function(self.model, func)
