@@ -159,7 +159,9 @@ def _check_project(files: list[_File], options: _Options, report: LintReport) ->
                 modules.append(model)
                 sources[id(model)] = file.source
         else:
-            pending.append(PendingModule(file.module_name, _loader_of(file, options, report)))
+            pending.append(
+                PendingModule(file.module_name, _loader_of(file, options, report), file.source.text)
+            )
     project = Project(modules, pending, options.platform)
     checked = {id(model) for model in modules}
     found: dict[tuple[str, int, int, int, str], LintFinding] = {}

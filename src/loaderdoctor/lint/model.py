@@ -91,6 +91,10 @@ class DatasetClass:
     explicit: bool  # derives from a Dataset; otherwise only duck-typed (__getitem__ + __len__)
     local: bool  # defined inside a function: cannot be pickled
     bases: list[DatasetClass] = field(default_factory=list)
+    _worker_methods: list[tuple[FunctionNode, DatasetClass]] | None = field(
+        default=None, repr=False
+    )
+    _init_methods: list[tuple[FunctionNode, DatasetClass]] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -152,14 +156,17 @@ class DatasetClass:
 
     def worker_methods(self) -> list[tuple[FunctionNode, DatasetClass]]:
         """The methods that run in workers: entry points and what they call on ``self``."""
-        entries = [name for name in WORKER_ENTRY_METHODS if self.find(name) is not None]
-        return self._closure(entries, ("__init__",))
+        if self._worker_methods is None:
+            entries = [name for name in WORKER_ENTRY_METHODS if self.find(name) is not None]
+            self._worker_methods = self._closure(entries, ("__init__",))
+        return self._worker_methods
 
     def init_methods(self) -> list[tuple[FunctionNode, DatasetClass]]:
         """``__init__`` and the helpers it calls on ``self`` (``self._load_annotations()``)."""
-        if self.find("__init__") is None:
-            return []
-        return self._closure(["__init__"], WORKER_ENTRY_METHODS)
+        if self._init_methods is None:
+            found = self.find("__init__") is not None
+            self._init_methods = self._closure(["__init__"], WORKER_ENTRY_METHODS) if found else []
+        return self._init_methods
 
 
 class ModuleModel:

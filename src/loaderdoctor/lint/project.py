@@ -13,6 +13,7 @@ Modules that a cheap text scan found irrelevant are parsed only when a name reso
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ class PendingModule:
 
     module_name: str
     load: Callable[[], ModuleModel | None]
+    text: str = ""
 
 
 class Project:
@@ -84,8 +86,17 @@ class Project:
                 return module
         return None
 
-    def find_module(self, importer: ModuleModel, dotted: str, level: int) -> ModuleModel | None:
-        """The project module that ``from <level dots><dotted> import ...`` in importer names."""
+    def find_module(
+        self,
+        importer: ModuleModel,
+        dotted: str,
+        level: int,
+        hint: re.Pattern[str] | None = None,
+    ) -> ModuleModel | None:
+        """The project module that ``from <level dots><dotted> import ...`` in importer names.
+
+        A module not parsed yet is parsed now, unless its text does not match ``hint``.
+        """
         if level:
             package = importer.module_name.split(".") if importer.module_name else []
             if not importer.is_package:
@@ -103,6 +114,8 @@ class Project:
             )
         entry = candidates[0]
         if isinstance(entry, PendingModule):
+            if hint is not None and not hint.search(entry.text):
+                return None
             return self._load(entry)
         return entry
 
@@ -124,7 +137,11 @@ class Project:
     # -- names -------------------------------------------------------------------------------
 
     def resolve(
-        self, module: ModuleModel, node: ast.AST, depth: int = 0
+        self,
+        module: ModuleModel,
+        node: ast.AST,
+        depth: int = 0,
+        hint: re.Pattern[str] | None = None,
     ) -> tuple[ModuleModel, ast.AST] | None:
         """The class or function definition a Name/Attribute refers to, in any project module."""
         dotted = dotted_name(node)
@@ -142,11 +159,13 @@ class Project:
             target_dotted, _, attribute = f"{written}.{rest}".rpartition(".")
             if not attribute or not target_dotted:
                 return None
-            target = self.find_module(module, target_dotted, 0)
+            target = self.find_module(module, target_dotted, 0, hint)
             return self._top_level(target, attribute, depth) if target else None
-        target = self.find_module(module, written, level)
+        target = self.find_module(module, written, level, hint)
         if target is None:
-            submodule = self.find_module(module, f"{written}.{name}" if written else name, level)
+            submodule = self.find_module(
+                module, f"{written}.{name}" if written else name, level, hint
+            )
             if submodule is not None and rest and "." not in rest:
                 return self._top_level(submodule, rest, depth)
             return None
@@ -188,9 +207,9 @@ class Project:
         return None
 
     def function(
-        self, module: ModuleModel, node: ast.AST
+        self, module: ModuleModel, node: ast.AST, hint: re.Pattern[str] | None = None
     ) -> tuple[ModuleModel, FunctionNode] | None:
-        found = self.resolve(module, node)
+        found = self.resolve(module, node, hint=hint)
         if found and isinstance(found[1], _FUNCTIONS):
             return found[0], found[1]
         return None

@@ -11,6 +11,7 @@ file) and lists of ids are only ``info``: harmless at a few thousand entries (py
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -91,6 +92,10 @@ _PASS_THROUGH = frozenset({"list", "sorted", "tuple", "dict", "set", "reversed",
 _SAME_KIND_METHODS = frozenset({"items", "values", "keys", "get", "copy", "pop", "setdefault"})
 _ROW_METHODS = frozenset({"iterrows", "itertuples", "to_dict", "to_records"})
 _MAX_DEPTH = 3
+# A helper module not parsed yet is read for a loader function only if it could hold one.
+_LOADS_SOMETHING = re.compile(
+    r"json|pickle|yaml|torch\.load|np\.load|numpy|msgpack|csv|COCO|LVIS|read_|joblib|mmcv|listdir|glob"
+)
 
 # Levels: what a value is, from harmless to copy-on-read trouble.
 _NONE, _NEUTRAL, _INFO, _ROW, _BIG = 0, 1, 2, 3, 4
@@ -423,7 +428,7 @@ class _Flow:
             if isinstance(receiver, ast.Name) and receiver.id == "self" and self.owner:
                 return self._helper_method(func.attr, depth)
         if isinstance(func, (ast.Name, ast.Attribute)) and self.depth < _MAX_DEPTH:
-            found = self.model.project.function(self.model, func)
+            found = self.model.project.function(self.model, func, _LOADS_SOMETHING)
             if found is not None:
                 flow = _Flow(found[0], None, self.depth + 1)
                 flow.run(found[1])

@@ -67,6 +67,35 @@ def walk_local(node: ast.AST) -> Iterator[ast.AST]:
         stack.extend(ast.iter_child_nodes(child))
 
 
+def _walk(tree: ast.AST, parents: dict[ast.AST, ast.AST]) -> list[ast.AST]:
+    """Every node in source order (pre-order), filling ``parents`` on the way, in one pass.
+
+    ``ast.walk`` plus ``ast.iter_child_nodes`` visits every node twice, and the Load/Store
+    context objects, which no rule needs: this is a third of the time of a lint run.
+    """
+    nodes: list[ast.AST] = []
+    stack: list[ast.AST] = [tree]
+    context = ast.expr_context
+    node_type = ast.AST
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        children: list[ast.AST] = []
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, node_type) and not isinstance(item, context):
+                        children.append(item)
+            elif isinstance(value, node_type) and not isinstance(value, context):
+                children.append(value)
+        for child in children:
+            parents[child] = node
+        children.reverse()
+        stack.extend(children)
+    return nodes
+
+
 class Scopes:
     """Parents, imports and the bindings of every function and of the module."""
 
@@ -79,11 +108,9 @@ class Scopes:
         self.arg_holders: set[str] = set(_ARG_HOLDER_NAMES)
         self._bindings: dict[ast.AST, dict[str, list[ast.AST]]] = {}
         self.argparse_defaults: dict[str, ast.expr | None] = {}
-        self.nodes: list[ast.AST] = list(ast.walk(tree))
+        self.nodes: list[ast.AST] = _walk(tree, self.parents)
         self.attributes: dict[str, list[ast.Attribute]] = {}
         for node in self.nodes:
-            for child in ast.iter_child_nodes(node):
-                self.parents[child] = node
             if isinstance(node, ast.Attribute):
                 self.attributes.setdefault(node.attr, []).append(node)
             if isinstance(node, ast.Import):
