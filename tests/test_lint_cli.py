@@ -86,6 +86,34 @@ def test_list_rules_prints_the_catalog() -> None:
 
 def test_pre_commit_hook_definition() -> None:
     text = (Path(__file__).parent.parent / ".pre-commit-hooks.yaml").read_text()
-    assert "- id: loaderdoctor-lint" in text
-    assert "entry: loaderdoctor lint" in text
-    assert "language: python" in text and "types: [python]" in text
+    hook = [line.strip() for line in text.splitlines() if line and not line.startswith("#")]
+    assert hook == [
+        "- id: loaderdoctor-lint",
+        "name: loaderdoctor lint",
+        "description: Static checks of PyTorch training code for DataLoader multiprocessing "
+        "pitfalls.",
+        "entry: loaderdoctor lint",
+        "language: python",
+        "types_or: [python, jupyter]",
+        "pass_filenames: false",
+        "args: [.]",
+    ]
+
+
+def test_help_teaches_the_options() -> None:
+    result = lint("--help")
+    assert result.returncode == 0
+    for option in ("--platform", "--severity", "--fail-on", "--format", "sarif", "examples:"):
+        assert option in result.stdout, option
+
+
+def test_readme_rule_table_matches_the_catalog() -> None:
+    from loaderdoctor.lint import RULES
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `LD")]
+    assert rows == [
+        f"| `{rule.code}` | {rule.severity}{' (spawn-only)' if rule.spawn_only else ''} "
+        f"| {rule.title} |"
+        for rule in RULES.values()
+    ]

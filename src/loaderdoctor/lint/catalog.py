@@ -155,7 +155,10 @@ _ROWS: tuple[Rule, ...] = (
             "cores threads oversubscribe the CPU, and a pool created before fork can deadlock "
             "the worker."
         ),
-        fix="Call `cv2.setNumThreads(0)` at module level or in worker_init_fn.",
+        fix=(
+            "Call `cv2.setNumThreads(0)` once, in any module of the project that the entry "
+            "point imports (a setup module) or in worker_init_fn."
+        ),
         severity="warning",
     ),
     Rule(
