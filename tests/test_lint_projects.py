@@ -63,3 +63,18 @@ def test_every_file_is_counted_even_when_the_text_scan_skips_it() -> None:
     assert report.lines_checked == sum(
         path.read_text().count("\n") + 1 for path in (PROJECTS / "detection").rglob("*.py")
     )
+
+
+def test_cyclic_and_shadowing_imports_do_not_crash(tmp_path: Path) -> None:
+    (tmp_path / "errors.py").write_text(
+        "from other import Error\n\n\nclass Error(Error):\n    pass\n"
+    )
+    (tmp_path / "other.py").write_text(
+        "from errors import Error\n\n\nclass Error(Error):\n    pass\n"
+    )
+    (tmp_path / "data.py").write_text(
+        "from errors import Error\n\n\nclass Items(Error):\n"
+        "    def __getitem__(self, index):\n        return index\n"
+    )
+    report = check_paths([tmp_path])
+    assert (report.files_checked, report.findings) == (3, [])

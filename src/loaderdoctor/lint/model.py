@@ -100,13 +100,15 @@ class DatasetClass:
     def name(self) -> str:
         return self.node.name
 
-    def find(self, name: str) -> tuple[FunctionNode, DatasetClass] | None:
+    def find(self, name: str, depth: int = 0) -> tuple[FunctionNode, DatasetClass] | None:
         """The method ``name`` and the class that defines it (this one or a base)."""
         for statement in self.node.body:
             if isinstance(statement, _FUNCTIONS) and statement.name == name:
                 return statement, self
+        if depth > 32:  # a cycle of bases that a reader could not untangle either
+            return None
         for base in self.bases:
-            found = base.find(name)
+            found = base.find(name, depth + 1)
             if found is not None:
                 return found
         return None

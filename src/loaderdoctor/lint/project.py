@@ -64,6 +64,8 @@ class Project:
         self.fork_everywhere = any(module.sets_fork for module in self.modules)
         self.sets_cv2_threads = any(_sets_cv2_threads(module) for module in self.modules)
         self._datasets: dict[int, DatasetClass] | None = None
+        self._runs: dict[int, bool] = {}
+        self._dataset_list: list[DatasetClass] | None = None
         self._loader_classes: list[tuple[LoaderCall, ModuleModel, ast.ClassDef | None]] | None = (
             None
         )
@@ -133,6 +135,9 @@ class Project:
             module.project = self
             self._owner[id(module.tree)] = module
         return module
+
+    def _checked(self, module: ModuleModel) -> bool:
+        return any(module is other for other in self.modules)
 
     # -- names -------------------------------------------------------------------------------
 
@@ -219,6 +224,11 @@ class Project:
     @property
     def datasets(self) -> list[DatasetClass]:
         """Every Dataset class defined in a linted module, in module and source order."""
+        if self._dataset_list is None:
+            self._dataset_list = self._find_datasets()
+        return self._dataset_list
+
+    def _find_datasets(self) -> list[DatasetClass]:
         table = self._dataset_table()
         used = {id(cls) for _, _, cls in self._loaders_with_classes() if cls is not None}
         found = []
@@ -252,7 +262,9 @@ class Project:
                     changed = True
         return table
 
-    def _as_dataset(self, module: ModuleModel, node: ast.ClassDef) -> DatasetClass | None:
+    def _as_dataset(
+        self, module: ModuleModel, node: ast.ClassDef, depth: int = 0
+    ) -> DatasetClass | None:
         table = self._datasets or {}
         explicit = False
         bases: list[DatasetClass] = []
@@ -262,8 +274,11 @@ class Project:
             if resolved is not None and isinstance(resolved[1], ast.ClassDef):
                 base_module, base_node = resolved[0], resolved[1]
                 known = table.get(id(base_node))
-                if known is None and base_module not in self.modules:
-                    known = self._as_dataset(base_module, base_node)  # a module parsed on demand
+                if base_node is node:
+                    continue  # class Error(Error): the name of an imported class, shadowed
+                if known is None and depth < _MAX_DEPTH and not self._checked(base_module):
+                    # a module parsed on demand
+                    known = self._as_dataset(base_module, base_node, depth + 1)
                     if known is not None:
                         table[id(base_node)] = known
                 if known is not None:
@@ -296,6 +311,12 @@ class Project:
 
     def runs_in_workers(self, dataset: DatasetClass) -> bool:
         """False only when every DataLoader given this Dataset (or a subclass) has 0 workers."""
+        known = self._runs.get(id(dataset))
+        if known is None:
+            known = self._runs[id(dataset)] = self._judge_workers(dataset)
+        return known
+
+    def _judge_workers(self, dataset: DatasetClass) -> bool:
         loaders = self._loaders_with_classes()
         family = {id(cls.node) for cls in self._dataset_table().values() if _derives(cls, dataset)}
         own = [loader for loader, _, cls in loaders if cls is not None and id(cls) in family]
@@ -310,10 +331,10 @@ class Project:
                 yield dataset
 
 
-def _derives(cls: DatasetClass, ancestor: DatasetClass) -> bool:
+def _derives(cls: DatasetClass, ancestor: DatasetClass, depth: int = 0) -> bool:
     if cls is ancestor:
         return True
-    return any(_derives(base, ancestor) for base in cls.bases)
+    return depth < 32 and any(_derives(base, ancestor, depth + 1) for base in cls.bases)
 
 
 def _common_prefix(left: list[str], right: list[str]) -> int:
