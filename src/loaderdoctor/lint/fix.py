@@ -77,7 +77,9 @@ def fix_source(
         removed = [
             keyword
             for option, keyword in loader.keywords.items()
-            if option in _WORKER_ONLY_OPTIONS and reported(keyword, "LD105")
+            if option in _WORKER_ONLY_OPTIONS
+            and reported(keyword, "LD105")
+            and not loader.zero_by_default  # a flag may ask for workers: not mechanical
         ]
         if removed:
             edits.extend(_removals(loader, removed, offsets))

@@ -374,13 +374,23 @@ def _worker_options(model: ModuleModel) -> Iterator[Hit]:
                 continue
             text = model.segment(node) or repr(value)
             effect = "is ignored" if option == "timeout" else "makes torch raise ValueError"
+            fix = f"Remove `{option}={text}`, or set num_workers to a positive number."
+            if loader.zero_by_default:  # keep the option for runs that do ask for workers
+                workers = model.segment(loader.arguments["num_workers"])
+                fix = (
+                    f"Give it only with workers: `{option}={text} if {workers} > 0 else "
+                    f"{_OFF[option]}`, or make the flag's default positive."
+                )
             yield Hit(
                 model,
                 loader.keywords.get(option, node),
                 "LD105",
                 f"`{option}={text}` {effect} with num_workers={loader.workers_text}",
-                fix=f"Remove `{option}={text}`, or set num_workers to a positive number.",
+                fix=fix,
             )
+
+
+_OFF = {"prefetch_factor": "None", "persistent_workers": "False", "timeout": "0"}
 
 
 def _is_active(option: str, value: object) -> bool:
