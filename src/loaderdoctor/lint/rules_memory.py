@@ -160,12 +160,17 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
                 known = attributes.get(attr)
                 if known is None or kind.level > known[0].level:
                     attributes[attr] = (kind, node, owner)
+        reported: set[int] = set()
         for attr, (kind, node, owner) in attributes.items():
             if attr in converted or kind.level < _INFO or kind.level == _ROW:
                 continue
             user = uses_self_attribute(workers, attr)
             if user is None:
                 continue
+            if kind.level == _BIG:
+                if id(kind) in reported:
+                    continue  # self.cfg = data; self.samples = data["list"]: one object, once
+                reported.add(id(kind))
             yield _hit(dataset, owner, attr, kind, node, user)
 
 

@@ -1,4 +1,4 @@
-# expect: LD107 LD107 LD107 LD107 LD107 LD107 LD107
+# expect: LD107 LD107 LD107 LD107 LD107 LD107 LD107 LD107
 # ruff: noqa
 # Big deserialised Python objects kept on Datasets that run in 4 workers.
 import glob
@@ -87,6 +87,17 @@ class Coco(Base):
         return self.coco.loadAnns(self.coco.getAnnIds(imgIds=self.ids[index]))
 
 
+class KeptTwice(Base):
+    def __init__(self, path):
+        with open(path) as handle:
+            data = json.load(handle)
+        self.meta = data  # reported once: the same object as self.items
+        self.items = data["items"]
+
+    def __getitem__(self, index):
+        return self.items[index], self.meta["root"]
+
+
 def main(paths):
-    classes = (Direct, ViaLocal, Accumulated, PerRecord, Rows, GroupedInLoop, Coco)
+    classes = (Direct, ViaLocal, Accumulated, PerRecord, Rows, GroupedInLoop, Coco, KeptTwice)
     return [DataLoader(cls(path), num_workers=4) for cls, path in zip(classes, paths)]
