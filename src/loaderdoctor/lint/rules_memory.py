@@ -88,7 +88,9 @@ _SAFE_SINKS = frozenset(
         "range",
     }
 )
-_PASS_THROUGH = frozenset({"list", "sorted", "tuple", "dict", "set", "reversed", "filter"})
+_PASS_THROUGH = frozenset(
+    {"list", "sorted", "tuple", "dict", "set", "reversed", "filter", "enumerate", "zip", "iter"}
+)
 _SAME_KIND_METHODS = frozenset({"items", "values", "keys", "get", "copy", "pop", "setdefault"})
 _ROW_METHODS = frozenset({"iterrows", "itertuples", "to_dict", "to_records"})
 _MAX_DEPTH = 3
@@ -339,7 +341,7 @@ class _Flow:
                 inner = self.kind(element)
                 if inner.level == _INFO:
                     return _listing(f"tuples holding {inner.what}", inner.source)
-            return _listing("tuples or lists, one per entry", "")
+            return NONE  # tuples of values computed here (a schedule, a grid): not data
         if kind.level == _INFO:
             return kind
         return NONE
@@ -438,6 +440,10 @@ class _Flow:
                 flow = _Flow(found[0], None, self.depth + 1)
                 flow.run(found[1])
                 return flow.returns
+        for argument in node.args:  # os.path.join(root, name) of a listed name: still a name
+            inner = self.kind(argument, depth + 1)
+            if inner.level == _INFO:
+                return inner
         return NONE
 
     def _helper_method(self, name: str, depth: int) -> _Kind:
