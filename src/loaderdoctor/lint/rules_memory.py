@@ -441,9 +441,9 @@ class _Flow:
                 flow.run(found[1])
                 return flow.returns
         for argument in node.args:  # os.path.join(root, name) of a listed name: still a name
-            inner = self.kind(argument, depth + 1)
-            if inner.level == _INFO:
-                return inner
+            argument_kind = self.kind(argument, depth + 1)
+            if argument_kind.level == _INFO:
+                return argument_kind
         return NONE
 
     def _helper_method(self, name: str, depth: int) -> _Kind:
