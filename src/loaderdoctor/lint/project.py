@@ -56,7 +56,6 @@ class Project:
         self.modules = list(modules)
         self.platform = platform
         self._by_name: dict[str, list[ModuleModel | PendingModule]] = {}
-        self._owner: dict[int, ModuleModel] = {}
         for module in self.modules:
             self._adopt(module)
         for waiting in pending or []:
@@ -74,19 +73,12 @@ class Project:
 
     def _adopt(self, module: ModuleModel) -> None:
         module.project = self
-        self._owner[id(module.tree)] = module
         self._index(module.module_name, module)
 
     def _index(self, name: str, entry: ModuleModel | PendingModule) -> None:
         parts = name.split(".") if name else []
         for start in range(len(parts)):
             self._by_name.setdefault(".".join(parts[start:]), []).append(entry)
-
-    def module_of(self, node: ast.AST) -> ModuleModel | None:
-        for module in self.modules:
-            if node in module.scopes.parents or node is module.tree:
-                return module
-        return None
 
     def find_module(
         self,
@@ -133,7 +125,6 @@ class Project:
                     break
         if module is not None:
             module.project = self
-            self._owner[id(module.tree)] = module
         return module
 
     def _checked(self, module: ModuleModel) -> bool:
