@@ -53,22 +53,57 @@ def test_num_workers_resolved_like_a_reader(workers: str) -> None:
     assert codes(source) == ["LD101"]
 
 
+def test_zero_workers_stay_silent() -> None:
+    source = """
+    from torch.utils.data import DataLoader
+    Z = 0
+    for batch in DataLoader(ds, num_workers=Z, collate_fn=lambda b: b):
+        pass
+    """
+    assert codes(source) == []
+
+
 @pytest.mark.parametrize(
-    "workers", ["0", "args.workers", "cfg.num_workers", "os.cpu_count() - 1", "n", "0 if x else 4"]
+    ("workers", "said"),
+    [
+        ("args.workers", "args.workers (from the command line: possibly > 0)"),
+        ("cfg.num_workers", "cfg.num_workers (from a config: possibly > 0)"),
+        ("os.cpu_count() - 1", "os.cpu_count() - 1 (not known statically: possibly > 0)"),
+        ("0 if x else 4", "0 if x else 4 (not known statically: possibly > 0)"),
+        ("args.zero", "args.zero (0 by default, set on the command line)"),
+    ],
 )
-def test_unknown_or_zero_workers_stay_silent(workers: str) -> None:
+def test_configured_workers_count_as_possibly_positive(workers: str, said: str) -> None:
     source = f"""
     import argparse, os
     from torch.utils.data import DataLoader
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int)
+    parser.add_argument("--zero", type=int, default=0)
     args = parser.parse_args()
-    def f(n):
-        return n
     for batch in DataLoader(ds, num_workers={workers}, collate_fn=lambda b: b):
         pass
     """
-    assert codes(source) == []
+    findings = check_source(textwrap.dedent(source), "t.py")
+    assert [f.code for f in findings] == ["LD101", "LD102"]
+    assert findings[0].message.startswith(f"DataLoader with num_workers={said} is created")
+    assert findings[1].message.endswith(f"(num_workers={said})")
+
+
+def test_kwargs_and_parameters_count_as_possibly_positive() -> None:
+    source = """
+    from torch.utils.data import DataLoader
+    def make(ds, n, **kwargs):
+        a = DataLoader(ds, num_workers=n, collate_fn=lambda b: b)
+        b = DataLoader(ds, collate_fn=lambda b: b, **kwargs)
+        c = DataLoader(ds, collate_fn=lambda b: b, **dict(batch_size=2))
+        return a, b, c
+    """
+    messages = [f.message for f in check_source(textwrap.dedent(source), "t.py")]
+    assert [m.rsplit("(num_workers=", 1)[-1] for m in messages] == [
+        "n (a parameter of `make()`: possibly > 0))",
+        "? (`**kwargs` may set it: possibly > 0))",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -200,7 +235,8 @@ def test_duck_typed_container_is_a_dataset_only_when_loaded() -> None:
         vocab
         + "from torch.utils.data import DataLoader\ndef main():\n    return DataLoader(Vocab('.'), num_workers=2)\n"
     )
-    assert sorted(codes(used)) == ["LD103", "LD107"]
+    assert codes(used) == ["LD103"]  # a list of file names is only info for LD107
+    assert sorted(codes(used, min_severity="info")) == ["LD103", "LD107"]
 
 
 def test_lazily_opened_handles_and_reseeded_generators_are_fine() -> None:
@@ -316,6 +352,7 @@ def test_report_round_trips_through_json() -> None:
         "line",
         "col",
         "code",
+        "severity",
         "message",
         "fix",
     }

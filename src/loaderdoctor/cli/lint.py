@@ -7,13 +7,51 @@ import sys
 
 from loaderdoctor.cli import CommandError, ExitCode
 from loaderdoctor.lint import RULES, LintReport, check_paths
+from loaderdoctor.lint.catalog import SEVERITIES
 from loaderdoctor.lint.engine import is_valid_code
-from loaderdoctor.report.lint import format_json, format_rules, format_text
+from loaderdoctor.lint.project import PLATFORMS
+from loaderdoctor.report.lint import format_json, format_rules, format_sarif, format_text
+
+_EPILOG = """\
+A folder is linted as one project: a Dataset's base class in another module, the num_workers
+of every DataLoader a Dataset is given to, and cv2.setNumThreads() in a setup module all count.
+Exit status: 0 clean, 1 a finding at --fail-on or worse, 2 bad usage.
+
+examples:
+  loaderdoctor lint .                                  errors and warnings, for every platform
+  loaderdoctor lint train.py --platform linux          spawn-only rules become warnings
+  loaderdoctor lint src --format sarif > lint.sarif    for GitHub code scanning
+  loaderdoctor lint . --severity info --fail-on error  show everything, fail on errors only
+  loaderdoctor lint --list-rules                       the rule catalog
+"""
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = _EPILOG
     parser.add_argument("paths", nargs="*", metavar="PATH", help="files and folders (.py, .ipynb)")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument(
+        "--format", choices=("text", "json", "sarif"), default="text", help="output format"
+    )
+    parser.add_argument(
+        "--platform",
+        choices=PLATFORMS,
+        default="all",
+        help="where the code runs: spawn-only rules (LD101, LD102) are errors for windows, "
+        "macos and all (the default), warnings for linux",
+    )
+    parser.add_argument(
+        "--severity",
+        choices=SEVERITIES,
+        default="warning",
+        help="show findings at this severity or worse (default: warning; info is hidden)",
+    )
+    parser.add_argument(
+        "--fail-on",
+        choices=(*SEVERITIES, "never"),
+        default="warning",
+        help="exit 1 when a shown finding is at this severity or worse (default: warning)",
+    )
     parser.add_argument("--select", metavar="CODES", help="comma list of codes or prefixes (LD10)")
     parser.add_argument("--ignore", metavar="CODES", help="comma list of codes or prefixes to skip")
     parser.add_argument(
@@ -42,18 +80,24 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("give at least one PATH to lint (or --list-rules)")
     select = _codes("--select", args.select)
     ignore = _codes("--ignore", args.ignore)
+    options = {"platform": args.platform, "min_severity": args.severity}
     report: LintReport
     try:
         if args.fix:
             from loaderdoctor.lint.fix import fix_paths
 
-            report = fix_paths(args.paths, select=select, ignore=ignore)
+            report = fix_paths(args.paths, select=select, ignore=ignore, **options)
         else:
-            report = check_paths(args.paths, select=select, ignore=ignore)
+            report = check_paths(args.paths, select=select, ignore=ignore, **options)
     except FileNotFoundError as error:
         raise CommandError(str(error)) from None
     if args.format == "json":
         sys.stdout.write(format_json(report))
+    elif args.format == "sarif":
+        from loaderdoctor import __version__
+
+        sys.stdout.write(format_sarif(report, RULES, __version__))
     else:
         sys.stdout.write(format_text(report))
-    return ExitCode.FINDINGS if report.findings else ExitCode.OK
+    fail_on = None if args.fail_on == "never" else args.fail_on
+    return ExitCode.FINDINGS if report.fails(fail_on) else ExitCode.OK

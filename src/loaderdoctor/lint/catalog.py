@@ -4,16 +4,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SEVERITIES = ("error", "warning", "info")
+"""From most to least severe. ``info`` findings are hidden unless asked for."""
+
 
 @dataclass(frozen=True)
 class Rule:
-    """One lint rule: a stable code, a one-line title, why it matters and the concrete fix."""
+    """One lint rule: a stable code, a one-line title, why it matters and the concrete fix.
+
+    ``severity`` is the default of its findings (a finding may say otherwise: LD107 on a list of
+    file names is ``info``). ``spawn_only`` rules matter only where workers are started by spawn
+    or forkserver: errors for Windows and macOS, warnings for Linux alone (fork by default up to
+    Python 3.13, forkserver from 3.14), errors everywhere for an explicit spawn context.
+    """
 
     code: str
     title: str
     why: str
     fix: str
+    severity: str = "warning"
     fixable: bool = False
+    spawn_only: bool = False
 
 
 _ROWS: tuple[Rule, ...] = (
@@ -22,6 +33,7 @@ _ROWS: tuple[Rule, ...] = (
         title="file could not be checked",
         why="The file has a syntax error or cannot be decoded, so none of its rules ran.",
         fix="Fix the syntax error (run `python -m py_compile FILE`), then lint again.",
+        severity="error",
     ),
     Rule(
         code="LD101",
@@ -37,6 +49,8 @@ _ROWS: tuple[Rule, ...] = (
         fix=(
             'Move the training code into a function and call it under `if __name__ == "__main__":`.'
         ),
+        severity="error",
+        spawn_only=True,
     ),
     Rule(
         code="LD102",
@@ -54,6 +68,8 @@ _ROWS: tuple[Rule, ...] = (
             'multiprocessing_context="fork" deliberately.'
         ),
         fixable=True,
+        severity="error",
+        spawn_only=True,
     ),
     Rule(
         code="LD103",
@@ -67,19 +83,23 @@ _ROWS: tuple[Rule, ...] = (
             "Return CPU tensors from the Dataset and collate_fn, set pin_memory=True, and move "
             "the batch to the GPU in the training loop (`batch.to(device, non_blocking=True)`)."
         ),
+        severity="error",
     ),
     Rule(
         code="LD104",
         title="DataLoader with workers created inside a training loop",
         why=(
-            "Every new DataLoader iterator starts its worker processes from scratch: creating "
-            "the DataLoader per step re-spawns (and re-pickles the Dataset into) all workers "
-            "for each batch, which is slow and leaks memory and file descriptors."
+            "Every new DataLoader starts its worker processes from scratch: one created inside "
+            "the epoch loop (or per step) re-spawns all workers and re-pickles the Dataset into "
+            "each of them every time round, which stalls the GPU at every epoch start and leaks "
+            "memory and file descriptors when an iterator is left behind."
         ),
         fix=(
-            "Create the DataLoader once before the loop and iterate it; use "
-            "persistent_workers=True to keep workers alive across epochs."
+            "Create the DataLoader once before the loop and iterate it each epoch; pass "
+            "persistent_workers=True to keep the workers alive between epochs (call "
+            "sampler.set_epoch(epoch) for a DistributedSampler)."
         ),
+        severity="warning",
     ),
     Rule(
         code="LD105",
@@ -91,33 +111,41 @@ _ROWS: tuple[Rule, ...] = (
         ),
         fix="Remove the option, or set num_workers to a positive number.",
         fixable=True,
+        severity="error",
     ),
     Rule(
         code="LD106",
         title="file or connection handle opened in Dataset.__init__ and used in workers",
         why=(
-            "A handle opened in __init__ is copied into every forked worker: they share one file "
-            "offset, one HDF5/LMDB/SQLite state or one socket, which corrupts reads, deadlocks or "
-            "crashes the worker; under spawn the handle cannot be pickled at all."
+            "A handle opened in __init__ (a file, h5py.File, lmdb, sqlite3, a zip or tar "
+            "archive, an .npz, a boto3 or requests client) is copied into every forked worker: "
+            "they share one file offset, one HDF5/LMDB/SQLite state or one socket, which "
+            "corrupts reads, deadlocks or crashes the worker; under spawn (Windows, macOS) the "
+            "handle cannot be pickled at all."
         ),
         fix=(
-            "Store the path in __init__ and open the handle lazily in __getitem__ (once per "
-            "worker: `if self._handle is None: self._handle = open(...)`), or in worker_init_fn."
+            "Store the path in __init__ and open the handle lazily in __getitem__, once per "
+            "worker (`if self._handle is None: self._handle = open(...)`), or in worker_init_fn."
         ),
+        severity="error",
     ),
     Rule(
         code="LD107",
-        title="Dataset stores a large Python list or dict of per-sample objects",
+        title="Dataset keeps a big deserialised Python object (copy-on-read)",
         why=(
-            "Reading Python objects touches their reference counts, so every worker slowly "
-            "copies the pages of a shared list or dict (copy-on-read): memory grows by "
-            "num_workers x the size of the list until the OOM killer ends the run "
-            "(pytorch/pytorch#13246)."
+            "Objects loaded with json/pickle/yaml/torch.load, or lists of dicts and tuples built "
+            "per record, are millions of small Python objects. Every worker that reads them "
+            "writes their reference counts, which touches every page holding them, so each "
+            "forked worker slowly gets its own copy: memory grows by num_workers x the size of "
+            "the object over the epoch until the OOM killer ends the run (pytorch/pytorch#13246)."
         ),
         fix=(
-            "Store per-sample metadata in numpy arrays (np.array of paths with dtype=np.str_, "
-            "integer label arrays), a pandas/arrow table, or a file read in __getitem__."
+            "Keep per-sample data in few large buffers: numpy arrays (np.array(paths, "
+            "dtype=np.str_), integer label arrays, one serialised bytes buffer plus offsets), "
+            "an Arrow/pandas table or a memory-mapped store (np.memmap, LMDB, HDF5 opened per "
+            "worker); or keep only an index and read each record in __getitem__."
         ),
+        severity="warning",
     ),
     Rule(
         code="LD108",
@@ -127,7 +155,11 @@ _ROWS: tuple[Rule, ...] = (
             "cores threads oversubscribe the CPU, and a pool created before fork can deadlock "
             "the worker."
         ),
-        fix="Call `cv2.setNumThreads(0)` at module level or in worker_init_fn.",
+        fix=(
+            "Call `cv2.setNumThreads(0)` once, in any module of the project that the entry "
+            "point imports (a setup module) or in worker_init_fn."
+        ),
+        severity="warning",
     ),
     Rule(
         code="LD109",
@@ -142,6 +174,7 @@ _ROWS: tuple[Rule, ...] = (
             "worker_init_fn (`info = torch.utils.data.get_worker_info(); "
             "info.dataset.rng = np.random.default_rng(info.seed)`)."
         ),
+        severity="warning",
     ),
 )
 

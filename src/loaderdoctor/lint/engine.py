@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loaderdoctor.lint import rules_dataset, rules_guard, rules_loader, rules_memory
-from loaderdoctor.lint.catalog import RULES
+from loaderdoctor.lint.catalog import RULES, SEVERITIES
 from loaderdoctor.lint.findings import LintFinding, LintReport
 from loaderdoctor.lint.model import Hit, ModuleModel
+from loaderdoctor.lint.project import PLATFORMS, PendingModule, Project
 
-Check = Callable[[ModuleModel], Iterable[Hit]]
+Check = Callable[[Project], Iterable[Hit]]
 
 CHECKS: dict[str, Check] = {
     "LD101": rules_guard.check_main_guard,
@@ -37,6 +38,13 @@ _NOQA = re.compile(
 _SKIPPED_DIRS = frozenset(
     {".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".tox", ".nox", "build", "dist"}
 )
+# A module none of whose text matches is parsed only if another module imports a name from it:
+# no rule can fire in a file that mentions no DataLoader, no Dataset protocol, no worker hook.
+_RELEVANT = re.compile(
+    r"DataLoader|Dataset|__getitem__|__iter__|setNumThreads|set_start_method|"
+    r"multiprocessing_context"
+)
+_CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.MULTILINE)
 
 
 def is_valid_code(code: str) -> bool:
@@ -66,60 +74,132 @@ class _Source:
         return line, None
 
 
+@dataclass
+class _File:
+    path: str
+    module_name: str
+    source: _Source
+    notebook: bool
+    wanted: bool  # given by name or relevant by its text; else parsed only on demand
+
+
+@dataclass
+class _Options:
+    select: Sequence[str] | None
+    ignore: Sequence[str] | None
+    platform: str
+    min_severity: str
+
+
 def check_source(
     source: str,
     path: str = "<string>",
     select: Sequence[str] | None = None,
     ignore: Sequence[str] | None = None,
     notebook: bool = False,
+    platform: str = "all",
+    min_severity: str = "warning",
 ) -> list[LintFinding]:
     """Lint one module's source. Fast and torch-free: the run-time explainer calls it too."""
-    return _check(_Source(source), path, select, ignore, notebook)
+    options = _Options(select, ignore, _checked_platform(platform), min_severity)
+    files = [_File(path, Path(path).stem, _Source(source), notebook, True)]
+    report = LintReport()
+    _check_project(files, options, report)
+    return report.findings
 
 
-def _check(
-    source: _Source,
-    path: str,
-    select: Sequence[str] | None,
-    ignore: Sequence[str] | None,
-    notebook: bool,
-) -> list[LintFinding]:
+def _checked_platform(platform: str) -> str:
+    if platform not in PLATFORMS:
+        raise ValueError(f"unknown platform {platform!r} (choose from {', '.join(PLATFORMS)})")
+    return platform
+
+
+def _parse(file: _File, options: _Options, report: LintReport) -> ModuleModel | None:
     try:
-        tree = ast.parse(source.text, filename=path)
+        tree = ast.parse(file.source.text, filename=file.path)
     except (SyntaxError, ValueError) as error:
-        if not is_enabled(SYNTAX_ERROR, select, ignore):
-            return []
-        line = getattr(error, "lineno", None) or 1
-        col = getattr(error, "offset", None) or 1
-        message = getattr(error, "msg", None) or str(error)
-        user_line, cell = source.place(line)
-        return [
-            LintFinding(
-                path,
-                user_line,
-                col,
-                SYNTAX_ERROR,
-                f"cannot parse: {message}",
-                RULES[SYNTAX_ERROR].fix,
-                cell,
+        if file.wanted and is_enabled(SYNTAX_ERROR, options.select, options.ignore):
+            line = getattr(error, "lineno", None) or 1
+            col = getattr(error, "offset", None) or 1
+            message = getattr(error, "msg", None) or str(error)
+            user_line, cell = file.source.place(line)
+            report.findings.append(
+                LintFinding(
+                    file.path,
+                    user_line,
+                    col,
+                    SYNTAX_ERROR,
+                    f"cannot parse: {message}",
+                    RULES[SYNTAX_ERROR].fix,
+                    cell,
+                    RULES[SYNTAX_ERROR].severity,
+                )
             )
-        ]
-    model = ModuleModel(tree, source.text, notebook=notebook)
-    lines = source.text.splitlines()
-    suppressed = _noqa_lines(source.text)
-    findings: set[LintFinding] = set()
+        return None
+    return ModuleModel(tree, file.source.text, file.notebook, file.path, file.module_name)
+
+
+def _loader_of(
+    file: _File, options: _Options, report: LintReport
+) -> Callable[[], ModuleModel | None]:
+    def load() -> ModuleModel | None:
+        return _parse(file, options, report)
+
+    return load
+
+
+def _check_project(files: list[_File], options: _Options, report: LintReport) -> None:
+    modules: list[ModuleModel] = []
+    sources: dict[int, _Source] = {}
+    pending: list[PendingModule] = []
+    for file in files:
+        if file.wanted:
+            model = _parse(file, options, report)
+            if model is not None:
+                modules.append(model)
+                sources[id(model)] = file.source
+        else:
+            pending.append(
+                PendingModule(file.module_name, _loader_of(file, options, report), file.source.text)
+            )
+    project = Project(modules, pending, options.platform)
+    checked = {id(model) for model in modules}
+    found: dict[tuple[str, int, int, int, str], LintFinding] = {}
+    threshold = SEVERITIES.index(options.min_severity)
+    noqa: dict[int, dict[int, frozenset[str] | None]] = {}
     for code, check in CHECKS.items():
-        if not is_enabled(code, select, ignore):
+        if not is_enabled(code, options.select, options.ignore):
             continue
-        for hit in check(model):
+        for hit in check(project):
+            model = hit.module
+            if id(model) not in checked:
+                continue  # a module read only to resolve a name is not reported on
             line = getattr(hit.node, "lineno", 1)
+            suppressed = noqa.get(id(model))
+            if suppressed is None:
+                suppressed = noqa[id(model)] = _noqa_lines(model.source)
             if line in suppressed and _is_suppressed(suppressed[line], hit.code):
                 continue
+            source = sources[id(model)]
             user_line, cell = source.place(line)
-            col = character_column(lines, line, getattr(hit.node, "col_offset", 0))
-            fix = hit.fix or RULES[hit.code].fix
-            findings.add(LintFinding(path, user_line, col, hit.code, hit.message, fix, cell))
-    return sorted(findings, key=_sort_key)
+            col = character_column(model.lines, line, getattr(hit.node, "col_offset", 0))
+            severity = hit.severity or RULES[hit.code].severity
+            if SEVERITIES.index(severity) > threshold:
+                report.hidden += 1
+                continue
+            finding = LintFinding(
+                model.path,
+                user_line,
+                col,
+                hit.code,
+                hit.message,
+                hit.fix or RULES[hit.code].fix,
+                cell,
+                severity,
+            )
+            found.setdefault(_sort_key(finding), finding)
+    report.findings.extend(found.values())
+    report.findings.sort(key=_sort_key)
 
 
 def _sort_key(finding: LintFinding) -> tuple[str, int, int, int, str]:
@@ -173,7 +253,7 @@ def read_source(path: Path) -> tuple[_Source, bool]:
 
 
 def _notebook_source(notebook: dict[str, object]) -> _Source:
-    """Code cells joined into one module; IPython magics and shell lines become blank lines."""
+    """Code cells joined into one module; IPython magics and shell lines become ``pass``."""
     parts: list[str] = []
     cells: list[tuple[int, int]] = []
     next_line = 1
@@ -187,7 +267,8 @@ def _notebook_source(notebook: dict[str, object]) -> _Source:
         lines = text.splitlines()
         if lines and lines[0].lstrip().startswith("%%"):
             lines = [""] * len(lines)  # a cell magic: the body is not Python
-        lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in lines]
+        # A magic inside a block (`if x:\n  %pip install y`) must stay a statement.
+        lines = [_magic_as_pass(line) for line in lines]
         cells.append((next_line, cell_number))
         parts.append("\n".join(lines) + "\n")
         next_line += len(lines) or 1
@@ -196,44 +277,95 @@ def _notebook_source(notebook: dict[str, object]) -> _Source:
     return _Source("".join(parts), tuple(cells))
 
 
-def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
-    """Files to lint: explicit files as given, folders searched for ``.py`` and ``.ipynb``."""
+def _magic_as_pass(line: str) -> str:
+    stripped = line.lstrip()
+    if not stripped.startswith(("%", "!")):
+        return line
+    return line[: len(line) - len(stripped)] + "pass"
+
+
+def _module_name(path: Path, root: Path | None) -> str:
+    relative = path.relative_to(root) if root is not None else Path(path.name)
+    parts = [*relative.parts[:-1], relative.stem]
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(part for part in parts if part.isidentifier())
+
+
+def iter_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path | None]]:
+    """Files to lint, with the folder they were found in (None for a file given by name)."""
     for raw in paths:
         path = Path(raw)
         if not path.exists():
             raise FileNotFoundError(f"no such file or directory: {raw}")
         if path.is_file():
-            yield path
+            yield path, None
             continue
         for child in sorted(path.rglob("*")):
             relative = child.relative_to(path).parts
             if any(part in _SKIPPED_DIRS or part.startswith(".") for part in relative[:-1]):
                 continue
             if child.suffix in (".py", ".ipynb") and child.is_file():
-                yield child
+                yield child, path
 
 
 def check_paths(
     paths: Iterable[str | Path],
     select: Sequence[str] | None = None,
     ignore: Sequence[str] | None = None,
+    platform: str = "all",
+    min_severity: str = "warning",
 ) -> LintReport:
-    """Lint files and folders. Raises FileNotFoundError for a path that does not exist."""
+    """Lint files and folders as one project. Raises FileNotFoundError for a missing path.
+
+    Findings below ``min_severity`` are counted in ``report.hidden``, not listed.
+    """
+    options = _Options(select, ignore, _checked_platform(platform), min_severity)
     report = LintReport()
-    for path in iter_files(paths):
+    files: list[_File] = []
+    for path, root in iter_files(paths):
         name = str(path)
         try:
             source, notebook = read_source(path)
-        except (UnicodeDecodeError, SyntaxError, ValueError) as error:
+        except (UnicodeDecodeError, SyntaxError, ValueError, OSError) as error:
             if is_enabled(SYNTAX_ERROR, select, ignore):
+                rule = RULES[SYNTAX_ERROR]
                 report.findings.append(
                     LintFinding(
-                        name, 1, 1, SYNTAX_ERROR, f"cannot read: {error}", RULES[SYNTAX_ERROR].fix
+                        name,
+                        1,
+                        1,
+                        SYNTAX_ERROR,
+                        f"cannot read: {error}",
+                        rule.fix,
+                        None,
+                        rule.severity,
                     )
                 )
             continue
         report.files_checked += 1
         report.lines_checked += source.text.count("\n") + 1
-        report.findings.extend(_check(source, name, select, ignore, notebook))
+        wanted = root is None or notebook or bool(_RELEVANT.search(source.text))
+        files.append(_File(name, _module_name(path, root), source, notebook, wanted))
+    _mark_subclass_modules(files)
+    _check_project(files, options, report)
     report.findings.sort(key=_sort_key)
     return report
+
+
+def _mark_subclass_modules(files: list[_File]) -> None:
+    """A module whose class derives from a class of a relevant module is relevant too."""
+    classes = {id(file): _CLASS.findall(file.source.text) for file in files if not file.wanted}
+    known = {name for file in files if file.wanted for name, _ in _CLASS.findall(file.source.text)}
+    changed = True
+    while changed:
+        changed = False
+        for file in files:
+            if file.wanted:
+                continue
+            found = classes[id(file)]
+            bases = {base.strip().split(".")[-1] for _, text in found for base in text.split(",")}
+            if bases & known:
+                file.wanted = True
+                known.update(name for name, _ in found)
+                changed = True

@@ -19,6 +19,7 @@ class LintFinding:
     message: str
     fix: str
     cell: int | None = None
+    severity: str = "warning"  # error, warning or info (loaderdoctor.lint.catalog.SEVERITIES)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -26,6 +27,7 @@ class LintFinding:
             "line": self.line,
             "col": self.col,
             "code": self.code,
+            "severity": self.severity,
             "message": self.message,
             "fix": self.fix,
         }
@@ -44,6 +46,7 @@ class LintFinding:
             message=str(data["message"]),
             fix=str(data.get("fix", "")),
             cell=None if cell is None else int(cell),
+            severity=str(data.get("severity", "warning")),
         )
 
 
@@ -82,11 +85,26 @@ class LintReport:
     files_checked: int = 0
     lines_checked: int = 0
     fixed: list[FixRecord] = field(default_factory=list)
+    hidden: int = 0  # findings below the severity asked for (info, by default)
+
+    def count(self, severity: str) -> int:
+        return sum(1 for finding in self.findings if finding.severity == severity)
+
+    def fails(self, threshold: str | None) -> bool:
+        """Whether a finding at ``threshold`` or worse was found (None: never fail)."""
+        if threshold is None:
+            return False
+        order = ("error", "warning", "info")
+        worst = order.index(threshold)
+        return any(order.index(finding.severity) <= worst for finding in self.findings)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "schema": SCHEMA,
             "findings": [finding.to_json() for finding in self.findings],
+            "files_checked": self.files_checked,
+            "lines_checked": self.lines_checked,
+            "hidden": self.hidden,
         }
         if self.fixed:
             data["fixed"] = [record.to_json() for record in self.fixed]
@@ -100,4 +118,7 @@ class LintReport:
         return cls(
             findings=[LintFinding.from_json(item) for item in data.get("findings", [])],
             fixed=[FixRecord.from_json(item) for item in data.get("fixed", [])],
+            files_checked=int(data.get("files_checked", 0)),
+            lines_checked=int(data.get("lines_checked", 0)),
+            hidden=int(data.get("hidden", 0)),
         )

@@ -16,6 +16,7 @@ from pathlib import Path
 from loaderdoctor.lint.engine import character_column, check_paths, read_source
 from loaderdoctor.lint.findings import FixRecord, LintFinding, LintReport
 from loaderdoctor.lint.model import LoaderCall, ModuleModel
+from loaderdoctor.lint.project import Project
 
 _HOISTABLE = ("collate_fn", "worker_init_fn")
 _WORKER_ONLY_OPTIONS = ("prefetch_factor", "persistent_workers", "timeout")
@@ -58,7 +59,8 @@ def fix_source(
     wanted = {(finding.line, finding.col, finding.code) for finding in findings}
     if not wanted:
         return source, []
-    model = ModuleModel(ast.parse(source), source)
+    model = ModuleModel(ast.parse(source), source, path=path)
+    Project([model])
     offsets = _Offsets(source)
     lines = source.splitlines()
     edits: list[_Edit] = []
@@ -75,7 +77,9 @@ def fix_source(
         removed = [
             keyword
             for option, keyword in loader.keywords.items()
-            if option in _WORKER_ONLY_OPTIONS and reported(keyword, "LD105")
+            if option in _WORKER_ONLY_OPTIONS
+            and reported(keyword, "LD105")
+            and not loader.zero_by_default  # a flag may ask for workers: not mechanical
         ]
         if removed:
             edits.extend(_removals(loader, removed, offsets))
@@ -197,9 +201,11 @@ def fix_paths(
     paths: Sequence[str | Path],
     select: Sequence[str] | None = None,
     ignore: Sequence[str] | None = None,
+    platform: str = "all",
+    min_severity: str = "warning",
 ) -> LintReport:
     """Lint, rewrite the fixable findings in place, and lint again: what is left is reported."""
-    before = check_paths(paths, select=select, ignore=ignore)
+    before = check_paths(paths, select=select, ignore=ignore, platform=platform)
     by_path: dict[str, list[LintFinding]] = defaultdict(list)
     for finding in before.findings:
         if finding.code in ("LD102", "LD105") and finding.cell is None:
@@ -215,6 +221,8 @@ def fix_paths(
             with path.open("w", encoding="utf-8", newline="") as handle:
                 handle.write(new_text)
             fixed.extend(records)
-    after = check_paths(paths, select=select, ignore=ignore)
+    after = check_paths(
+        paths, select=select, ignore=ignore, platform=platform, min_severity=min_severity
+    )
     after.fixed = sorted(fixed)
     return after

@@ -1,12 +1,21 @@
-"""The facts every rule needs, computed once per module: DataLoader calls and Dataset classes."""
+"""The facts every rule needs, computed once per module: DataLoader calls, classes, placement.
+
+Facts that need more than one module (a Dataset's base class in another file, the
+``num_workers`` of every DataLoader a Dataset is given to, ``cv2.setNumThreads`` in a setup
+module) live in :mod:`loaderdoctor.lint.project`.
+"""
 
 from __future__ import annotations
 
 import ast
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from loaderdoctor.lint.scope import UNKNOWN, Scopes, is_positive, walk_local
+from loaderdoctor.lint.scope import UNKNOWN, Scopes, dotted_name, is_positive, walk_local
+
+if TYPE_CHECKING:
+    from loaderdoctor.lint.project import Project
 
 # DataLoader's positional parameters, in order (torch.utils.data.DataLoader.__init__).
 LOADER_PARAMS = (
@@ -28,23 +37,24 @@ _DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.datal
 _UNBOUND_LOADER_SPELLINGS = frozenset(
     {"DataLoader", "data.DataLoader", "torch.utils.data.DataLoader"}
 )
-_DATASET_BASE_PREFIXES = ("torch.utils.data.", "torchvision.datasets.")
-_UNBOUND_DATASET_SPELLINGS = frozenset(
-    {"Dataset", "IterableDataset", "data.Dataset", "data.IterableDataset"}
-)
 # Methods that run in the workers, and the ones the rules start from.
 WORKER_ENTRY_METHODS = ("__getitem__", "__getitems__", "__iter__")
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# Names a reader takes for a configuration object (``cfg.DATALOADER.NUM_WORKERS``).
+_CONFIG_HINTS = ("cfg", "conf", "config", "hparams", "hp", "params", "settings", "opt", "args")
 
 
 class Workers(enum.Enum):
-    ZERO = "zero"
-    POSITIVE = "positive"
-    UNKNOWN = "unknown"
+    ZERO = "zero"  # known to be 0 (or not given): no worker processes
+    POSITIVE = "positive"  # known to be at least 1
+    MAYBE = "maybe"  # from a config, the command line, **kwargs or a parameter: possibly > 0
 
 
 class StartMethod(enum.Enum):
     FORK = "fork"
-    SPAWN = "spawn"  # spawn or forkserver: everything handed to workers is pickled
+    SPAWN = "spawn"  # spawn or forkserver, asked for explicitly: everything is pickled
+    DEFAULT = "default"  # the platform's default: spawn on Windows/macOS, fork on Linux <3.14
     UNKNOWN = "unknown"
 
 
@@ -65,70 +75,132 @@ class LoaderCall:
     workers: Workers
     workers_text: str
     start_method: StartMethod
+    zero_by_default: bool = False  # a command-line flag whose default is 0
+
+    @property
+    def may_start_workers(self) -> bool:
+        return self.workers is not Workers.ZERO
 
 
-@dataclass
+@dataclass(eq=False)
 class DatasetClass:
+    """A Dataset class of the project, with its base classes resolved across modules."""
+
     node: ast.ClassDef
+    module: ModuleModel
     explicit: bool  # derives from a Dataset; otherwise only duck-typed (__getitem__ + __len__)
     local: bool  # defined inside a function: cannot be pickled
     bases: list[DatasetClass] = field(default_factory=list)
+    _worker_methods: list[tuple[FunctionNode, DatasetClass]] | None = field(
+        default=None, repr=False
+    )
+    _init_methods: list[tuple[FunctionNode, DatasetClass]] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
         return self.node.name
 
-    def method(self, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    def find(self, name: str, depth: int = 0) -> tuple[FunctionNode, DatasetClass] | None:
+        """The method ``name`` and the class that defines it (this one or a base)."""
         for statement in self.node.body:
-            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if statement.name == name:
-                    return statement
+            if isinstance(statement, _FUNCTIONS) and statement.name == name:
+                return statement, self
+        if depth > 32:  # a cycle of bases that a reader could not untangle either
+            return None
         for base in self.bases:
-            found = base.method(name)
+            found = base.find(name, depth + 1)
             if found is not None:
                 return found
         return None
 
-    def worker_methods(self) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-        """The methods that run in workers: entry points and what they call on ``self``."""
-        pending = [name for name in WORKER_ENTRY_METHODS if self.method(name) is not None]
-        seen: set[str] = set()
-        found: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+    def method(self, name: str) -> FunctionNode | None:
+        found = self.find(name)
+        return found[0] if found else None
+
+    def _find_in_bases(self, name: str) -> tuple[FunctionNode, DatasetClass] | None:
+        for base in self.bases:
+            found = base.find(name)
+            if found is not None:
+                return found
+        return None
+
+    def _closure(
+        self, start: list[str], stop: tuple[str, ...]
+    ) -> list[tuple[FunctionNode, DatasetClass]]:
+        """Methods reached from ``start`` through ``self.m()`` and ``super().m()`` calls."""
+        pending: list[tuple[FunctionNode, DatasetClass]] = []
+        for name in start:
+            found = self.find(name)
+            if found is not None:
+                pending.append(found)
+        seen: set[int] = set()
+        result: list[tuple[FunctionNode, DatasetClass]] = []
         while pending:
-            name = pending.pop()
-            if name in seen or name == "__init__":
+            method, owner = pending.pop()
+            if id(method) in seen:
                 continue
-            seen.add(name)
-            method = self.method(name)
-            if method is None:
-                continue
-            found.append(method)
-            for node in ast.walk(method):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                    if isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
-                        pending.append(node.func.attr)
-        return found
+            seen.add(id(method))
+            result.append((method, owner))
+            for node in walk_local(method):
+                if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                    continue
+                name = node.func.attr
+                receiver = node.func.value
+                found = None
+                if isinstance(receiver, ast.Name) and receiver.id == "self":
+                    if name not in stop:
+                        found = self.find(name)  # dispatch from the most derived class
+                elif _is_super(receiver, owner):
+                    found = owner._find_in_bases(name)  # super().__init__(...)
+                if found is not None:
+                    pending.append(found)
+        return result
+
+    def worker_methods(self) -> list[tuple[FunctionNode, DatasetClass]]:
+        """The methods that run in workers: entry points and what they call on ``self``."""
+        if self._worker_methods is None:
+            entries = [name for name in WORKER_ENTRY_METHODS if self.find(name) is not None]
+            self._worker_methods = self._closure(entries, ("__init__",))
+        return self._worker_methods
+
+    def init_methods(self) -> list[tuple[FunctionNode, DatasetClass]]:
+        """``__init__`` and the helpers it calls on ``self`` (``self._load_annotations()``)."""
+        if self._init_methods is None:
+            found = self.find("__init__") is not None
+            self._init_methods = self._closure(["__init__"], WORKER_ENTRY_METHODS) if found else []
+        return self._init_methods
 
 
 class ModuleModel:
     """A parsed module and the facts the rules share."""
 
-    def __init__(self, tree: ast.Module, source: str, notebook: bool = False) -> None:
+    def __init__(
+        self,
+        tree: ast.Module,
+        source: str,
+        notebook: bool = False,
+        path: str = "<string>",
+        module_name: str = "",
+    ) -> None:
         self.tree = tree
         self.source = source
         self.notebook = notebook
+        self.path = path
+        self.module_name = module_name  # dotted, relative to the folder that was linted
+        self.is_package = path.endswith("__init__.py")
+        self.project: Project  # set by the Project that holds this module
         self.scopes = Scopes(tree)
         self.classes: dict[str, ast.ClassDef] = {}
         self.calls: list[ast.Call] = []
         self._lines = source.splitlines(keepends=True)
+        self.lines = source.splitlines()
         for node in self.scopes.nodes:
             if isinstance(node, ast.ClassDef):
                 self.classes.setdefault(node.name, node)
             elif isinstance(node, ast.Call):
                 self.calls.append(node)
-        self.fork_everywhere = self._sets_fork_start_method()
+        self.sets_fork = self._sets_fork_start_method()
         self.loaders = [self._loader(call) for call in self.calls if self._is_loader(call.func)]
-        self.datasets = self._dataset_classes()
 
     def classes_in_order(self) -> list[ast.ClassDef]:
         return [node for node in self.scopes.nodes if isinstance(node, ast.ClassDef)]
@@ -167,51 +239,132 @@ class ModuleModel:
     def _loader(self, call: ast.Call) -> LoaderCall:
         arguments: dict[str, ast.expr] = {}
         keywords: dict[str, ast.keyword] = {}
-        has_unpacking = False
+        unpacked: list[ast.expr] = []
         for position, argument in enumerate(call.args):
             if isinstance(argument, ast.Starred):
-                has_unpacking = True
+                unpacked.append(argument.value)
                 break
             if position < len(LOADER_PARAMS):
                 arguments[LOADER_PARAMS[position]] = argument
         for keyword in call.keywords:
             if keyword.arg is None:
-                has_unpacking = True
+                unpacked.append(keyword.value)
             else:
                 arguments[keyword.arg] = keyword.value
                 keywords[keyword.arg] = keyword
         workers_node = arguments.get("num_workers")
         if workers_node is None:
-            workers = Workers.UNKNOWN if has_unpacking else Workers.ZERO
-            workers_text = "0 (the default)"
-        else:
-            value = self.scopes.evaluate(workers_node)
-            if is_positive(value):
-                workers = Workers.POSITIVE
-            elif value == 0 and type(value) is int:
-                workers = Workers.ZERO
+            workers_node = self._from_unpacked(unpacked, "num_workers")
+        if workers_node is None:
+            if unpacked and not all(self._known_keys(node) for node in unpacked):
+                text = self.segment(unpacked[0]) or "kwargs"
+                workers, workers_text = Workers.MAYBE, f"? (`**{text}` may set it: possibly > 0)"
             else:
-                workers = Workers.UNKNOWN
-            workers_text = self.segment(workers_node) or "?"
-            if type(value) is int and workers_text != str(value):
-                workers_text = f"{workers_text} (= {value})"
+                workers, workers_text = Workers.ZERO, "0 (the default)"
+        else:
+            workers, workers_text = self._workers(workers_node)
+        context = arguments.get("multiprocessing_context")
+        zero_by_default = (
+            workers_node is not None
+            and workers is Workers.MAYBE
+            and self.scopes.evaluate(workers_node) == 0
+        )
+        if zero_by_default and workers_node is not None:
+            workers_text = f"{self.segment(workers_node)} (0 by default, set on the command line)"
         return LoaderCall(
+            zero_by_default=zero_by_default,
             node=call,
             arguments=arguments,
             keywords=keywords,
-            has_unpacking=has_unpacking,
+            has_unpacking=bool(unpacked),
             workers=workers,
             workers_text=workers_text,
-            start_method=self._start_method(arguments.get("multiprocessing_context")),
+            start_method=self._start_method(context),
         )
+
+    def _from_unpacked(self, unpacked: list[ast.expr], name: str) -> ast.expr | None:
+        """``num_workers`` from ``**dict(num_workers=4)`` or ``**{"num_workers": 4}``."""
+        for node in unpacked:
+            value: ast.AST | None = node
+            if isinstance(node, ast.Name):
+                value = self.scopes.single_binding(node.id, node)
+            if isinstance(value, ast.Dict):
+                for key, item in zip(value.keys, value.values):
+                    if isinstance(key, ast.Constant) and key.value == name:
+                        return item
+            elif isinstance(value, ast.Call) and dotted_name(value.func) == "dict":
+                for keyword in value.keywords:
+                    if keyword.arg == name:
+                        return keyword.value
+        return None
+
+    def _known_keys(self, node: ast.expr) -> bool:
+        """Whether every key of an unpacked ``**mapping`` is written out (a dict display)."""
+        value: ast.AST | None = node
+        if isinstance(node, ast.Name):
+            value = self.scopes.single_binding(node.id, node)
+        if isinstance(value, ast.Dict):
+            return all(isinstance(key, ast.Constant) for key in value.keys)
+        if isinstance(value, ast.Call) and dotted_name(value.func) == "dict":
+            return not value.args and all(k.arg is not None for k in value.keywords)
+        return False
+
+    def _workers(self, node: ast.expr) -> tuple[Workers, str]:
+        value = self.scopes.evaluate(node)
+        text = self.segment(node) or "?"
+        if is_positive(value):
+            if type(value) is int and text != str(value):
+                text = f"{text} (= {value})"
+            return Workers.POSITIVE, text
+        if value == 0 and type(value) is int and not self._configurable(node):
+            return Workers.ZERO, text if text == "0" else f"{text} (= 0)"
+        return Workers.MAYBE, f"{text} ({self._origin(node)}: possibly > 0)"
+
+    def _configurable(self, node: ast.expr) -> bool:
+        """A value the user sets at run time (a command-line flag), even if it defaults to 0."""
+        return isinstance(node, ast.Attribute) and self._origin(node) == "from the command line"
+
+    def _origin(self, node: ast.expr) -> str:
+        """Where a value a reader cannot know comes from, in words."""
+        root: ast.AST = node
+        while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+            if isinstance(root, ast.Call):
+                if not isinstance(root.func, ast.Attribute):
+                    break
+                root = root.func.value  # kwargs.get("num_workers", 0)
+            else:
+                root = root.value
+        if isinstance(root, ast.Name):
+            name = root.id
+            parts = (dotted_name(node) or self.segment(node)).lower().replace("[", ".").split(".")
+            if name in self.scopes.arg_holders and isinstance(node, ast.Attribute):
+                return "from the command line"
+            if any(hint in part for part in parts for hint in _CONFIG_HINTS):
+                return "from a config"
+            if "kwargs" in name:
+                return "from **kwargs"
+            if name == "self":
+                return "an attribute set elsewhere"
+            binding = self.scopes.lookup(name, root)
+            if binding and all(isinstance(b, ast.arguments) for b in binding):
+                function = self.scopes.scope_of(root)
+                owner = getattr(function, "name", "the function")
+                return f"a parameter of `{owner}()`"
+        return "not known statically"
 
     def _start_method(self, context: ast.expr | None) -> StartMethod:
         if context is None or (isinstance(context, ast.Constant) and context.value is None):
-            return StartMethod.FORK if self.fork_everywhere else StartMethod.SPAWN
+            return StartMethod.DEFAULT
         method = self._method_name(context, depth=0)
         if method is None:
             return StartMethod.UNKNOWN
         return StartMethod.FORK if method == "fork" else StartMethod.SPAWN
+
+    def spawns(self, loader: LoaderCall) -> bool:
+        """Whether this loader pickles what it hands to workers on some target platform."""
+        if loader.start_method is StartMethod.SPAWN:
+            return True
+        return loader.start_method is StartMethod.DEFAULT and not self.project.fork_everywhere
 
     def _method_name(self, node: ast.AST, depth: int) -> str | None:
         if depth > 4:
@@ -246,91 +399,30 @@ class ModuleModel:
                 parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
             ):
                 return Placement.NESTED
-            if isinstance(parent, ast.If) and _is_main_guard(parent.test):
+            if isinstance(parent, ast.If) and is_main_guard(parent.test):
                 if any(child is statement for statement in parent.body):
                     return Placement.GUARDED
             child, parent = parent, self.scopes.parents.get(parent)
         return Placement.UNGUARDED
 
-    # -- Dataset classes ---------------------------------------------------------------------
-
-    def _dataset_classes(self) -> dict[str, DatasetClass]:
-        nodes = list(self.classes_in_order())
-        found: dict[ast.ClassDef, DatasetClass] = {}
-        changed = True
-        while changed:  # a class may derive from a Dataset defined further down the module
-            changed = False
-            for node in nodes:
-                if node in found:
-                    continue
-                explicit = False
-                bases: list[DatasetClass] = []
-                for base in node.bases:
-                    name = self.scopes.qualified(base) or ""
-                    local = self.classes.get(name)
-                    if local is not None and local in found:
-                        explicit = explicit or found[local].explicit
-                        bases.append(found[local])
-                    elif name.startswith(_DATASET_BASE_PREFIXES) and name.endswith("Dataset"):
-                        explicit = True
-                    elif name in _UNBOUND_DATASET_SPELLINGS and not self.scopes.is_imported(
-                        name.split(".")[0]
-                    ):
-                        explicit = True
-                    elif name.startswith("torchvision.datasets."):
-                        explicit = True
-                methods = {
-                    s.name
-                    for s in node.body
-                    if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
-                }
-                duck = {"__getitem__", "__len__"} <= methods
-                if explicit or bases or duck:
-                    local_class = self.scopes.enclosing(
-                        node, (ast.FunctionDef, ast.AsyncFunctionDef)
-                    )
-                    found[node] = DatasetClass(node, explicit, local_class is not None, bases)
-                    changed = True
-        used = {
-            cls.name for cls in (self.dataset_class_of(loader) for loader in self.loaders) if cls
-        }
-        datasets: dict[str, DatasetClass] = {}
-        for dataset in found.values():
-            # A class that merely looks like a container (a vocabulary, a cache) is a Dataset
-            # only when the module hands it to a DataLoader.
-            if dataset.explicit or dataset.name in used:
-                datasets.setdefault(dataset.name, dataset)
-        return datasets
+    # -- classes -----------------------------------------------------------------------------
 
     def class_of_instance(self, node: ast.AST | None, depth: int = 0) -> ast.ClassDef | None:
         """The class of this module whose instance ``node`` evaluates to, if a reader can tell."""
-        if node is None or depth > 4:
-            return None
-        if isinstance(node, ast.Call):
-            if isinstance(node.func, ast.Name):
-                binding = self.scopes.single_binding(node.func.id, node.func)
-                if isinstance(binding, ast.ClassDef):
-                    return binding
-            return None
-        if isinstance(node, ast.Name):
-            binding = self.scopes.single_binding(node.id, node)
-            if isinstance(binding, ast.expr):
-                return self.class_of_instance(binding, depth + 1)
-        return None
-
-    def dataset_class_of(self, loader: LoaderCall) -> ast.ClassDef | None:
-        return self.class_of_instance(loader.arguments.get("dataset"))
-
-    def dataset_runs_in_workers(self, dataset: DatasetClass) -> bool:
-        """False only when every DataLoader that could take this Dataset has num_workers=0."""
-        own = [loader for loader in self.loaders if self.dataset_class_of(loader) is dataset.node]
-        relevant = own or self.loaders
-        if not relevant:
-            return True
-        return any(loader.workers is not Workers.ZERO for loader in relevant)
+        found = self.project.class_of_instance(self, node, depth)
+        return found[1] if found and found[0] is self else None
 
 
-def _is_main_guard(test: ast.expr) -> bool:
+def _is_super(node: ast.expr, owner: DatasetClass) -> bool:
+    """``super()``, ``super(Cls, self)``, or ``Base`` in ``Base.__init__(self, ...)``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id == "super"
+    if isinstance(node, ast.Name):
+        return any(base.name == node.id for base in owner.bases)
+    return False
+
+
+def is_main_guard(test: ast.expr) -> bool:
     if not isinstance(test, ast.Compare) or len(test.ops) != 1:
         return False
     if not isinstance(test.ops[0], ast.Eq):
@@ -345,12 +437,18 @@ def _is_main_guard(test: ast.expr) -> bool:
 
 @dataclass(frozen=True)
 class Hit:
-    """What a rule reports: the node to point at, the code, the message, an optional fix."""
+    """What a rule reports: where (module and node), the code, the message, optional overrides.
 
+    ``severity`` overrides the rule's default (``info`` for a list of file names that LD107
+    only mentions); ``fix`` overrides the catalog's fix text with one for this finding.
+    """
+
+    module: ModuleModel
     node: ast.AST
     code: str
     message: str
     fix: str | None = None
+    severity: str | None = None
 
 
 __all__ = [

@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from loaderdoctor.lint.model import DatasetClass, Hit, ModuleModel, Workers
+from loaderdoctor.lint.model import DatasetClass, FunctionNode, Hit, ModuleModel
+from loaderdoctor.lint.project import Project
 from loaderdoctor.lint.scope import is_self_attribute, walk_local
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -26,6 +27,31 @@ HANDLE_OPENERS = frozenset(
         "tables.open_file",
         "zipfile.ZipFile",
         "tarfile.open",
+        "bz2.open",
+        "lzma.open",
+        "shelve.open",
+        "dbm.open",
+        "cv2.VideoCapture",
+        "pyarrow.parquet.ParquetFile",
+        "fsspec.open",
+        "smart_open.open",
+    }
+)
+# Network and database clients: a socket (and its TLS state) shared by forked workers.
+_CLIENTS = frozenset(
+    {
+        "boto3.client",
+        "boto3.resource",
+        "requests.Session",
+        "requests.session",
+        "httpx.Client",
+        "urllib3.PoolManager",
+        "redis.Redis",
+        "redis.StrictRedis",
+        "pymongo.MongoClient",
+        "psycopg2.connect",
+        "pymysql.connect",
+        "google.cloud.storage.Client",
     }
 )
 _RNG_FACTORIES = frozenset(
@@ -40,12 +66,6 @@ _RNG_FACTORIES = frozenset(
 _RESEEDS = frozenset({"seed", "manual_seed", "set_state", "setstate", "__setstate__"})
 
 
-def worker_datasets(model: ModuleModel) -> Iterator[DatasetClass]:
-    for dataset in model.datasets.values():
-        if model.dataset_runs_in_workers(dataset):
-            yield dataset
-
-
 def self_assignments(function: ast.AST) -> Iterator[tuple[str, ast.expr, ast.Assign]]:
     for node in walk_local(function):
         if isinstance(node, ast.Assign):
@@ -55,51 +75,66 @@ def self_assignments(function: ast.AST) -> Iterator[tuple[str, ast.expr, ast.Ass
                     yield target.attr, node.value, node
 
 
-def _uses_self_attribute(
-    functions: list[ast.FunctionDef | ast.AsyncFunctionDef], attr: str
-) -> str | None:
-    for function in functions:
+def init_assignments(
+    dataset: DatasetClass,
+) -> Iterator[tuple[str, ast.expr, FunctionNode, DatasetClass]]:
+    """``self.x = value`` in ``__init__`` and the helpers it calls, with where each is."""
+    for function, owner in dataset.init_methods():
+        for attr, value, _ in self_assignments(function):
+            yield attr, value, function, owner
+
+
+def uses_self_attribute(methods: list[tuple[FunctionNode, DatasetClass]], attr: str) -> str | None:
+    """The name of the first worker method that reads ``self.attr``."""
+    for function, _ in methods:
         for node in ast.walk(function):
             if is_self_attribute(node, attr) and isinstance(node.ctx, ast.Load):  # type: ignore[attr-defined]
                 return function.name
     return None
 
 
-def _stored_elsewhere(model: ModuleModel, attr: str, init: ast.AST) -> bool:
+def stored_elsewhere(dataset: DatasetClass, attr: str) -> bool:
     """Whether ``.attr`` is (re)assigned outside ``__init__``: lazily, or by worker_init_fn."""
-    stores = [n for n in model.scopes.attributes.get(attr, ()) if isinstance(n.ctx, ast.Store)]
-    if not stores:
-        return False
-    inside = set(ast.walk(init))
-    return any(node not in inside for node in stores)
+    init_nodes: set[ast.AST] = set()
+    for function, _ in dataset.init_methods():
+        init_nodes.update(ast.walk(function))
+    for module in {id(m): m for m in (dataset.module, *dataset.module.project.modules)}.values():
+        for node in module.scopes.attributes.get(attr, ()):
+            if isinstance(node.ctx, ast.Store) and node not in init_nodes:
+                return True
+    return False
 
 
 # -- LD103 -------------------------------------------------------------------------------------
 
 
-def check_cuda_in_workers(model: ModuleModel) -> Iterator[Hit]:
-    seen: set[ast.AST] = set()
-    for dataset in worker_datasets(model):
-        for method in dataset.worker_methods():
-            for node, what in _cuda_uses(model, method, dataset):
-                if node not in seen:
-                    seen.add(node)
-                    yield Hit(
-                        node,
-                        "LD103",
-                        f"{what} in `{dataset.name}.{method.name}` runs in DataLoader workers",
-                    )
-    for loader in model.loaders:
-        collate = loader.arguments.get("collate_fn")
-        if collate is None or loader.workers is Workers.ZERO:
-            continue
-        function = _collate_function(model, collate)
-        if function is None:
-            continue
-        for node, what in _cuda_uses(model, function, None):
-            if node not in seen:
-                seen.add(node)
-                yield Hit(node, "LD103", f"{what} in the collate_fn runs in DataLoader workers")
+def check_cuda_in_workers(project: Project) -> Iterator[Hit]:
+    for dataset in project.worker_datasets():
+        for method, owner in dataset.worker_methods():
+            for node, what in _cuda_uses(owner.module, method, owner):
+                yield Hit(
+                    owner.module,
+                    node,
+                    "LD103",
+                    f"{what} in `{owner.name}.{method.name}` runs in every DataLoader worker: "
+                    "a forked worker cannot initialise CUDA, a spawned one builds its own context",
+                )
+    for model in project.modules:
+        for loader in model.loaders:
+            collate = loader.arguments.get("collate_fn")
+            if collate is None or not loader.may_start_workers:
+                continue
+            function = _collate_function(model, collate)
+            if function is None:
+                continue
+            for node, what in _cuda_uses(model, function, None):
+                yield Hit(
+                    model,
+                    node,
+                    "LD103",
+                    f"{what} in the collate_fn runs in every DataLoader worker: a forked worker "
+                    "cannot initialise CUDA, a spawned one builds its own context",
+                )
 
 
 def _collate_function(model: ModuleModel, node: ast.expr) -> ast.AST | None:
@@ -145,9 +180,8 @@ def _is_cuda_device(model: ModuleModel, node: ast.AST, dataset: DatasetClass | N
     if isinstance(node, ast.Call) and model.scopes.qualified(node.func) == "torch.device":
         return bool(node.args) and _is_cuda_device(model, node.args[0], dataset)
     if dataset is not None and isinstance(node, ast.Attribute) and is_self_attribute(node):
-        init = dataset.method("__init__")
-        values = [v for a, v, _ in self_assignments(init) if a == node.attr] if init else []
-        return len(values) == 1 and _is_cuda_device(model, values[0], None)
+        values = [(v, o) for a, v, _, o in init_assignments(dataset) if a == node.attr]
+        return len(values) == 1 and _is_cuda_device(values[0][1].module, values[0][0], None)
     value = model.scopes.evaluate(node)
     return isinstance(value, str) and value.split(":")[0] == "cuda"
 
@@ -155,50 +189,105 @@ def _is_cuda_device(model: ModuleModel, node: ast.AST, dataset: DatasetClass | N
 # -- LD106 -------------------------------------------------------------------------------------
 
 
-def check_shared_handles(model: ModuleModel) -> Iterator[Hit]:
-    for dataset in worker_datasets(model):
-        init = dataset.method("__init__")
-        if init is None:
-            continue
-        for attr, value, _ in self_assignments(init):
-            if not isinstance(value, ast.Call):
+def check_shared_handles(project: Project) -> Iterator[Hit]:
+    for dataset in project.worker_datasets():
+        workers = dataset.worker_methods()
+        for attr, value, function, owner in init_assignments(dataset):
+            opener = _handle_opener(owner.module, value, owner, 0)
+            if opener is None or _closed_in(dataset, attr):
                 continue
-            opener = model.scopes.qualified(value.func)
-            if opener not in HANDLE_OPENERS or _closed_in(init, attr):
+            if stored_elsewhere(dataset, attr):
                 continue
-            if _stored_elsewhere(model, attr, init):
+            user = uses_self_attribute(workers, attr)
+            if user is None:
                 continue
-            user = _uses_self_attribute(dataset.worker_methods(), attr)
-            if user is not None:
-                yield Hit(
-                    value,
-                    "LD106",
-                    f"`self.{attr} = {opener}(...)` is opened in `{dataset.name}.__init__` and "
-                    f"used in `{user}`: every worker shares one handle",
-                )
+            where = "" if function.name == "__init__" else f" (via `{function.name}()`)"
+            yield Hit(
+                owner.module,
+                value,
+                "LD106",
+                f"`self.{attr}` holds {opener}, opened in `{dataset.name}.__init__`{where} and "
+                f"used in `{user}`: forked workers share one handle (one offset, one "
+                "connection), and spawn cannot pickle it",
+            )
 
 
-def _closed_in(function: ast.AST, attr: str) -> bool:
-    for node in walk_local(function):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr == "close" and is_self_attribute(node.func.value, attr):
-                return True
+def _handle_opener(
+    model: ModuleModel, value: ast.expr, owner: DatasetClass, depth: int
+) -> str | None:
+    """What kind of handle ``value`` opens, in words, or None."""
+    if depth > 3 or not isinstance(value, ast.Call):
+        return None
+    name = model.scopes.qualified(value.func) or ""
+    if name in HANDLE_OPENERS:
+        return f"a `{name}(...)` handle"
+    if name in _CLIENTS or (
+        name.split(".")[-1] in ("client", "resource") and name.startswith("boto3")
+    ):
+        return f"a `{name}(...)` client"
+    if name in ("numpy.load", "np.load"):
+        return _npz_handle(model, value)
+    receiver = value.func.value if isinstance(value.func, ast.Attribute) else None
+    if (
+        isinstance(value.func, ast.Attribute)
+        and isinstance(receiver, ast.Name)
+        and receiver.id == "self"
+    ):
+        helper = owner.find(value.func.attr)  # self.env = self._open_env(path)
+        if helper is not None:
+            function, helper_owner = helper
+            for node in walk_local(function):
+                if isinstance(node, ast.Return) and node.value is not None:
+                    found = _handle_opener(helper_owner.module, node.value, helper_owner, depth + 1)
+                    if found:
+                        return found
+                    if isinstance(node.value, ast.Name):
+                        for binding in helper_owner.module.scopes.lookup(node.value.id, node):
+                            if isinstance(binding, ast.expr):
+                                found = _handle_opener(
+                                    helper_owner.module, binding, helper_owner, depth + 1
+                                )
+                                if found:
+                                    return found
+    return None
+
+
+def _npz_handle(model: ModuleModel, call: ast.Call) -> str | None:
+    """``np.load`` keeps a file open for an .npz archive or a file object (no mmap_mode)."""
+    for keyword in call.keywords:
+        if keyword.arg == "mmap_mode" and not (
+            isinstance(keyword.value, ast.Constant) and keyword.value.value is None
+        ):
+            return None
+    if not call.args:
+        return None
+    source = call.args[0]
+    text = model.scopes.evaluate(source)
+    if isinstance(text, str) and text.endswith(".npz"):
+        return "an open .npz archive (`numpy.load`)"
+    if isinstance(source, ast.Call) and model.scopes.qualified(source.func) in HANDLE_OPENERS:
+        return "a file object read by `numpy.load`"
+    return None
+
+
+def _closed_in(dataset: DatasetClass, attr: str) -> bool:
+    for function, _ in dataset.init_methods():
+        for node in walk_local(function):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr == "close" and is_self_attribute(node.func.value, attr):
+                    return True
     return False
 
 
 # -- LD108 -------------------------------------------------------------------------------------
 
 
-def check_opencv_threads(model: ModuleModel) -> Iterator[Hit]:
-    if "cv2" not in model.scopes.imports.values() and not any(
-        origin.startswith("cv2.") for origin in model.scopes.imports.values()
-    ):
-        return
-    for call in model.calls:
-        if model.scopes.qualified(call.func) == "cv2.setNumThreads":
-            return
-    for dataset in worker_datasets(model):
-        for method in dataset.worker_methods():
+def check_opencv_threads(project: Project) -> Iterator[Hit]:
+    if project.sets_cv2_threads:
+        return  # process-wide, wherever it is called: a setup module, the entry point
+    for dataset in project.worker_datasets():
+        for method, owner in dataset.worker_methods():
+            model = owner.module
             use = next(
                 (
                     node
@@ -210,10 +299,12 @@ def check_opencv_threads(model: ModuleModel) -> Iterator[Hit]:
             )
             if use is not None:
                 yield Hit(
+                    model,
                     use,
                     "LD108",
-                    f"OpenCV is used in `{dataset.name}.{method.name}` but its threads are never "
-                    "limited (`cv2.setNumThreads(0)`): every worker starts a thread per core",
+                    f"OpenCV is used in `{owner.name}.{method.name}` but no module of the "
+                    "project calls `cv2.setNumThreads(0)`: every worker starts a thread per "
+                    "core, num_workers x cores threads in all",
                 )
                 break
 
@@ -221,22 +312,22 @@ def check_opencv_threads(model: ModuleModel) -> Iterator[Hit]:
 # -- LD109 -------------------------------------------------------------------------------------
 
 
-def check_copied_generators(model: ModuleModel) -> Iterator[Hit]:
-    for dataset in worker_datasets(model):
-        init = dataset.method("__init__")
-        if init is None:
-            continue
-        for attr, value, _ in self_assignments(init):
-            factory = _rng_factory(model, value)
-            if factory is None or _reseeded(model, attr, init):
+def check_copied_generators(project: Project) -> Iterator[Hit]:
+    for dataset in project.worker_datasets():
+        workers = dataset.worker_methods()
+        for attr, value, _, owner in init_assignments(dataset):
+            factory = _rng_factory(owner.module, value)
+            if factory is None or _reseeded(dataset, attr):
                 continue
-            user = _uses_self_attribute(dataset.worker_methods(), attr)
+            user = uses_self_attribute(workers, attr)
             if user is not None:
                 yield Hit(
+                    owner.module,
                     value,
                     "LD109",
                     f"`self.{attr} = {factory}(...)` is created in `{dataset.name}.__init__` and "
-                    f"drawn from in `{user}`: every worker repeats the same random stream",
+                    f"drawn from in `{user}`: every worker gets a copy of the same generator "
+                    "state, so the random augmentations repeat num_workers times",
                 )
 
 
@@ -252,14 +343,15 @@ def _rng_factory(model: ModuleModel, value: ast.expr) -> str | None:
     return name if name in _RNG_FACTORIES else None
 
 
-def _reseeded(model: ModuleModel, attr: str, init: ast.AST) -> bool:
-    if _stored_elsewhere(model, attr, init):
+def _reseeded(dataset: DatasetClass, attr: str) -> bool:
+    if stored_elsewhere(dataset, attr):
         return True
-    for holder in model.scopes.attributes.get(attr, ()):
-        node = model.scopes.parents.get(holder)
-        if isinstance(node, ast.Attribute) and node.value is holder:
-            if node.attr in _RESEEDS or node.attr == "bit_generator":
-                return True
-            if isinstance(node.ctx, ast.Store):
-                return True
+    for module in dataset.module.project.modules:
+        for holder in module.scopes.attributes.get(attr, ()):
+            node = module.scopes.parents.get(holder)
+            if isinstance(node, ast.Attribute) and node.value is holder:
+                if node.attr in _RESEEDS or node.attr == "bit_generator":
+                    return True
+                if isinstance(node.ctx, ast.Store):
+                    return True
     return False

@@ -1,111 +1,240 @@
-"""LD101: DataLoader workers started when the module is imported, outside the main guard."""
+"""LD101: DataLoader workers started when the module is imported, outside the main guard.
+
+Every statement that runs at import counts, not only bare calls: the bodies of top-level
+``for``/``while``/``with``/``try`` blocks, the right-hand side of assignments, and module functions
+called from there that iterate a DataLoader (built in the function or at module level, alone or
+in a dict/list comprehension such as ``{split: DataLoader(...) for split in splits}``).
+"""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
 
-from loaderdoctor.lint.model import Hit, LoaderCall, ModuleModel, Placement, StartMethod, Workers
+from loaderdoctor.lint.model import Hit, LoaderCall, ModuleModel, Placement
+from loaderdoctor.lint.project import Project, spawn_severity, spawn_where
 from loaderdoctor.lint.scope import dotted_name, walk_local
 
 # Calls that look at a DataLoader without starting its workers.
-_HARMLESS_CONSUMERS = frozenset({"len", "print", "isinstance", "type", "id", "repr", "str"})
+_HARMLESS_CONSUMERS = frozenset(
+    {"len", "print", "isinstance", "type", "id", "repr", "str", "hasattr", "getattr", "setattr"}
+)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_CONTAINERS = (
+    ast.List,
+    ast.Tuple,
+    ast.Set,
+    ast.Dict,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+    ast.IfExp,
+    ast.Starred,
+)
 _MAX_CALL_DEPTH = 4
 
 
-def check_main_guard(model: ModuleModel) -> Iterator[Hit]:
-    # A notebook's __main__ cannot be re-imported by a spawned worker, so the guard does not help.
-    if model.notebook:
+def check_main_guard(project: Project) -> Iterator[Hit]:
+    for model in project.modules:
+        # A notebook's __main__ cannot be re-imported by a spawned worker: LD102 says so instead.
+        if not model.notebook:
+            yield from _module_hits(model)
+
+
+def _module_hits(model: ModuleModel) -> Iterator[Hit]:
+    candidates = [
+        loader for loader in model.loaders if loader.may_start_workers and model.spawns(loader)
+    ]
+    if not candidates:
         return
-    for loader in model.loaders:
-        if not _starts_workers_under_spawn(loader):
+    holders = _module_holders(model, candidates)
+    uses = _holder_uses(model, holders)
+    for loader in candidates:
+        if model.placement(loader.node) is not Placement.UNGUARDED:
             continue
-        if model.placement(loader.node) is Placement.UNGUARDED and _is_consumed(
-            model, loader, True
-        ):
+        if model.scopes.scope_of(loader.node) is not model.tree:
+            continue
+        if _consumed_at_top_level(model, loader, holders, uses):
             yield Hit(
+                model,
                 loader.node,
                 "LD101",
                 f"DataLoader with num_workers={loader.workers_text} is created and iterated at "
-                'module top level without an `if __name__ == "__main__":` guard',
+                'module top level without an `if __name__ == "__main__":` guard: each spawned '
+                "worker re-imports the script and starts workers again while bootstrapping, "
+                f"which fails {spawn_where(model.project, loader)}",
+                severity=spawn_severity(model.project, loader),
             )
     functions = {
         statement.name: statement
         for statement in model.tree.body
         if isinstance(statement, _FUNCTIONS)
     }
+    cache: dict[str, LoaderCall | None] = {}
+    for node in _import_time_calls(model):
+        name = node.func.id if isinstance(node.func, ast.Name) else ""
+        started = _starts_workers(model, functions, holders, candidates, name, 0, cache)
+        if started is not None:
+            loader = started
+            yield Hit(
+                model,
+                node,
+                "LD101",
+                f"`{name}()` runs at import time and iterates a DataLoader with num_workers="
+                f"{loader.workers_text} (line {loader.node.lineno}), outside an "
+                '`if __name__ == "__main__":` guard: each spawned worker re-imports the script '
+                f"and runs it again, which fails {spawn_where(model.project, loader)}",
+                severity=spawn_severity(model.project, loader),
+            )
+
+
+def _module_holders(model: ModuleModel, candidates: list[LoaderCall]) -> _Holders:
+    """Module-level names bound to a worker DataLoader, or to a container of them."""
+    holders = _Holders()
+    for loader in candidates:
+        node: ast.AST = loader.node
+        parent = model.scopes.parents.get(node)
+        while isinstance(parent, (*_CONTAINERS, ast.comprehension, ast.keyword)):
+            if isinstance(parent, ast.comprehension) and parent.iter is node:
+                break  # iterating a loader to build something is a use, not a holder
+            node, parent = parent, model.scopes.parents.get(parent)
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            if model.scopes.scope_of(parent) is model.tree:
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        holders.setdefault(target.id, loader)
+                        if node is not loader.node:
+                            holders.containers.add(target.id)
+    return holders
+
+
+class _Holders(dict[str, LoaderCall]):
+    """Name -> DataLoader; ``containers`` are the names bound to a dict or list of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.containers: set[str] = set()
+
+
+def _uses_loader(model: ModuleModel, use: ast.Name, holders: _Holders) -> bool:
+    """A use of a holder that iterates a DataLoader: ``loaders["train"]`` for a container."""
+    node: ast.AST = use
+    if use.id in holders.containers:
+        parent = model.scopes.parents.get(use)
+        if not (isinstance(parent, ast.Subscript) and parent.value is use):
+            return False  # iterating a dict of loaders does not start any of them
+        node = parent
+    return _consumes(model, node)
+
+
+def _holder_uses(model: ModuleModel, holders: _Holders) -> dict[str, list[ast.Name]]:
+    uses: dict[str, list[ast.Name]] = {}
+    if not holders:
+        return uses
+    for node in model.scopes.nodes:
+        if isinstance(node, ast.Name) and node.id in holders and isinstance(node.ctx, ast.Load):
+            uses.setdefault(node.id, []).append(node)
+    return uses
+
+
+def _consumed_at_top_level(
+    model: ModuleModel,
+    loader: LoaderCall,
+    holders: _Holders,
+    uses: dict[str, list[ast.Name]],
+) -> bool:
+    if _consumes(model, loader.node):
+        return True
+    for name, held in holders.items():
+        if held is not loader:
+            continue
+        for use in uses.get(name, ()):
+            if model.scopes.scope_of(use) is model.tree and _uses_loader(model, use, holders):
+                if model.placement(use) is Placement.UNGUARDED:
+                    return True
+    return False
+
+
+def _import_time_calls(model: ModuleModel) -> Iterator[ast.Call]:
+    """Calls of module functions made while the module is imported (outside the main guard)."""
     for statement in model.tree.body:
-        for node in _unguarded_calls(model, statement):
-            name = node.func.id if isinstance(node.func, ast.Name) else ""
-            line = _starts_loader_workers(model, functions, name, depth=0, seen=set())
-            if line is not None:
-                yield Hit(
-                    node,
-                    "LD101",
-                    f"`{name}()` runs at import time and starts DataLoader workers (line {line}) "
-                    'without an `if __name__ == "__main__":` guard',
-                )
+        if isinstance(statement, (*_FUNCTIONS, ast.ClassDef, ast.Import, ast.ImportFrom)):
+            continue
+        for node in walk_local(statement):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                if model.placement(node) is Placement.UNGUARDED:
+                    yield node
 
 
-def _starts_workers_under_spawn(loader: LoaderCall) -> bool:
-    return loader.workers is Workers.POSITIVE and loader.start_method is StartMethod.SPAWN
-
-
-def _unguarded_calls(model: ModuleModel, statement: ast.stmt) -> Iterator[ast.Call]:
-    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
-        if model.placement(statement) is Placement.UNGUARDED:
-            yield statement.value
-    elif isinstance(statement, (ast.If, ast.Try, ast.With)):
-        for child in ast.iter_child_nodes(statement):
-            if isinstance(child, ast.stmt):
-                yield from _unguarded_calls(model, child)
-
-
-def _starts_loader_workers(
+def _starts_workers(
     model: ModuleModel,
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef],
+    holders: _Holders,
+    candidates: list[LoaderCall],
     name: str,
     depth: int,
-    seen: set[str],
-) -> int | None:
-    """The line of a worker DataLoader that calling module function ``name`` iterates."""
+    cache: dict[str, LoaderCall | None],
+) -> LoaderCall | None:
+    """The worker DataLoader that calling module function ``name`` iterates, if any."""
+    if name in cache:
+        return cache[name]
     function = functions.get(name)
-    if function is None or name in seen or depth > _MAX_CALL_DEPTH:
+    if function is None or depth > _MAX_CALL_DEPTH:
         return None
-    seen.add(name)
-    for loader in model.loaders:
-        if model.scopes.scope_of(loader.node) is function and _starts_workers_under_spawn(loader):
-            if _is_consumed(model, loader, False):
-                return loader.node.lineno
-    for node in walk_local(function):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            line = _starts_loader_workers(model, functions, node.func.id, depth + 1, seen)
-            if line is not None:
-                return line
-    return None
+    cache[name] = None  # recursion guard
+    found: LoaderCall | None = None
+    for loader in candidates:
+        if model.scopes.scope_of(loader.node) is function and _is_consumed_in(
+            model, loader, function
+        ):
+            found = loader
+            break
+    if found is None:
+        local_names = model.scopes.bindings(function)
+        for node in walk_local(function):
+            if isinstance(node, ast.Name) and node.id in holders and node.id not in local_names:
+                if isinstance(node.ctx, ast.Load) and _uses_loader(model, node, holders):
+                    found = holders[node.id]
+                    break
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                inner = _starts_workers(
+                    model, functions, holders, candidates, node.func.id, depth + 1, cache
+                )
+                if inner is not None:
+                    found = inner
+                    break
+    cache[name] = found
+    return found
 
 
-def _is_consumed(model: ModuleModel, loader: LoaderCall, top_level: bool) -> bool:
+def _is_consumed_in(model: ModuleModel, loader: LoaderCall, function: ast.AST) -> bool:
     """Whether the DataLoader is iterated or handed to other code (which will iterate it)."""
-    parent = model.scopes.parents.get(loader.node)
+    node: ast.AST = loader.node
+    parent = model.scopes.parents.get(node)
+    while isinstance(parent, (*_CONTAINERS, ast.comprehension)) and not (
+        isinstance(parent, ast.comprehension) and parent.iter is node
+    ):
+        node, parent = parent, model.scopes.parents.get(parent)
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
         target = parent.targets[0]
         if not isinstance(target, ast.Name):
             return False
-        scope = model.scopes.scope_of(loader.node)
-        for node in walk_local(scope) if not top_level else model.scopes.nodes:
-            if isinstance(node, ast.Name) and node.id == target.id and node.lineno > parent.lineno:
-                if isinstance(node.ctx, ast.Load) and _consumes(model, node):
-                    if not top_level or model.placement(node) is Placement.UNGUARDED:
-                        return True
+        for use in walk_local(function):
+            if isinstance(use, ast.Name) and use.id == target.id and use.lineno >= parent.lineno:
+                if isinstance(use.ctx, ast.Load) and _consumes(model, use):
+                    return True
         return False
-    return _consumes(model, loader.node)
+    return _consumes(model, node)
 
 
 def _consumes(model: ModuleModel, node: ast.AST) -> bool:
+    """Whether this use of a loader (or of a container of loaders) iterates it or hands it on."""
     parent = model.scopes.parents.get(node)
-    if isinstance(parent, (ast.For, ast.AsyncFor)) and parent.iter is node:
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        return False  # loader.dataset, len(loader.sampler): no workers
+    if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)) and parent.iter is node:
         return True
     if isinstance(parent, ast.keyword):
         parent = model.scopes.parents.get(parent)

@@ -5,13 +5,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from loaderdoctor.lint.model import (
-    Hit,
-    LoaderCall,
-    ModuleModel,
-    StartMethod,
-    Workers,
-)
+from loaderdoctor.lint.model import Hit, LoaderCall, ModuleModel, Workers
+from loaderdoctor.lint.project import Project, spawn_severity, spawn_where
 from loaderdoctor.lint.scope import UNKNOWN, dotted_name, is_self_attribute, walk_local
 
 _PICKLED_CALLABLES = ("collate_fn", "worker_init_fn", "sampler", "batch_sampler")
@@ -23,20 +18,29 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 # -- LD102 -------------------------------------------------------------------------------------
 
 
-def check_unpicklable(model: ModuleModel) -> Iterator[Hit]:
-    for loader in model.loaders:
-        if loader.workers is not Workers.POSITIVE or loader.start_method is not StartMethod.SPAWN:
-            continue
-        for parameter in _PICKLED_CALLABLES:
-            value = loader.arguments.get(parameter)
-            reason = _unpicklable_reason(model, value, depth=0) if value is not None else None
-            if value is not None and reason is not None:
-                yield Hit(
-                    value,
-                    "LD102",
-                    f"{parameter} is {reason}: it cannot be pickled into spawn/forkserver workers",
-                )
-        yield from _dataset_hits(model, loader)
+def check_unpicklable(project: Project) -> Iterator[Hit]:
+    for model in project.modules:
+        for loader in model.loaders:
+            if not loader.may_start_workers or not model.spawns(loader):
+                continue
+            for parameter in _PICKLED_CALLABLES:
+                value = loader.arguments.get(parameter)
+                reason = _unpicklable_reason(model, value, depth=0) if value is not None else None
+                if value is not None and reason is not None:
+                    yield _hit(model, loader, value, f"{parameter} is {reason}")
+            yield from _dataset_hits(model, loader)
+
+
+def _hit(model: ModuleModel, loader: LoaderCall, node: ast.AST, what: str) -> Hit:
+    maybe = f" (num_workers={loader.workers_text})" if loader.workers is Workers.MAYBE else ""
+    return Hit(
+        model,
+        node,
+        "LD102",
+        f"{what}: pickle cannot send it to spawn/forkserver workers, so the first epoch fails "
+        f"{spawn_where(model.project, loader)}{maybe}",
+        severity=spawn_severity(model.project, loader),
+    )
 
 
 def _unpicklable_reason(model: ModuleModel, node: ast.AST, depth: int) -> str | None:
@@ -52,6 +56,8 @@ def _unpicklable_reason(model: ModuleModel, node: ast.AST, depth: int) -> str | 
             outer = model.scopes.enclosing(binding, _FUNCTIONS)
             if isinstance(outer, _FUNCTIONS):
                 return f"`{node.id}`, a function defined inside `{outer.name}()`"
+            if model.notebook:
+                return f"`{node.id}`, {_NOTEBOOK}"
             return None
         if isinstance(binding, ast.Call):
             return _unpicklable_reason(model, binding, depth + 1)
@@ -60,8 +66,8 @@ def _unpicklable_reason(model: ModuleModel, node: ast.AST, depth: int) -> str | 
         if model.scopes.qualified(node.func) in ("functools.partial", "partial") and node.args:
             inner = _unpicklable_reason(model, node.args[0], depth + 1)
             return f"a functools.partial of {inner}" if inner else None
-        cls = model.class_of_instance(node)
-        return _class_reason(model, cls, "an instance of") if cls else None
+        found = model.project.class_of_instance(model, node)
+        return _class_reason(found[0], found[1], "an instance of") if found else None
     if isinstance(node, ast.Attribute):
         owner = (
             model.scopes.enclosing(node, (ast.ClassDef,))
@@ -69,30 +75,36 @@ def _unpicklable_reason(model: ModuleModel, node: ast.AST, depth: int) -> str | 
             else model.class_of_instance(node.value)
         )
         if isinstance(owner, ast.ClassDef):
-            cls = owner
-            reason = _class_reason(model, cls, "a method of")
+            reason = _class_reason(model, owner, "a method of")
             return f"`{dotted_name(node)}`, {reason}" if reason else None
     return None
+
+
+_NOTEBOOK = "defined in a notebook cell (spawned workers cannot import the notebook's __main__)"
 
 
 def _class_reason(model: ModuleModel, cls: ast.ClassDef, article: str) -> str | None:
     outer = model.scopes.enclosing(cls, _FUNCTIONS)
     if isinstance(outer, _FUNCTIONS):
         return f"{article} `{cls.name}`, a class defined inside `{outer.name}()`"
-    attribute = lambda_attribute(cls)
+    if model.notebook:
+        return f"{article} `{cls.name}`, {_NOTEBOOK}"
+    attribute = lambda_attribute(model, cls)
     if attribute is not None:
         return f"{article} `{cls.name}`, which holds a lambda in `self.{attribute}`"
     return None
 
 
-def lambda_attribute(cls: ast.ClassDef) -> str | None:
-    """The ``self.x`` that ``__init__`` sets to a lambda, if any."""
+def lambda_attribute(model: ModuleModel, cls: ast.ClassDef) -> str | None:
+    """The ``self.x`` that ``__init__`` sets to a lambda (alone or inside a Compose), if any."""
     for statement in cls.body:
         if isinstance(statement, _FUNCTIONS) and statement.name == "__init__":
             for node in walk_local(statement):
-                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+                if isinstance(node, ast.Assign):
                     for target in node.targets:
-                        if is_self_attribute(target):
+                        if is_self_attribute(target) and next(
+                            _held_callables(model, node.value, 0), None
+                        ):
                             assert isinstance(target, ast.Attribute)
                             return target.attr
     return None
@@ -105,26 +117,65 @@ def _dataset_hits(model: ModuleModel, loader: LoaderCall) -> Iterator[Hit]:
         construction = model.scopes.single_binding(dataset.id, dataset)
     if dataset is None or not isinstance(construction, ast.Call):
         return
-    cls = model.class_of_instance(construction)
-    reason = _class_reason(model, cls, "an instance of") if cls else None
-    if reason is not None:
-        yield Hit(
-            dataset,
-            "LD102",
-            f"the Dataset is {reason}: it cannot be pickled into spawn/forkserver workers",
-        )
-        return
+    found = model.project.class_of_instance(model, construction)
+    if found is not None:
+        reason = _class_reason(found[0], found[1], "an instance of")
+        if reason is not None:
+            yield _hit(model, loader, dataset, f"the Dataset is {reason}")
+            return
     constructor = model.scopes.qualified(construction.func) or ""
-    if cls is None and not _looks_like_dataset_constructor(constructor):
+    if found is None and not _looks_like_dataset_constructor(constructor):
         return
-    for argument in (*construction.args, *(k.value for k in construction.keywords)):
-        for held in _held_lambdas(model, argument):
-            yield Hit(
-                held,
-                "LD102",
-                f"a lambda passed to `{constructor.split('.')[-1]}(...)` is held by the Dataset, "
-                "which is pickled into spawn/forkserver workers",
-            )
+    kept = _kept_parameters(found[0], found[1]) if found else None
+    parameters = _parameter_names(found[1]) if found else []
+    for position, argument in enumerate(construction.args):
+        name = parameters[position] if position < len(parameters) else None
+        if kept is None or name is None or name in kept:
+            yield from _held_hits(model, loader, constructor, argument)
+    for keyword in construction.keywords:
+        if kept is None or keyword.arg is None or keyword.arg in kept:
+            yield from _held_hits(model, loader, constructor, keyword.value)
+
+
+def _held_hits(
+    model: ModuleModel, loader: LoaderCall, constructor: str, argument: ast.AST
+) -> Iterator[Hit]:
+    short = constructor.split(".")[-1]
+    for node, what in _held_callables(model, argument, 0):
+        yield _hit(
+            model,
+            loader,
+            node,
+            f"{what} passed to `{short}(...)` is kept by the Dataset, which is pickled into "
+            "every worker",
+        )
+
+
+def _parameter_names(cls: ast.ClassDef) -> list[str]:
+    for statement in cls.body:
+        if isinstance(statement, _FUNCTIONS) and statement.name == "__init__":
+            names = [arg.arg for arg in (*statement.args.posonlyargs, *statement.args.args)]
+            return names[1:]  # without self
+    return []
+
+
+def _kept_parameters(model: ModuleModel, cls: ast.ClassDef) -> set[str] | None:
+    """Parameters of ``__init__`` that the instance keeps (None: cannot tell, assume all).
+
+    A parameter only called in ``__init__`` (a transform applied once while indexing) is not
+    pickled with the Dataset; one stored on ``self`` or handed to ``super().__init__`` is.
+    """
+    init = next((s for s in cls.body if isinstance(s, _FUNCTIONS) and s.name == "__init__"), None)
+    if init is None:
+        return None
+    kept: set[str] = set()
+    for node in ast.walk(init):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            parent = model.scopes.parents.get(node)
+            if isinstance(parent, ast.Call) and parent.func is node:
+                continue
+            kept.add(node.id)
+    return kept
 
 
 def _looks_like_dataset_constructor(name: str) -> bool:
@@ -134,35 +185,59 @@ def _looks_like_dataset_constructor(name: str) -> bool:
     )
 
 
-def _held_lambdas(model: ModuleModel, node: ast.AST) -> Iterator[ast.Lambda]:
+_WRAPPERS = frozenset(
+    {"Lambda", "Compose", "Sequential", "RandomApply", "RandomChoice", "RandomOrder", "partial"}
+)
+
+
+def _held_callables(model: ModuleModel, node: ast.AST, depth: int) -> Iterator[tuple[ast.AST, str]]:
+    """Lambdas and local functions inside an argument, followed through local variables."""
+    if depth > 4:
+        return
     if isinstance(node, ast.Lambda):
-        yield node
+        yield node, "a lambda"
     elif isinstance(node, (ast.List, ast.Tuple)):
         for element in node.elts:
-            yield from _held_lambdas(model, element)
+            yield from _held_callables(model, element, depth + 1)
+    elif isinstance(node, ast.Name):
+        for binding in model.scopes.lookup(node.id, node):
+            if isinstance(binding, _FUNCTIONS):
+                outer = model.scopes.enclosing(binding, _FUNCTIONS)
+                if isinstance(outer, _FUNCTIONS):
+                    yield node, f"`{node.id}`, a function defined inside `{outer.name}()`,"
+            elif isinstance(binding, ast.expr):
+                yield from _held_callables(model, binding, depth + 1)
     elif isinstance(node, ast.Call):
         last = (model.scopes.qualified(node.func) or "").split(".")[-1]
-        if last in ("Lambda", "Compose", "Sequential", "RandomApply", "RandomChoice"):
+        if last in _WRAPPERS:
             for argument in (*node.args, *(k.value for k in node.keywords)):
-                yield from _held_lambdas(model, argument)
+                yield from _held_callables(model, argument, depth + 1)
 
 
 # -- LD104 -------------------------------------------------------------------------------------
 
 
-def check_loader_in_loop(model: ModuleModel) -> Iterator[Hit]:
-    for loader in model.loaders:
-        if loader.workers is not Workers.POSITIVE:
-            continue
-        loop = _enclosing_loop_body(model, loader.node)
-        if loop is None:
-            continue
-        if _takes_one_batch(model, loader, loop) or _iterates_a_loader(model, loop):
+def check_loader_in_loop(project: Project) -> Iterator[Hit]:
+    for model in project.modules:
+        for loader in model.loaders:
+            if not loader.may_start_workers:
+                continue
+            loop = _enclosing_loop_body(model, loader.node)
+            if loop is None:
+                continue
+            if _takes_one_batch(model, loader, loop) or _iterates_a_loader(model, loop):
+                how = "for every batch"
+            elif _rebuilt_unchanged_each_time(model, loader, loop):
+                how = "every time round the loop"
+            else:
+                continue
             yield Hit(
+                model,
                 loader.node,
                 "LD104",
-                f"DataLoader with num_workers={loader.workers_text} is created inside a training "
-                f"loop (line {loop.lineno}): its workers are re-spawned every step",
+                f"DataLoader with num_workers={loader.workers_text} is created inside the loop "
+                f"at line {loop.lineno} from the same arguments each time: all its workers are "
+                f"started again (and the Dataset pickled into each) {how}",
             )
 
 
@@ -176,6 +251,75 @@ def _enclosing_loop_body(
             return parent
         child, parent = parent, model.scopes.parents.get(parent)
     return None
+
+
+def _rebuilt_unchanged_each_time(
+    model: ModuleModel, loader: LoaderCall, loop: ast.For | ast.AsyncFor | ast.While
+) -> bool:
+    """An epoch loop that builds the same DataLoader again and iterates it once per turn.
+
+    Loops over folds, splits or shards (the arguments depend on the loop), loops where the
+    Dataset is changed first (``dataset.resample()``), and loaders iterated in an inner epoch
+    loop are all fine.
+    """
+    parent = model.scopes.parents.get(loader.node)
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1):
+        return False
+    target = parent.targets[0]
+    if not isinstance(target, ast.Name):
+        return False
+    bound = _names_bound_in(loop) - {target.id}
+    used = {n.id for n in ast.walk(loader.node) if isinstance(n, ast.Name)}
+    if used & bound:
+        return False
+    given = {
+        name
+        for argument in (*loader.node.args, *(k.value for k in loader.node.keywords))
+        if (name := dotted_name(argument)) is not None
+    }
+    if _changed_in_loop(loop, given):
+        return False
+    for node in walk_local(loop):
+        if isinstance(node, ast.Name) and node.id == target.id and isinstance(node.ctx, ast.Load):
+            consumer = model.scopes.parents.get(node)
+            if isinstance(consumer, (ast.For, ast.AsyncFor)) and consumer.iter is node:
+                if _enclosing_loop_body(model, consumer) is loop:
+                    return True
+            elif isinstance(consumer, ast.Call) and consumer.func is not node:
+                if _enclosing_loop_body(model, consumer) is loop and dotted_name(
+                    consumer.func
+                ) not in ("len", "print"):
+                    return True
+    return False
+
+
+def _names_bound_in(loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
+    names: set[str] = set()
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        names |= {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    for node in walk_local(loop):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+    return names
+
+
+def _changed_in_loop(loop: ast.AST, given: set[str]) -> bool:
+    """Whether the loop calls a method on, or assigns into, an object the DataLoader is given."""
+
+    def touches(node: ast.AST) -> bool:
+        name = dotted_name(node)
+        return name is not None and any(
+            name == other or name.startswith(f"{other}.") for other in given
+        )
+
+    for node in walk_local(loop):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if touches(node.func.value):  # dataset.set_epoch(epoch), self.dataset.resample()
+                return True
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, ast.Store):
+            if touches(node.value) or touches(node):
+                return True
+    return False
 
 
 def _takes_one_batch(
@@ -212,9 +356,14 @@ def _iterates_a_loader(model: ModuleModel, loop: ast.For | ast.AsyncFor | ast.Wh
 # -- LD105 -------------------------------------------------------------------------------------
 
 
-def check_worker_options(model: ModuleModel) -> Iterator[Hit]:
+def check_worker_options(project: Project) -> Iterator[Hit]:
+    for model in project.modules:
+        yield from _worker_options(model)
+
+
+def _worker_options(model: ModuleModel) -> Iterator[Hit]:
     for loader in model.loaders:
-        if loader.workers is not Workers.ZERO:
+        if loader.workers is not Workers.ZERO and not loader.zero_by_default:
             continue
         for option in _WORKER_ONLY_OPTIONS:
             node = loader.arguments.get(option)
@@ -225,12 +374,23 @@ def check_worker_options(model: ModuleModel) -> Iterator[Hit]:
                 continue
             text = model.segment(node) or repr(value)
             effect = "is ignored" if option == "timeout" else "makes torch raise ValueError"
+            fix = f"Remove `{option}={text}`, or set num_workers to a positive number."
+            if loader.zero_by_default:  # keep the option for runs that do ask for workers
+                workers = model.segment(loader.arguments["num_workers"])
+                fix = (
+                    f"Give it only with workers: `{option}={text} if {workers} > 0 else "
+                    f"{_OFF[option]}`, or make the flag's default positive."
+                )
             yield Hit(
+                model,
                 loader.keywords.get(option, node),
                 "LD105",
                 f"`{option}={text}` {effect} with num_workers={loader.workers_text}",
-                fix=f"Remove `{option}={text}`, or set num_workers to a positive number.",
+                fix=fix,
             )
+
+
+_OFF = {"prefetch_factor": "None", "persistent_workers": "False", "timeout": "0"}
 
 
 def _is_active(option: str, value: object) -> bool:

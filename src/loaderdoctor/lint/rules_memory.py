@@ -1,135 +1,527 @@
-"""LD107: per-sample Python objects held by a Dataset, copied page by page into every worker."""
+"""LD107: big deserialised Python objects kept on a Dataset, copied page by page into workers.
+
+The trigger is what a reader would call "a big Python object": the result of ``json.load``,
+``pickle.load``, ``yaml.safe_load``, a COCO index, ``csv.DictReader`` rows, pandas rows turned into
+dicts or tuples, and lists or dicts of per-record dicts/tuples built from any of those, kept on
+``self`` directly, through a local, accumulated over files (``self.x += json.load(f)``) or filled
+in a loop. Lists of file names (``os.listdir``, ``glob``, ``Path.iterdir``, the lines of a text
+file) and lists of ids are only ``info``: harmless at a few thousand entries (pytorch#13246).
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from loaderdoctor.lint.model import DatasetClass, Hit, ModuleModel
-from loaderdoctor.lint.rules_dataset import HANDLE_OPENERS, self_assignments, worker_datasets
-from loaderdoctor.lint.scope import is_self_attribute, walk_local
+from loaderdoctor.lint.model import DatasetClass, FunctionNode, Hit, ModuleModel
+from loaderdoctor.lint.project import Project
+from loaderdoctor.lint.rules_dataset import uses_self_attribute
+from loaderdoctor.lint.scope import is_self_attribute
 
-_LISTINGS = frozenset(
+_DESERIALISERS = {
+    "json.load": "json.load",
+    "json.loads": "json.loads",
+    "ujson.load": "ujson.load",
+    "ujson.loads": "ujson.loads",
+    "orjson.loads": "orjson.loads",
+    "simplejson.load": "simplejson.load",
+    "pickle.load": "pickle.load",
+    "pickle.loads": "pickle.loads",
+    "cPickle.load": "pickle.load",
+    "_pickle.load": "pickle.load",
+    "joblib.load": "joblib.load",
+    "dill.load": "dill.load",
+    "yaml.load": "yaml.load",
+    "yaml.safe_load": "yaml.safe_load",
+    "yaml.full_load": "yaml.full_load",
+    "yaml.unsafe_load": "yaml.unsafe_load",
+    "msgpack.unpack": "msgpack.unpack",
+    "msgpack.unpackb": "msgpack.unpackb",
+    "csv.DictReader": "csv.DictReader",
+    "csv.reader": "csv.reader",
+    "pycocotools.coco.COCO": "a COCO index (pycocotools)",
+    "lvis.LVIS": "an LVIS index",
+    "mmcv.load": "mmcv.load",
+    "mmengine.load": "mmengine.load",
+}
+# Loaders whose result is often tensors or arrays (no copy-on-read) but may be Python objects.
+_MAYBE_OBJECTS = {"torch.load": "torch.load", "numpy.load": "numpy.load(allow_pickle=True)"}
+_LISTINGS = {
+    "os.listdir": "os.listdir",
+    "os.scandir": "os.scandir",
+    "os.walk": "os.walk",
+    "glob.glob": "glob.glob",
+    "glob.iglob": "glob.iglob",
+}
+_LISTING_METHODS = frozenset({"glob", "rglob", "iterdir", "readlines", "splitlines"})
+_FILE_OPENERS = frozenset({"open", "io.open", "gzip.open", "bz2.open", "codecs.open"})
+# Turning a Python object into few big buffers: the fix itself.
+_SAFE_SINKS = frozenset(
     {
-        "os.listdir",
-        "os.scandir",
-        "os.walk",
-        "glob.glob",
-        "glob.iglob",
-        "json.load",
-        "json.loads",
-        "csv.reader",
-        "csv.DictReader",
+        "numpy.array",
+        "numpy.asarray",
+        "numpy.stack",
+        "numpy.concatenate",
+        "numpy.frombuffer",
+        "numpy.fromiter",
+        "numpy.memmap",
+        "torch.tensor",
+        "torch.as_tensor",
+        "torch.from_numpy",
+        "torch.stack",
+        "torch.cat",
+        "pandas.DataFrame",
+        "pyarrow.array",
+        "pyarrow.table",
+        "pyarrow.Table.from_pylist",
+        "pyarrow.Table.from_pandas",
+        "len",
+        "int",
+        "float",
+        "bool",
+        "str",
+        "max",
+        "min",
+        "sum",
+        "range",
     }
 )
-_LISTING_METHODS = frozenset({"glob", "rglob", "iterdir", "readlines", "iterrows", "itertuples"})
+_PASS_THROUGH = frozenset(
+    {"list", "sorted", "tuple", "dict", "set", "reversed", "filter", "enumerate", "zip", "iter"}
+)
+_SAME_KIND_METHODS = frozenset({"items", "values", "keys", "get", "copy", "pop", "setdefault"})
+_ROW_METHODS = frozenset({"iterrows", "itertuples", "to_dict", "to_records"})
+_MAX_DEPTH = 3
+# A helper module not parsed yet is read for a loader function only if it could hold one.
+_LOADS_SOMETHING = re.compile(
+    r"json|pickle|yaml|torch\.load|np\.load|numpy|msgpack|csv|COCO|LVIS|read_|joblib|mmcv|listdir|glob"
+)
+
+# Levels: what a value is, from harmless to copy-on-read trouble.
+_NONE, _NEUTRAL, _INFO, _ROW, _BIG = 0, 1, 2, 3, 4
 
 
-def check_python_object_tables(model: ModuleModel) -> Iterator[Hit]:
-    for dataset in worker_datasets(model):
-        init = dataset.method("__init__")
-        if init is None:
+@dataclass(frozen=True)
+class _Kind:
+    level: int
+    what: str  # in words, for the message
+    source: str = ""  # the call it came from (json.load)
+    from_rows: bool = False  # a field of a loaded record (r["file"]): a tuple of these is a record
+
+    def stronger(self, other: _Kind) -> _Kind:
+        return other if other.level > self.level else self
+
+
+NONE = _Kind(_NONE, "")
+_FILE = _Kind(_NEUTRAL, "an open file")
+_FRAME = _Kind(_NEUTRAL, "a pandas DataFrame")
+_SAFE = _Kind(_NONE, "safe")
+
+
+def _loaded(source: str) -> _Kind:
+    if source.startswith(("a COCO", "an LVIS")):
+        return _Kind(_BIG, source, source)
+    return _Kind(_BIG, f"the result of `{source}`", source)
+
+
+def _records(source: str) -> _Kind:
+    return _Kind(_BIG, f"per-record Python objects built from `{source}` data", source)
+
+
+def _row(source: str) -> _Kind:
+    return _Kind(_ROW, f"a record of `{source}` data", source)
+
+
+def _listing(what: str, source: str) -> _Kind:
+    return _Kind(_INFO, what, source)
+
+
+# Library Datasets whose own __init__ keeps a big Python object (not visible in the project).
+_LIBRARY_TABLES = {
+    "torchvision.datasets.CocoDetection": ("coco", "a COCO index (pycocotools)"),
+    "torchvision.datasets.CocoCaptions": ("coco", "a COCO index (pycocotools)"),
+    "torchvision.datasets.coco.CocoDetection": ("coco", "a COCO index (pycocotools)"),
+}
+
+
+def check_python_object_tables(project: Project) -> Iterator[Hit]:
+    for dataset in project.worker_datasets():
+        yield from _library_tables(dataset)
+        workers = dataset.worker_methods()
+        if not workers:
             continue
-        assignments: dict[str, list[ast.expr]] = {}
-        for attr, value, _ in self_assignments(init):
-            assignments.setdefault(attr, []).append(value)
-        indexed = _indexed_attributes(dataset)
-        for attr, values in assignments.items():
-            if attr not in indexed:
+        attributes: dict[str, tuple[_Kind, ast.AST, DatasetClass]] = {}
+        converted: set[str] = set()
+        for function, owner in dataset.init_methods():
+            flow = _Flow(owner.module, owner, 0)
+            flow.run(function)
+            converted |= flow.converted
+            for attr, (kind, node) in flow.attributes.items():
+                known = attributes.get(attr)
+                if known is None or kind.level > known[0].level:
+                    attributes[attr] = (kind, node, owner)
+        reported: set[int] = set()
+        for attr, (kind, node, owner) in attributes.items():
+            if attr in converted or kind.level < _INFO or kind.level == _ROW:
                 continue
-            built = [value for value in values if not _is_empty_container(value)]
-            if len(built) > 1:
-                continue  # rebuilt later, typically as a numpy array
-            if built and _built_from_listing(model, built[0], init):
-                yield Hit(built[0], "LD107", _table_message(dataset, attr, "built from"))
-            elif not built and len(values) == 1 and _filled_from_listing(model, init, attr):
-                yield Hit(
-                    values[0], "LD107", _table_message(dataset, attr, "filled in a loop over")
-                )
+            user = uses_self_attribute(workers, attr)
+            if user is None:
+                continue
+            if kind.level == _BIG:
+                if id(kind) in reported:
+                    continue  # self.cfg = data; self.samples = data["list"]: one object, once
+                reported.add(id(kind))
+            yield _hit(dataset, owner, attr, kind, node, user)
 
 
-def _table_message(dataset: DatasetClass, attr: str, how: str) -> str:
-    return (
-        f"`{dataset.name}.{attr}` is a Python list/dict of per-sample objects {how} a file "
-        "listing or rows, indexed in `__getitem__`: copy-on-read grows every worker's memory"
-    )
+def _library_tables(dataset: DatasetClass) -> Iterator[Hit]:
+    for base in dataset.node.bases:
+        name = dataset.module.scopes.qualified(base) or ""
+        if name in _LIBRARY_TABLES:
+            attr, what = _LIBRARY_TABLES[name]
+            yield Hit(
+                dataset.module,
+                base,
+                "LD107",
+                f"`{dataset.name}` derives from `{name}`, which keeps {what} in `self.{attr}` "
+                "and reads it in every worker: reading Python objects writes their reference "
+                "counts, so each worker copies every page they sit on and memory grows by "
+                "num_workers x its size over the epoch (copy-on-read)",
+            )
 
 
-def _indexed_attributes(dataset: DatasetClass) -> set[str]:
-    getitem = dataset.method("__getitem__")
-    found: set[str] = set()
-    if getitem is not None:
-        for node in ast.walk(getitem):
-            if isinstance(node, ast.Subscript) and is_self_attribute(node.value):
-                assert isinstance(node.value, ast.Attribute)
-                found.add(node.value.attr)
-    return found
-
-
-def _is_empty_container(node: ast.expr) -> bool:
-    if isinstance(node, (ast.List, ast.Dict)):
-        return not (node.elts if isinstance(node, ast.List) else node.keys)
-    return (
-        isinstance(node, ast.Call) and dotted_name_is(node.func, ("list", "dict")) and not node.args
-    )
-
-
-def dotted_name_is(node: ast.AST, names: tuple[str, ...]) -> bool:
-    return isinstance(node, ast.Name) and node.id in names
-
-
-def _built_from_listing(model: ModuleModel, value: ast.expr, init: ast.AST) -> bool:
-    if isinstance(value, (ast.ListComp, ast.DictComp)):
-        return any(_is_listing(model, generator.iter, init) for generator in value.generators)
-    if isinstance(value, ast.Call) and dotted_name_is(value.func, ("list", "dict")) and value.args:
-        argument = value.args[0]
-        if isinstance(argument, ast.GeneratorExp):
-            return any(_is_listing(model, g.iter, init) for g in argument.generators)
-        return isinstance(argument, ast.Call) and model.scopes.qualified(argument.func) in (
-            "csv.reader",
-            "csv.DictReader",
+def _hit(
+    dataset: DatasetClass, owner: DatasetClass, attr: str, kind: _Kind, node: ast.AST, user: str
+) -> Hit:
+    if kind.level >= _BIG:
+        return Hit(
+            owner.module,
+            node,
+            "LD107",
+            f"`{dataset.name}.{attr}` keeps {kind.what} and `{user}` reads it in every worker: "
+            "reading Python objects writes their reference counts, so each worker copies every "
+            "page they sit on and memory grows by num_workers x its size over the epoch "
+            "(copy-on-read)",
         )
-    return False
+    return Hit(
+        owner.module,
+        node,
+        "LD107",
+        f"`{dataset.name}.{attr}` is a Python list of {kind.what}, read in `{user}`: harmless "
+        "for thousands of entries; at millions, each worker copies it as it reads "
+        "(copy-on-read)",
+        severity="info",
+    )
 
 
-def _filled_from_listing(model: ModuleModel, init: ast.AST, attr: str) -> bool:
-    for node in walk_local(init):
-        if not isinstance(node, (ast.For, ast.AsyncFor)) or not _is_listing(model, node.iter, init):
-            continue
-        for inner in ast.walk(node):
-            if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
-                if inner.func.attr in ("append", "extend") and is_self_attribute(
-                    inner.func.value, attr
-                ):
-                    return True
-            if isinstance(inner, ast.Subscript) and isinstance(inner.ctx, ast.Store):
-                if is_self_attribute(inner.value, attr):
-                    return True
-    return False
+class _Flow:
+    """What each local and each ``self.x`` of one function holds, in two passes over it."""
 
+    def __init__(self, model: ModuleModel, owner: DatasetClass | None, depth: int) -> None:
+        self.model = model
+        self.owner = owner
+        self.depth = depth
+        self.env: dict[str, _Kind] = {}
+        self.attributes: dict[str, tuple[_Kind, ast.AST]] = {}
+        self.converted: set[str] = set()
+        self.returns = NONE
 
-def _is_listing(model: ModuleModel, node: ast.AST, init: ast.AST) -> bool:
-    file_names = _open_file_names(model, init)
-    for child in ast.walk(node):
-        if isinstance(child, ast.Call):
-            if model.scopes.qualified(child.func) in _LISTINGS:
-                return True
-            if isinstance(child.func, ast.Attribute) and child.func.attr in _LISTING_METHODS:
-                return True
-            if model.scopes.qualified(child.func) == "open":
-                return True
-        elif isinstance(child, ast.Name) and child.id in file_names:
-            return True
-    return False
+    def run(self, function: ast.AST) -> None:
+        body = getattr(function, "body", [])
+        for _ in range(2):  # a container filled in a loop and assigned after it
+            self._block(body if isinstance(body, list) else [])
 
+    # -- statements ------------------------------------------------------------------------
 
-def _open_file_names(model: ModuleModel, function: ast.AST) -> set[str]:
-    names: set[str] = set()
-    for node in walk_local(function):
-        if isinstance(node, (ast.With, ast.AsyncWith)):
+    def _block(self, statements: list[ast.stmt]) -> None:
+        for statement in statements:
+            self._statement(statement)
+
+    def _statement(self, node: ast.stmt) -> None:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            value = node.value
+            if value is None:
+                return
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            kind = self.kind(value)
+            for target in targets:
+                self._store(target, kind, value)
+        elif isinstance(node, ast.AugAssign):
+            kind = self.kind(node.value)
+            if isinstance(node.op, ast.Add) and kind.level >= _ROW:
+                kind = _records(kind.source) if kind.level == _ROW else kind
+            self._store(node.target, kind, node.value, merge=True)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            self._fill_call(node.value)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            self._bind(node.target, self._item(self.kind(node.iter)))
+            self._block(node.body)
+            self._block(node.orelse)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
-                call = item.context_expr
-                if isinstance(call, ast.Call) and isinstance(item.optional_vars, ast.Name):
-                    if model.scopes.qualified(call.func) in HANDLE_OPENERS:
-                        names.add(item.optional_vars.id)
-    return names
+                if item.optional_vars is not None:
+                    self._bind(item.optional_vars, self.kind(item.context_expr))
+            self._block(node.body)
+        elif isinstance(node, (ast.If, ast.While)):
+            self._block(node.body)
+            self._block(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody):
+                self._block(block)
+            for handler in node.handlers:
+                self._block(handler.body)
+        elif isinstance(node, ast.Return) and node.value is not None:
+            self.returns = self.returns.stronger(self.kind(node.value))
+
+    def _store(self, target: ast.AST, kind: _Kind, value: ast.AST, merge: bool = False) -> None:
+        if isinstance(target, ast.Name):
+            self.env[target.id] = self.env.get(target.id, NONE).stronger(kind) if merge else kind
+        elif is_self_attribute(target):
+            assert isinstance(target, ast.Attribute)
+            if kind is _SAFE:
+                self.converted.add(target.attr)
+            self._attribute(target.attr, kind, value)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:  # images, anns = json.load(f)
+                self._store(element, kind, value, merge)
+        elif isinstance(target, ast.Subscript):
+            self._fill(target.value, self._element(value), value)
+
+    def _bind(self, target: ast.AST, kind: _Kind) -> None:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                self.env[node.id] = kind
+
+    def _attribute(self, attr: str, kind: _Kind, node: ast.AST) -> None:
+        known = self.attributes.get(attr)
+        if known is None or kind.level > known[0].level:
+            self.attributes[attr] = (kind, node)
+
+    def _fill_call(self, call: ast.Call) -> None:
+        """``x.append(record)``, ``self.x.extend(json.load(f))``, ``x.update(...)``."""
+        func = call.func
+        if not isinstance(func, ast.Attribute) or not call.args:
+            return
+        if func.attr in ("append", "add", "insert"):
+            self._fill(func.value, self._element(call.args[-1]), call)
+        elif func.attr in ("extend", "update"):
+            kind = self.kind(call.args[0])
+            if kind.level == _ROW:
+                kind = _records(kind.source)
+            self._fill(func.value, kind, call)
+
+    def _fill(self, container: ast.AST, kind: _Kind, node: ast.AST) -> None:
+        while True:  # groups[key].append(record), groups.setdefault(key, []).append(record)
+            if isinstance(container, ast.Subscript):
+                container = container.value
+            elif (
+                isinstance(container, ast.Call)
+                and isinstance(container.func, ast.Attribute)
+                and container.func.attr in ("setdefault", "get")
+            ):
+                container = container.func.value
+            else:
+                break
+        if isinstance(container, ast.Name):
+            self.env[container.id] = self.env.get(container.id, NONE).stronger(kind)
+        elif is_self_attribute(container):
+            assert isinstance(container, ast.Attribute)
+            self._attribute(container.attr, kind, node)
+
+    def _element(self, value: ast.AST) -> _Kind:
+        """What a container holds once ``value`` is put in it, once per record."""
+        kind = self.kind(value)
+        if kind.level >= _ROW:
+            return _records(kind.source)
+        if isinstance(value, (ast.Tuple, ast.List, ast.Dict)):
+            elements = value.values if isinstance(value, ast.Dict) else value.elts
+            for element in elements:
+                inner = self.kind(element)
+                if inner.level == _INFO:
+                    return _listing(f"tuples holding {inner.what}", inner.source)
+            return NONE  # tuples of values computed here (a schedule, a grid): not data
+        if kind.level == _INFO:
+            return kind
+        return NONE
+
+    # -- expressions -----------------------------------------------------------------------
+
+    def kind(self, node: ast.AST | None, depth: int = 0) -> _Kind:
+        if node is None or depth > 12:
+            return NONE
+        if isinstance(node, ast.Name):
+            return self.env.get(node.id, NONE)
+        if isinstance(node, ast.Attribute):
+            if is_self_attribute(node):
+                known = self.attributes.get(node.attr)
+                return known[0] if known else NONE
+            base = self.kind(node.value, depth + 1)
+            if base.level == _BIG or base is _FRAME:
+                return base
+            return _field(base)
+        if isinstance(node, ast.Subscript):
+            base = self.kind(node.value, depth + 1)
+            if base.level == _BIG and not base.what.startswith("per-record"):
+                return base  # data["annotations"]
+            if base is _FRAME:
+                return base
+            return _field(base)
+        if isinstance(node, ast.Call):
+            return self._call(node, depth)
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            return self._comprehension(node, depth)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return self.kind(node.left, depth + 1).stronger(self.kind(node.right, depth + 1))
+        if isinstance(node, ast.IfExp):
+            return self.kind(node.body, depth + 1).stronger(self.kind(node.orelse, depth + 1))
+        if isinstance(node, ast.BoolOp):
+            found = NONE
+            for value in node.values:
+                found = found.stronger(self.kind(value, depth + 1))
+            return found
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+            elements = node.values if isinstance(node, ast.Dict) else node.elts
+            for element in elements:
+                kind = self.kind(element, depth + 1)
+                if kind.level >= _ROW or kind.from_rows:
+                    return _records(kind.source)  # (r["file"], r["label"]) per record
+            return NONE
+        return NONE
+
+    def _call(self, node: ast.Call, depth: int) -> _Kind:
+        scopes = self.model.scopes
+        name = scopes.qualified(node.func) or ""
+        if name in _DESERIALISERS:
+            return _loaded(_DESERIALISERS[name])
+        if name in _MAYBE_OBJECTS:
+            if name == "numpy.load" and not _allows_pickle(node):
+                return NONE
+            return _Kind(_INFO, f"objects loaded with `{_MAYBE_OBJECTS[name]}`", name)
+        if name.startswith("pandas.read_"):
+            return _FRAME
+        if name in _LISTINGS:
+            return _listing(f"file names from `{_LISTINGS[name]}`", name)
+        if name in _FILE_OPENERS:
+            return _FILE
+        if name in _SAFE_SINKS:
+            return _SAFE
+        if name in _PASS_THROUGH and node.args:
+            return self.kind(node.args[-1], depth + 1)
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            base = self.kind(func.value, depth + 1)
+            if func.attr in _LISTING_METHODS:
+                source = "lines of a text file" if "lines" in func.attr else "file names"
+                return _listing(source, f".{func.attr}()")
+            if func.attr == "split" and isinstance(func.value, ast.Call):
+                inner = func.value.func
+                if isinstance(inner, ast.Attribute) and inner.attr == "read":
+                    return _listing("lines of a text file", ".read().split()")
+            if base is _FRAME:
+                if func.attr in _ROW_METHODS and func.attr != "to_records":
+                    return _records(f"DataFrame.{func.attr}")
+                if func.attr in ("tolist", "to_list"):
+                    if _is_whole_frame(func.value):
+                        return _records("DataFrame.values.tolist")
+                    return _listing("column values from a DataFrame", "tolist")
+                return _FRAME if func.attr not in ("to_records", "to_numpy") else NONE
+            if base.level == _BIG and func.attr == "keys":
+                return _listing("ids (the keys of loaded data)", base.source)
+            if base.level == _BIG and func.attr in _SAME_KIND_METHODS:
+                return base
+            receiver = func.value
+            if isinstance(receiver, ast.Name) and receiver.id == "self" and self.owner:
+                return self._helper_method(func.attr, depth)
+        if isinstance(func, (ast.Name, ast.Attribute)) and self.depth < _MAX_DEPTH:
+            found = self.model.project.function(self.model, func, _LOADS_SOMETHING)
+            if found is not None:
+                flow = _Flow(found[0], None, self.depth + 1)
+                flow.run(found[1])
+                return flow.returns
+        for argument in node.args:  # os.path.join(root, name) of a listed name: still a name
+            argument_kind = self.kind(argument, depth + 1)
+            if argument_kind.level == _INFO:
+                return argument_kind
+        return NONE
+
+    def _helper_method(self, name: str, depth: int) -> _Kind:
+        assert self.owner is not None
+        found = self.owner.find(name)
+        if found is None or self.depth >= _MAX_DEPTH:
+            return NONE
+        function, owner = found
+        flow = _Flow(owner.module, owner, self.depth + 1)
+        flow.run(function)
+        return flow.returns
+
+    def _item(self, iterable: _Kind) -> _Kind:
+        """What a loop over ``iterable`` binds per turn."""
+        if iterable is _FILE:
+            return _listing("lines of a text file", "open")
+        if iterable.level == _BIG:
+            return _row(iterable.source)
+        if iterable is _FRAME:
+            return _row("DataFrame")
+        return iterable if iterable.level == _INFO else NONE
+
+    def _comprehension(
+        self,
+        node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp,
+        depth: int,
+    ) -> _Kind:
+        saved = dict(self.env)
+        try:
+            source = NONE
+            for generator in node.generators:
+                iterable = self.kind(generator.iter, depth + 1)
+                self._bind(generator.target, self._item(iterable))
+                source = source.stronger(iterable)
+            element: ast.AST = node.value if isinstance(node, ast.DictComp) else node.elt
+            kind = self.kind(element, depth + 1)
+            if kind.level >= _ROW:
+                return _records(kind.source)  # [json.loads(line) for line in f], [r for r in data]
+            rows = source.level == _BIG or source is _FRAME
+            if isinstance(element, (ast.Tuple, ast.List, ast.Dict)) or (
+                isinstance(element, ast.Call) and _is_dict_or_tuple(element)
+            ):
+                if rows:
+                    return _records(source.source or "DataFrame")
+                return _listing("tuples or dicts per file", source.source) if source.level else NONE
+            if rows:
+                return _listing("ids or values taken from loaded data", source.source)
+            return source if source.level == _INFO else NONE
+        finally:
+            self.env = saved
+
+
+def _field(base: _Kind) -> _Kind:
+    if base.level == _ROW or base.from_rows:
+        return _Kind(_INFO, "ids or values taken from loaded data", base.source, from_rows=True)
+    return NONE
+
+
+def _allows_pickle(node: ast.Call) -> bool:
+    return any(
+        keyword.arg == "allow_pickle"
+        and isinstance(keyword.value, ast.Constant)
+        and keyword.value.value is True
+        for keyword in node.keywords
+    )
+
+
+def _is_whole_frame(node: ast.AST) -> bool:
+    """``df.values`` or ``df.to_numpy()``, not ``df["column"]``."""
+    if isinstance(node, ast.Attribute) and node.attr == "values":
+        return not isinstance(node.value, ast.Subscript)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "to_numpy" and not isinstance(node.func.value, ast.Subscript)
+    return False
+
+
+def _is_dict_or_tuple(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Name) and call.func.id in ("dict", "tuple", "list")
+
+
+__all__ = ["FunctionNode", "check_python_object_tables"]

@@ -20,6 +20,7 @@ if __name__ == "__main__":
             torch.nn.functional.mse_loss(model(inputs), targets).backward()
             optimizer.step()
     for folds in range(3):
-        fold_loader = data.DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=2)
+        fold = data.Subset(dataset, range(folds, len(dataset), 3))
+        fold_loader = data.DataLoader(fold, batch_size=BATCH_SIZE, num_workers=2)
         for inputs, targets in fold_loader:
             model(inputs)

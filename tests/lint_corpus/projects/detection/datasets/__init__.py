@@ -1,0 +1,3 @@
+from .coco import CocoBoxes
+
+__all__ = ["CocoBoxes"]
