@@ -364,7 +364,12 @@ class ModuleModel:
         """Whether this loader pickles what it hands to workers on some target platform."""
         if loader.start_method is StartMethod.SPAWN:
             return True
-        return loader.start_method is StartMethod.DEFAULT and not self.project.fork_everywhere
+        # A context only known at run time (`sys.argv[1]`, a config value) may well be spawn, as
+        # a num_workers from a config may well be > 0: judged like the default, not skipped.
+        return (
+            loader.start_method in (StartMethod.DEFAULT, StartMethod.UNKNOWN)
+            and not self.project.fork_everywhere
+        )
 
     def _method_name(self, node: ast.AST, depth: int) -> str | None:
         if depth > 4:
