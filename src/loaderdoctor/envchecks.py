@@ -126,18 +126,6 @@ CATALOG_BY_ID: dict[str, EnvCheckSpec] = {spec.id: spec for spec in CATALOG}
 JsonValue = Any  # what json.dumps accepts
 
 
-def human_bytes(count: float | None) -> str:
-    """``67108864`` -> ``"64.0 MiB"``."""
-    if count is None:
-        return "unknown"
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
-
-
 @dataclass
 class EnvCheck:
     id: str

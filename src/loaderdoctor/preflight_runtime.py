@@ -8,9 +8,10 @@ import platform
 import sys
 
 from loaderdoctor._loadprobe import LoadProbe
-from loaderdoctor.envchecks import EnvCheck, Status, human_bytes, make_check
+from loaderdoctor.envchecks import EnvCheck, Status, make_check
 from loaderdoctor.preflight_facts import Machine
 from loaderdoctor.system.kmsg import oom_kills
+from loaderdoctor.units import format_bytes
 
 
 def check_start_method(probe: LoadProbe | None) -> EnvCheck:
@@ -32,7 +33,7 @@ def check_start_method(probe: LoadProbe | None) -> EnvCheck:
         text += f"; the dataset does not pickle ({probe.pickle_error})"
         status = "warn" if method == "fork" else "fail"
     elif probe is not None and probe.picklable:
-        text += f"; the dataset pickles ({human_bytes(probe.pickle_bytes)} per worker under spawn/forkserver)"
+        text += f"; the dataset pickles ({format_bytes(probe.pickle_bytes)} per worker under spawn/forkserver)"
     return make_check("start-method", status, method, text, details)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from loaderdoctor.cli import CommandError, ExitCode
 
@@ -50,14 +51,10 @@ def run(args: argparse.Namespace) -> int:
         )
     except SpecError as error:
         raise CommandError(str(error)) from None
+    from loaderdoctor.report.env import format_json, print_text
+
     if args.json:
-        from loaderdoctor.report.env import format_env_json
-
-        print(format_env_json(report))
+        sys.stdout.write(format_json(report))
     else:
-        from rich.console import Console
-
-        from loaderdoctor.report.env import print_env
-
-        print_env(report, Console())
+        print_text(report)
     return ExitCode.FINDINGS if report.failed else ExitCode.OK

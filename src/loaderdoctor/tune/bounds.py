@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loaderdoctor.envchecks import human_bytes
 from loaderdoctor.tune.model import Bound, LoaderConfig, Skipped, Trial
+from loaderdoctor.units import format_bytes
 
 MAIN_BUSY = 0.75  # fraction of a core the main thread spends in next() at the pick
 WAITING = 0.5  # at 0 workers, above this share of a sample's time waiting: I/O latency
@@ -135,7 +135,7 @@ def analyze(
     if best is None:
         return _bound("compute", evidence or ["no configuration could be measured"])
     workers = pick.num_workers
-    batch = human_bytes(best.batch_bytes)
+    batch = format_bytes(best.batch_bytes)
     shm_rate = best.batch_bytes * best.batches_per_s
     if zero is not None and workers > 0 and zero.samples_per_s > 0:
         evidence.append(
@@ -157,7 +157,7 @@ def analyze(
         evidence.append(
             f"the main thread spends {main_busy:.0%} of its time taking batches "
             f"({best.main_cpu_per_batch_s * 1000:.2f} ms CPU per batch of {batch}, "
-            f"{human_bytes(shm_rate)}/s through /dev/shm)"
+            f"{format_bytes(shm_rate)}/s through /dev/shm)"
         )
     larger = [s for s in skipped if s.config.num_workers > workers]
     if larger:

@@ -173,10 +173,10 @@ class TrialSampler:
         total = main_rss + workers_total + shm
         self._total_peak = max(self._total_peak, total)
         if self.budget_bytes is not None and total > self.budget_bytes and not read_all_uss:
-            from loaderdoctor.envchecks import human_bytes
+            from loaderdoctor.units import format_bytes
 
             self.reason = (
-                f"stopped: {human_bytes(total)} in use > budget {human_bytes(self.budget_bytes)}"
+                f"stopped: {format_bytes(total)} in use > budget {format_bytes(self.budget_bytes)}"
             )
             self.over_budget.set()
 
