@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from loaderdoctor.envchecks import CATALOG, EnvReport, make_check
-from loaderdoctor.preflight import run_env_checks
+from loaderdoctor.env.catalog import CATALOG, EnvReport, make_check
+from loaderdoctor.env.core import run_env_checks
 from loaderdoctor.report.env import format_json, format_summary, format_text
 
 EXPECTED_IDS = [

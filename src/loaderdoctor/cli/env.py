@@ -37,7 +37,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from loaderdoctor.preflight import run_env_checks
+    from loaderdoctor.env.core import run_env_checks
     from loaderdoctor.spec import SpecError
 
     if args.batch_size == 0:

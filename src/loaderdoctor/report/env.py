@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import IO, TYPE_CHECKING, Any
 
-from loaderdoctor.envchecks import CATALOG_BY_ID, STATUSES, EnvCheck, EnvReport
+from loaderdoctor.env.catalog import CATALOG_BY_ID, STATUSES, EnvCheck, EnvReport
 from loaderdoctor.report.console import render_plain, terminal
 from loaderdoctor.units import format_bytes
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 
-from loaderdoctor._loadprobe import LoadProbe
-from loaderdoctor.envchecks import EnvCheck, Status, make_check
-from loaderdoctor.preflight_facts import GiB, Machine, MiB, Settings, _no_target, _probe_failed
+from loaderdoctor.env.catalog import EnvCheck, Status, make_check
+from loaderdoctor.env.facts import GiB, Machine, MiB, Settings, _no_target, _probe_failed
+from loaderdoctor.env.probe import LoadProbe
 from loaderdoctor.system.shm import CONTAINER_DEFAULT_SHM_BYTES
 from loaderdoctor.units import format_bytes
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loaderdoctor._loadprobe import LoadProbe
-from loaderdoctor.envchecks import EnvCheck, make_check
+from loaderdoctor.env.catalog import EnvCheck, make_check
+from loaderdoctor.env.probe import LoadProbe
 from loaderdoctor.system.cgroup import MemoryCgroup, memory_cgroup
 from loaderdoctor.system.container import ContainerInfo, detect_container
 from loaderdoctor.system.cpu import CpuInfo, cpu_info

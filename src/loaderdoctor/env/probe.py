@@ -1,6 +1,6 @@
 """Load a few batches of the user's dataset in a forked worker and measure what they cost.
 
-Core-only helper of ``preflight``: a real child process (fork, as a DataLoader worker on Linux)
+Core-only helper of ``env.core``: a real child process (fork, as a DataLoader worker on Linux)
 collates real batches; the parent waits at most ``timeout_s`` and kills what it started.
 """
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import sys
 
-from loaderdoctor._loadprobe import LoadProbe
-from loaderdoctor.envchecks import EnvCheck, Status, make_check
-from loaderdoctor.preflight_facts import Machine, Settings
+from loaderdoctor.env.catalog import EnvCheck, Status, make_check
+from loaderdoctor.env.facts import Machine, Settings
+from loaderdoctor.env.probe import LoadProbe
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 

@@ -5,13 +5,13 @@ No torch import unless a target is given, so ``loaderdoctor env`` answers in wel
 
 from __future__ import annotations
 
-from loaderdoctor._loadprobe import LoaderParts, loader_parts, run_load_probe
-from loaderdoctor.envchecks import CATALOG, EnvCheck, EnvReport
-from loaderdoctor.preflight_facts import Machine, Settings, probe_machine
-from loaderdoctor.preflight_limits import check_cpu, check_open_files, check_threads
-from loaderdoctor.preflight_memory import check_memory_limit, check_worker_memory
-from loaderdoctor.preflight_runtime import check_kernel_log, check_start_method, check_versions
-from loaderdoctor.preflight_shm import check_container, check_shm_need, check_shm_size
+from loaderdoctor.env.catalog import CATALOG, EnvCheck, EnvReport
+from loaderdoctor.env.checks_limits import check_cpu, check_open_files, check_threads
+from loaderdoctor.env.checks_memory import check_memory_limit, check_worker_memory
+from loaderdoctor.env.checks_runtime import check_kernel_log, check_start_method, check_versions
+from loaderdoctor.env.checks_shm import check_container, check_shm_need, check_shm_size
+from loaderdoctor.env.facts import Machine, Settings, probe_machine
+from loaderdoctor.env.probe import LoaderParts, loader_parts, run_load_probe
 
 
 def run_env_checks(

@@ -1,7 +1,7 @@
 """The env check catalog (data, one row per check) and the ``EnvReport`` that ``env`` returns.
 
 Every check has a stable id: JSON consumers, docs and tests key on it. Add a check by adding a row
-here and its measurement in a ``preflight_*`` module; a test fails if either is missing.
+here and its measurement in an ``env.checks_*`` module; a test fails if either is missing.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ import os
 import platform
 import sys
 
-from loaderdoctor._loadprobe import LoadProbe
-from loaderdoctor.envchecks import EnvCheck, Status, make_check
-from loaderdoctor.preflight_facts import Machine
+from loaderdoctor.env.catalog import EnvCheck, Status, make_check
+from loaderdoctor.env.facts import Machine
+from loaderdoctor.env.probe import LoadProbe
 from loaderdoctor.system.kmsg import oom_kills
 from loaderdoctor.units import format_bytes
 
