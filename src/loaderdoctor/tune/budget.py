@@ -27,11 +27,11 @@ def margin(limit: int) -> int:
     return max(MARGIN_MIN_BYTES, int(limit * MARGIN_FRACTION))
 
 
-def default_budget(own_rss_bytes: int, memory_budget: int | None = None) -> Budget:
+def default_budget(own_bytes: int, memory_budget: int | None = None) -> Budget:
     """The tightest of the cgroup limit and the host's memory, each minus a margin; and free shm.
 
-    ``own_rss_bytes``: what this process holds now, which the budget has to include (the host's
-    *available* memory does not count it any more).
+    ``own_bytes``: what this process holds now (``sampler.own_memory``), which the budget has to
+    include (the host's *available* memory does not count it any more).
     """
     from loaderdoctor.system.cgroup import memory_cgroup
     from loaderdoctor.system.memory import host_memory
@@ -56,7 +56,7 @@ def default_budget(own_rss_bytes: int, memory_budget: int | None = None) -> Budg
         )
     host = host_memory()
     if host.available_bytes is not None:
-        room = host.available_bytes + own_rss_bytes
+        room = host.available_bytes + own_bytes
         candidates.append(
             (
                 room - margin(room),

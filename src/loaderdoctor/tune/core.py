@@ -12,7 +12,7 @@ from loaderdoctor.tune.bounds import analyze
 from loaderdoctor.tune.budget import MemoryModel, default_budget
 from loaderdoctor.tune.measure import MeasureSettings, is_map_style, measure, measure_restart
 from loaderdoctor.tune.model import LoaderConfig, Startup, Trial, TuneReport
-from loaderdoctor.tune.sampler import own_rss
+from loaderdoctor.tune.sampler import own_memory
 from loaderdoctor.tune.search import Progress, Search, SearchSettings
 from loaderdoctor.tune.soak import soak
 
@@ -56,7 +56,7 @@ def tune_dataset(
     cores = usable_cores()
     workers_cap = max_workers if max_workers is not None else default_max_workers(cores)
     has_cuda = torch.cuda.is_available() if cuda is None else cuda
-    budget = default_budget(own_rss(), memory_budget)
+    budget = default_budget(own_memory(), memory_budget)
     settings = MeasureSettings(
         batch_size=batch_size,
         window_s=window_s,

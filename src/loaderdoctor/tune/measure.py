@@ -19,7 +19,7 @@ from typing import Any
 
 from loaderdoctor.torch_compat import worker_pids
 from loaderdoctor.tune.model import LoaderConfig, Trial
-from loaderdoctor.tune.sampler import TrialSampler, own_rss
+from loaderdoctor.tune.sampler import TrialSampler, own_memory
 
 
 class DatasetError(Exception):
@@ -123,7 +123,7 @@ def measure(
     loader = make_loader(dataset, config, settings, sampler)
     watcher = TrialSampler(budget_bytes, worker_guess_bytes, settings.sample_interval_s)
     trial = Trial(config=config, phase=phase)
-    main_start = own_rss()
+    main_start = own_memory()
     started = time.perf_counter()
     iterator: Any = None
     try:
@@ -184,6 +184,8 @@ def measure(
         del iterator, loader
         gc.collect()  # shut the workers down now, inside this trial's time
         trial.seconds = time.perf_counter() - started
+    if watcher.failure is not None and trial.ok:  # its peaks are not to be trusted
+        trial.status, trial.note = "failed", watcher.failure
     trial.main_start_bytes = peaks.main_start_bytes
     trial.main_peak_bytes = peaks.main_peak_bytes
     trial.worker_peak_bytes = peaks.worker_peak_bytes

@@ -22,7 +22,7 @@ from loaderdoctor.tune.measure import (
     quiet_worker_count,
 )
 from loaderdoctor.tune.model import LoaderConfig, Soak, SoakEpoch
-from loaderdoctor.tune.sampler import TrialSampler, own_rss
+from loaderdoctor.tune.sampler import TrialSampler, own_memory
 
 Progress = Callable[[int, int, str], None]
 
@@ -48,7 +48,7 @@ def soak(
             if progress is not None:
                 progress(epoch, epochs, f"soak epoch {epoch + 1}/{epochs}")
             watcher = TrialSampler(budget_bytes, worker_guess_bytes, settings.sample_interval_s)
-            main_start = own_rss()
+            main_start = own_memory()
             started = time.perf_counter()
             with quiet_worker_count():
                 iterator = iter(loader)
@@ -68,6 +68,8 @@ def soak(
             finally:
                 peaks = watcher.finish()
                 del iterator
+            if watcher.failure is not None:
+                note = f"epoch {epoch}: {watcher.failure}"
             ended = time.perf_counter()
             steady = ended - (first_at or ended)
             results.append(
