@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from loaderdoctor.env.catalog import CATALOG, EnvReport, make_check
+from loaderdoctor.env.catalog import CATALOG
 from loaderdoctor.env.core import run_env_checks
+from loaderdoctor.env.findings import EnvReport, make_check
 from loaderdoctor.report.env import format_json, format_summary, format_text
 
 EXPECTED_IDS = [
@@ -20,6 +21,7 @@ EXPECTED_IDS = [
     "threads",
     "kernel-log",
     "versions",
+    "dependencies",
 ]
 
 

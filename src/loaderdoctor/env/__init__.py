@@ -6,7 +6,8 @@ is an ``EnvReport`` that ``report.env`` renders. No torch import unless a target
 
 from __future__ import annotations
 
-from loaderdoctor.env.catalog import CATALOG, EnvCheck, EnvCheckSpec, EnvReport
-from loaderdoctor.env.core import run_env_checks
+from loaderdoctor.env.catalog import CATALOG, EnvCheckSpec
+from loaderdoctor.env.core import CHECKS, run_env_checks
+from loaderdoctor.env.findings import EnvCheck, EnvReport
 
-__all__ = ["CATALOG", "EnvCheck", "EnvCheckSpec", "EnvReport", "run_env_checks"]
+__all__ = ["CATALOG", "CHECKS", "EnvCheck", "EnvCheckSpec", "EnvReport", "run_env_checks"]

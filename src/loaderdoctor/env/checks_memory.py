@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from loaderdoctor.env.catalog import EnvCheck, Status, make_check
-from loaderdoctor.env.facts import GiB, Machine, MiB, Settings, _no_target, _probe_failed
-from loaderdoctor.env.probe import LoadProbe
-from loaderdoctor.units import format_bytes
+from loaderdoctor.env.facts import Inputs, Machine, no_target, probe_failed
+from loaderdoctor.env.findings import EnvCheck, Status, make_check
+from loaderdoctor.units import GiB, MiB, format_bytes
 
 
 def _available(machine: Machine) -> int | None:
@@ -19,7 +18,8 @@ def _available(machine: Machine) -> int | None:
     return min(candidates) if candidates else None
 
 
-def check_memory_limit(machine: Machine) -> EnvCheck:
+def check_memory_limit(inputs: Inputs) -> EnvCheck:
+    machine = inputs.machine
     host, cgroup = machine.host, machine.cgroup
     available = _available(machine)
     limit = cgroup.limit_bytes if cgroup.limit_bytes is not None else host.total_bytes
@@ -69,11 +69,12 @@ def check_memory_limit(machine: Machine) -> EnvCheck:
     return make_check("memory-limit", status, limit, "; ".join(parts), details)
 
 
-def check_worker_memory(machine: Machine, settings: Settings, probe: LoadProbe | None) -> EnvCheck:
+def check_worker_memory(inputs: Inputs) -> EnvCheck:
+    machine, settings, probe = inputs.machine, inputs.settings, inputs.probe
     if probe is None:
-        return _no_target("worker-memory", "what a worker grows to")
+        return no_target("worker-memory", "what a worker grows to")
     if probe.rss_peak is None or probe.uss_peak is None or probe.batches == 0:
-        return _probe_failed("worker-memory", probe)
+        return probe_failed("worker-memory", probe)
     projected = probe.uss_peak * settings.num_workers
     available = _available(machine)
     details = {

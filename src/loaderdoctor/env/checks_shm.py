@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import math
 
-from loaderdoctor.env.catalog import EnvCheck, Status, make_check
-from loaderdoctor.env.facts import GiB, Machine, MiB, Settings, _no_target, _probe_failed
-from loaderdoctor.env.probe import LoadProbe
+from loaderdoctor.env.facts import Inputs, Machine, no_target, probe_failed
+from loaderdoctor.env.findings import EnvCheck, Status, make_check
 from loaderdoctor.system.shm import CONTAINER_DEFAULT_SHM_BYTES
-from loaderdoctor.units import format_bytes
+from loaderdoctor.units import GiB, MiB, format_bytes
 
 # A batch being consumed by the main process and the one a worker is writing are in /dev/shm too.
 SHM_HEADROOM = 1.25
@@ -35,7 +34,8 @@ def _shm_fix(machine: Machine, need: int | None = None) -> str | None:
     return None
 
 
-def check_shm_size(machine: Machine) -> EnvCheck:
+def check_shm_size(inputs: Inputs) -> EnvCheck:
+    machine = inputs.machine
     shm = machine.shm
     details = {"path": shm.path, "total_bytes": shm.total_bytes, "free_bytes": shm.free_bytes}
     if shm.total_bytes is None or shm.free_bytes is None:
@@ -51,11 +51,12 @@ def check_shm_size(machine: Machine) -> EnvCheck:
     return make_check("shm-size", status, shm.total_bytes, text, details, _shm_fix(machine))
 
 
-def check_shm_need(machine: Machine, settings: Settings, probe: LoadProbe | None) -> EnvCheck:
+def check_shm_need(inputs: Inputs) -> EnvCheck:
+    machine, settings, probe = inputs.machine, inputs.settings, inputs.probe
     if probe is None:
-        return _no_target("shm-need", "the bytes of one batch")
+        return no_target("shm-need", "the bytes of one batch")
     if probe.batch_bytes is None:
-        return _probe_failed("shm-need", probe)
+        return probe_failed("shm-need", probe)
     in_flight = settings.num_workers * settings.prefetch_factor
     need = int(probe.batch_bytes * in_flight * SHM_HEADROOM)
     free = machine.shm.free_bytes
@@ -91,7 +92,8 @@ def check_shm_need(machine: Machine, settings: Settings, probe: LoadProbe | None
     )
 
 
-def check_container(machine: Machine, settings: Settings, probe: LoadProbe | None) -> EnvCheck:
+def check_container(inputs: Inputs) -> EnvCheck:
+    machine, settings, probe = inputs.machine, inputs.settings, inputs.probe
     container, shm = machine.container, machine.shm
     details = {"runtime": container.runtime, "evidence": container.evidence}
     if container.runtime is None:

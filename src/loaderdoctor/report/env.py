@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import IO, TYPE_CHECKING, Any
 
-from loaderdoctor.env.catalog import CATALOG_BY_ID, STATUSES, EnvCheck, EnvReport
+from loaderdoctor.env.catalog import CATALOG_BY_ID
+from loaderdoctor.env.findings import STATUSES, EnvCheck, EnvReport
 from loaderdoctor.report.console import render_plain, terminal
 from loaderdoctor.units import format_bytes
 
@@ -78,8 +79,13 @@ def print_report(report: EnvReport, console: Console) -> None:
                 Text(f"  {check.id}:", style=STATUS_STYLES[check.status]), Text(check.fix)
             )
         console.print(fixes)
+    if report.internal_errors:
+        console.print()
+        console.print(Text("loaderdoctor's own errors (a bug: please report it)", style="bold red"))
+        for line in report.internal_errors:
+            console.print(Text(f"  {line}"))
     console.print()
-    console.print(format_summary(report))
+    console.print(Text(format_summary(report)))
 
 
 def format_text(report: EnvReport, width: int = 100) -> str:
