@@ -125,7 +125,8 @@ def test_unpicklable_dataset_is_reported() -> None:
     _, stdout, _ = run_cli(["--json", "--target", f"{FIXTURE}:unpicklable", "--num-workers", "1"])
     start = checks_of(stdout)["start-method"]
     assert start["details"]["picklable"] is False
-    assert start["status"] in ("warn", "fail")
+    # fork copies the dataset, so it still works there (a warning); spawn cannot (a failure)
+    assert start["status"] == ("warn" if start["value"] == "fork" else "fail")
     assert "lambda" in start["message"]
 
 
@@ -192,7 +193,8 @@ def test_open_files_with_rlimit_nofile_128() -> None:
     _, stdout, stderr = run_cli(["--json"], preexec_fn=limit_files)
     files = checks_of(stdout)["open-files"]
     assert files["value"] == 128, stderr
-    assert files["status"] in ("warn", "fail")
+    # more needed than the limit fails; a limit under 1024 warns however many are needed
+    assert files["status"] == ("fail" if files["details"]["need"] > 128 else "warn")
     assert files["details"]["hard_limit"] == 128
 
 
