@@ -28,6 +28,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from loaderdoctor.runner.memory import WORKER_NAME
 
@@ -160,6 +161,7 @@ class TrialSampler:
                 return
 
     def tick(self, read_all_uss: bool = False) -> None:
+        """One look: the main process, every worker of the trial, the totals and the budget."""
         import psutil
 
         main = psutil.Process()
@@ -170,8 +172,30 @@ class TrialSampler:
         own = read_resident(main.pid)
         main_bytes = own.charged if own is not None else own_memory()
         self._main_peak = max(self._main_peak, main_bytes)
-        shm = own.shmem if own is not None else 0
+        live, workers_shm = self._live_workers(children)
+        now = time.monotonic()
+        if live and (read_all_uss or now - self._last_uss_read >= self.uss_interval_s):
+            self._read_uss(live, now, read_all_uss)
+        workers_total = self._estimate_workers(live)
+        # an upper bound: a batch mapped by a worker and the main process counts in both
+        shm = (own.shmem if own is not None else 0) + workers_shm
+        self._shm_peak = max(self._shm_peak, shm - self._shm_start)
+        total = main_bytes + workers_total
+        self._total_peak = max(self._total_peak, total)
+        if self.budget_bytes is not None and total > self.budget_bytes and not read_all_uss:
+            from loaderdoctor.units import format_bytes
+
+            self.reason = (
+                f"stopped: {format_bytes(total)} in use > budget {format_bytes(self.budget_bytes)}"
+            )
+            self.over_budget.set()
+
+    def _live_workers(self, children: list[Any]) -> tuple[list[tuple[_Worker, int]], int]:
+        """The trial's workers alive now with their RSS, and the shared memory they map."""
+        import psutil
+
         live: list[tuple[_Worker, int]] = []
+        shm = 0
         for child in children:
             if self._worker_pids is not None and child.pid not in self._worker_pids:
                 continue
@@ -189,40 +213,34 @@ class TrialSampler:
             live.append((worker, rss))
             resident = read_resident(child.pid)
             shm += resident.shmem if resident is not None else 0
-        now = time.monotonic()
-        due = read_all_uss or now - self._last_uss_read >= self.uss_interval_s
-        if due and live:
-            pending = [min(live, key=_uss_age)]
-            if read_all_uss:  # the last look: the workers never read, a few of them at most
-                unread = [item for item in live if item[0].uss is None]
-                pending = unread[:FINAL_USS_READS] or pending
-            for worker, rss in pending:
-                uss = read_uss(worker.pid)
-                worker.read_at = now
-                if uss is not None:
-                    worker.uss, worker.rss_at_uss = uss, rss
-            self._last_uss_read = now
+        return live, shm
+
+    def _read_uss(self, live: list[tuple[_Worker, int]], now: float, read_all: bool) -> None:
+        """USS of the worker read longest ago; at the last look, of a few never read."""
+        pending = [min(live, key=_uss_age)]
+        if read_all:
+            unread = [item for item in live if item[0].uss is None]
+            pending = unread[:FINAL_USS_READS] or pending
+        for worker, rss in pending:
+            uss = read_uss(worker.pid)
+            worker.read_at = now
+            if uss is not None:
+                worker.uss, worker.rss_at_uss = uss, rss
+        self._last_uss_read = now
+
+    def _estimate_workers(self, live: list[tuple[_Worker, int]]) -> int:
+        """Each worker's private memory now (last USS plus RSS gained since); their sum."""
         known = [w.uss for w, _ in live if w.uss is not None]
         guess = max(known) if known else self.worker_guess_bytes
-        workers_total = 0
+        total = 0
         for worker, rss in live:
             if worker.uss is None:
                 estimate = guess + max(0, rss - worker.first_rss)
             else:
                 estimate = worker.uss + max(0, rss - worker.rss_at_uss)
             worker.peak = max(worker.peak, estimate)
-            workers_total += estimate
-        # an upper bound: a batch mapped by a worker and the main process counts in both
-        self._shm_peak = max(self._shm_peak, shm - self._shm_start)
-        total = main_bytes + workers_total
-        self._total_peak = max(self._total_peak, total)
-        if self.budget_bytes is not None and total > self.budget_bytes and not read_all_uss:
-            from loaderdoctor.units import format_bytes
-
-            self.reason = (
-                f"stopped: {format_bytes(total)} in use > budget {format_bytes(self.budget_bytes)}"
-            )
-            self.over_budget.set()
+            total += estimate
+        return total
 
 
 def _uss_age(item: tuple[_Worker, int]) -> tuple[bool, float]:
