@@ -270,3 +270,56 @@ def test_report_rerenders_a_run_report_naming_a_non_utf8_file(tmp_path: Path) ->
     assert "<code>/data/\\xffsample.jpg</code>" in page
     result = run_python(["-m", "loaderdoctor", "report", str(tmp_path), "--json"], timeout=60)
     assert json.loads(result.stdout)["incidents"][0]["sample_file"] == name
+
+
+NAMED_DATASET = '''
+import os
+
+import torch
+
+from loaderdoctor import DataLoader
+
+
+class Named(torch.utils.data.Dataset):
+    """Files named in bytes that are not UTF-8; sample 5 cannot be read."""
+
+    def __init__(self):
+        self.samples = [(os.fsdecode(b"/data/img_%d_\\xff.jpg" % i), 0) for i in range(16)]
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, index):
+        if index == 5:
+            raise OSError(f"cannot identify image file {self.samples[index][0]}")
+        return torch.zeros(2)
+
+
+if __name__ == "__main__":
+    for _ in DataLoader(Named(), batch_size=4, num_workers=1):
+        pass
+'''
+
+
+@pytest.mark.slow
+def test_run_reports_a_sample_error_naming_a_non_utf8_file(tmp_path: Path) -> None:
+    script = tmp_path / "named.py"
+    script.write_text(NAMED_DATASET)
+    report_dir = tmp_path / "report"
+    report_dir.mkdir()
+    (report_dir / "report.html").write_text("<old good page>")
+    result = run_python(
+        ["-m", "loaderdoctor", "run", "--report-dir", str(report_dir), "--", sys.executable,
+         str(script)],
+        timeout=120,
+        env=WIDE,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr  # the script's own: the error ends it
+    assert "internal error" not in result.stderr
+    assert result.stderr.splitlines()[-1] == f"note: {UNDECODABLE_NOTE}"
+    data = json.loads((report_dir / "report.json").read_text())
+    (incident,) = data["incidents"]
+    assert incident["sample_file"] == os.fsdecode(b"/data/img_5_\xff.jpg")  # bytes and all
+    page = (report_dir / "report.html").read_text(encoding="utf-8")
+    assert "file <code>/data/img_5_\\xff.jpg</code>" in page
+    assert f'<p class="muted">Note: {UNDECODABLE_NOTE}.</p>' in page
