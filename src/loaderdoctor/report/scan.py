@@ -7,7 +7,7 @@ from typing import IO, TYPE_CHECKING
 
 from loaderdoctor.report.console import render_plain, terminal
 from loaderdoctor.scan.model import ScanReport
-from loaderdoctor.units import MiB, format_bytes, format_ms, format_seconds
+from loaderdoctor.units import format_bytes, format_mib, format_ms, format_seconds
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -132,6 +132,8 @@ def _print_costs(report: ScanReport, console: Console) -> None:
             table.add_column(column, overflow="fold")
         for hungry in report.hungriest:
             table.add_row(
-                str(hungry.index), f"{hungry.peak_bytes / MiB:.1f}", escape(hungry.file or "-")
+                str(hungry.index),
+                format_mib(hungry.peak_bytes, decimals=1),
+                escape(hungry.file or "-"),
             )
         console.print(table)

@@ -11,7 +11,7 @@ from loaderdoctor.report.html import PALETTE, STATUS_COLORS, file_href, legend, 
 from loaderdoctor.report.html import escape as _e
 from loaderdoctor.report.scan import format_settings
 from loaderdoctor.scan.model import Profile, ScanReport
-from loaderdoctor.units import MiB, format_ms, format_seconds
+from loaderdoctor.units import MiB, format_mib, format_ms, format_seconds
 
 HTML_NAME = "scan.html"
 MAX_ROWS = 200  # a page per finding kind, not the whole dataset: the JSON has every row
@@ -216,7 +216,9 @@ def format_html(report: ScanReport) -> str:
         _plots(report, report.profile),
         _ranking("Slowest samples", "ms", [(i, format_ms(s), f) for i, s, f in slowest]),
         _ranking(
-            "Memory-hungry samples", "peak MiB", [(i, f"{b / MiB:.1f}", f) for i, b, f in hungriest]
+            "Memory-hungry samples",
+            "peak MiB",
+            [(i, format_mib(b, decimals=1), f) for i, b, f in hungriest],
         ),
     ]
     return page(f"loaderdoctor scan: {words}", "loaderdoctor scan", body, badge=(words, color))
