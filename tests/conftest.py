@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -98,3 +98,24 @@ def memory_cgroup(limit_bytes: int) -> Iterator[Path]:
 def in_cgroup(group: Path) -> list[str]:
     """A command prefix that moves the command into ``group`` before it starts."""
     return ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh"]
+
+
+def charged_baseline(*modules: str, path: Sequence[str | os.PathLike[str]] = ()) -> int:
+    """Bytes a fresh Python holds, in the memory a cgroup cannot reclaim (``RssAnon + RssShmem``),
+    once it has imported ``modules``: the floor to size a test's memory cgroup from.
+
+    Measured, never assumed: with the CUDA build of torch, ``import torch`` alone holds about
+    509 MiB, and a cgroup sized for the CPU build then fails for the wrong reason.
+    """
+    code = "\n".join(
+        [
+            "import sys",
+            f"sys.path[:0] = {[os.fspath(p) for p in path]!r}",
+            *(f"import {module}" for module in modules),
+            "rows = dict(line.split(':', 1) for line in open('/proc/self/status'))",
+            "print(sum(int(rows[k].split()[0]) * 1024 for k in ('RssAnon', 'RssShmem')))",
+        ]
+    )
+    result = run_python(["-c", code], timeout=120)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)

@@ -15,7 +15,7 @@ import pytest
 from loaderdoctor.demo import SCENARIOS, DemoReport, ScenarioResult, run_demo
 from loaderdoctor.demo.dataset import ShapesFolder
 from loaderdoctor.forensics.evidence import Diagnosis
-from loaderdoctor.report.demo import format_demo_json, format_demo_text, top_frames
+from loaderdoctor.report.demo import format_json, format_text, top_frames
 
 EXPECTED = {
     "corrupt-jpeg": ("sample-error", 5, "circle/circle_05.jpg"),
@@ -113,7 +113,7 @@ def test_cli_json_exits_zero_with_the_four_causes(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert list(tmp_path.iterdir()) == []
     round_trip = DemoReport.from_json(data)
-    assert json.loads(format_demo_json(round_trip)) == data
+    assert json.loads(format_json(round_trip)) == data
 
 
 # --- the renderer, on a fixed report ------------------------------------------------------
@@ -185,7 +185,7 @@ def _fixed_report() -> DemoReport:
 
 
 def test_renderer_panels_and_summary() -> None:
-    text = format_demo_text(_fixed_report(), width=100)
+    text = format_text(_fixed_report(), width=100)
     for expected in (
         "Each scenario plants one fault among 48 generated images and loads them with\n"
         "loaderdoctor.DataLoader(batch_size=16, num_workers=2) until it fails.",
@@ -226,7 +226,7 @@ def test_renderer_panels_and_summary() -> None:
 
 
 def test_renderer_json_has_schema_and_verdicts() -> None:
-    data = json.loads(format_demo_json(_fixed_report()))
+    data = json.loads(format_json(_fixed_report()))
     assert data["schema"] == 1 and data["passed"] is False
     assert [s["passed"] for s in data["scenarios"]] == [True, False]
     assert data["scenarios"][0]["diagnosis"]["cause"] == "native-crash"

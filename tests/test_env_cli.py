@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import in_cgroup, memory_cgroup, run_python
+from conftest import charged_baseline, in_cgroup, memory_cgroup, run_python
 
 FIXTURE = Path(__file__).parent / "fixtures" / "env" / "images.py"
 SAMPLE_BYTES = 3 * 256 * 256 * 4  # images.py: one float32 3×256×256 tensor
@@ -125,7 +125,8 @@ def test_unpicklable_dataset_is_reported() -> None:
     _, stdout, _ = run_cli(["--json", "--target", f"{FIXTURE}:unpicklable", "--num-workers", "1"])
     start = checks_of(stdout)["start-method"]
     assert start["details"]["picklable"] is False
-    assert start["status"] in ("warn", "fail")
+    # fork copies the dataset, so it still works there (a warning); spawn cannot (a failure)
+    assert start["status"] == ("warn" if start["value"] == "fork" else "fail")
     assert "lambda" in start["message"]
 
 
@@ -174,10 +175,14 @@ def test_memory_limit_reports_a_1_gib_cgroup() -> None:
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_worker_memory_fails_against_a_1_gib_cgroup() -> None:
-    # hungry keeps 64 MiB per sample: 3 batches of 2 = 384 MiB private in one worker, × 4 workers
+def test_worker_memory_fails_against_a_memory_cgroup() -> None:
+    # hungry keeps 64 MiB per sample: 3 batches of 2 = 384 MiB private in one worker, × 4 workers.
+    # The cgroup holds the main process (measured: the CUDA build's torch alone is ~509 MiB) and
+    # the probe's one worker, with room to spare; four such workers do not fit.
+    floor = charged_baseline("torch", "loaderdoctor.cli.env", FIXTURE.stem, path=[FIXTURE.parent])
+    limit = floor + 6 * 64 * MiB + 256 * MiB
     args = ["--json", "--target", f"{FIXTURE}:hungry", "--batch-size", "2", "--num-workers", "4"]
-    _, stdout, stderr = run_in_memory_cgroup(args, GiB)
+    _, stdout, stderr = run_in_memory_cgroup(args, limit)
     worker = checks_of(stdout)["worker-memory"]
     assert worker["status"] == "fail", stderr
     assert worker["details"]["batches_loaded"] == 3
@@ -192,7 +197,8 @@ def test_open_files_with_rlimit_nofile_128() -> None:
     _, stdout, stderr = run_cli(["--json"], preexec_fn=limit_files)
     files = checks_of(stdout)["open-files"]
     assert files["value"] == 128, stderr
-    assert files["status"] in ("warn", "fail")
+    # more needed than the limit fails; a limit under 1024 warns however many are needed
+    assert files["status"] == ("fail" if files["details"]["need"] > 128 else "warn")
     assert files["details"]["hard_limit"] == 128
 
 

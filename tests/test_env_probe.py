@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loaderdoctor.preflight import run_env_checks
+from loaderdoctor.env.core import run_env_checks
 from loaderdoctor.spec import load_dataset
 
 FIXTURE = Path(__file__).parent / "fixtures" / "env" / "images.py"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from loaderdoctor.envchecks import CATALOG, EnvReport, human_bytes, make_check
-from loaderdoctor.preflight import run_env_checks
-from loaderdoctor.report.env import format_env_json, format_env_text, format_summary
+from loaderdoctor.env.catalog import CATALOG
+from loaderdoctor.env.core import run_env_checks
+from loaderdoctor.env.findings import EnvReport, make_check
+from loaderdoctor.report.env import format_json, format_summary, format_text
 
 EXPECTED_IDS = [
     "shm-size",
@@ -20,6 +21,7 @@ EXPECTED_IDS = [
     "threads",
     "kernel-log",
     "versions",
+    "dependencies",
 ]
 
 
@@ -65,7 +67,7 @@ fixes
 
 
 def test_terminal_rendering_is_exact() -> None:
-    assert format_env_text(fixed_report(), width=100) == EXPECTED_TEXT
+    assert format_text(fixed_report(), width=100) == EXPECTED_TEXT
 
 
 def test_summary_has_one_word_per_status() -> None:
@@ -74,7 +76,7 @@ def test_summary_has_one_word_per_status() -> None:
 
 def test_json_shape_and_round_trip() -> None:
     report = fixed_report()
-    data = json.loads(format_env_json(report))
+    data = json.loads(format_json(report))
     assert data["schema"] == 1
     assert [c["id"] for c in data["checks"]] == [
         "shm-size",
@@ -107,10 +109,3 @@ def test_every_catalog_check_is_measured_without_a_target() -> None:
     assert report.check("shm-need").status == "unknown"
     assert report.check("worker-memory").status == "unknown"
     assert EnvReport.from_json(json.loads(json.dumps(report.to_json()))) == report
-
-
-def test_human_bytes() -> None:
-    assert human_bytes(512) == "512 B"
-    assert human_bytes(64 * 1024 * 1024) == "64.0 MiB"
-    assert human_bytes(3 * 1024**4) == "3.0 TiB"
-    assert human_bytes(None) == "unknown"

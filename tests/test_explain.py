@@ -10,7 +10,7 @@ import pytest
 from conftest import run_python
 from loaderdoctor.forensics import CAUSES
 from loaderdoctor.forensics.symptoms import SYMPTOMS, catalog_pattern, explain_text
-from loaderdoctor.report.explain import format_explanation_text
+from loaderdoctor.report.explain import format_text
 
 KILLED = "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed."
 BUS = (
@@ -84,7 +84,7 @@ def test_every_catalog_symptom_is_recognised() -> None:
 
 def test_nothing_matched() -> None:
     assert explain_text("all is well\nloss 0.1").causes == []
-    assert "no known DataLoader failure" in format_explanation_text(explain_text("ok"))
+    assert "no known DataLoader failure" in format_text(explain_text("ok"))
 
 
 def test_cli_from_stdin_and_file(tmp_path) -> None:

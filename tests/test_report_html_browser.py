@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from loaderdoctor.report.run_html import INCIDENT_COLOR, STATUS_COLORS, write_html
+from loaderdoctor.report.html import INCIDENT_COLOR, STATUS_COLORS
+from loaderdoctor.report.run_html import write_html
 from test_run_units import sample_report
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "screenshot_report.py"

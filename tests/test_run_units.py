@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from loaderdoctor.report.run_html import format_html, nice_step
-from loaderdoctor.report.run_text import format_headline, format_run_text
+from loaderdoctor.report.chart import nice_step
+from loaderdoctor.report.run_html import format_html
+from loaderdoctor.report.run_text import format_headline, format_text
 from loaderdoctor.runner.core import RunUsageError, exit_code_of, resolve_command
 from loaderdoctor.runner.memory import MiB, find_memory_growth, linear_growth
 from loaderdoctor.runner.model import (
@@ -180,7 +181,7 @@ def test_growth_of_spawn_workers_is_not_copy_on_read() -> None:
 def test_terminal_summary() -> None:
     report = sample_report()
     assert format_headline(report) == "crashed: exit code 1 after 3.2 s"
-    text = format_run_text(report, Path("/tmp/r/report.html"), width=120)
+    text = format_text(report, width=120, html=Path("/tmp/r/report.html"))
     lines = text.splitlines()
     assert lines[0] == "loaderdoctor run crashed: exit code 1 after 3.2 s"
     assert lines[1] == "  5 batches, 20 samples delivered by 1 ranks (1 supervised DataLoader)"

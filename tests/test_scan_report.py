@@ -291,7 +291,7 @@ def test_scan_html_renders_in_headless_chromium(tmp_path: Path) -> None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
     from PIL import Image
 
-    from loaderdoctor.report.run_html import INCIDENT_COLOR
+    from loaderdoctor.report.html import INCIDENT_COLOR
     from loaderdoctor.report.scan_html import MEMORY_COLOR, TIME_COLOR
 
     html = write_html(sample_report(), tmp_path)

@@ -209,7 +209,7 @@ def test_system_imports_no_torch() -> None:
     code = (
         "import sys, loaderdoctor.system.shm, loaderdoctor.system.cgroup, loaderdoctor.system.kmsg,"
         " loaderdoctor.system.cpu, loaderdoctor.system.container, loaderdoctor.system.limits,"
-        " loaderdoctor.system.memory, loaderdoctor.preflight; print('torch' in sys.modules)"
+        " loaderdoctor.system.memory, loaderdoctor.env.core; print('torch' in sys.modules)"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         except FileExistsError as error:
             raise CommandError(str(error)) from None
     if args.json:
-        sys.stdout.write(render.format_demo_json(report) + "\n")
+        sys.stdout.write(render.format_json(report))
     else:
         render.print_summary(report, console)
     return ExitCode.OK if report.passed else ExitCode.FINDINGS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from loaderdoctor.cli import CommandError, ExitCode
 
@@ -36,7 +37,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from loaderdoctor.preflight import run_env_checks
+    from loaderdoctor.env.core import run_env_checks
     from loaderdoctor.spec import SpecError
 
     if args.batch_size == 0:
@@ -50,14 +51,10 @@ def run(args: argparse.Namespace) -> int:
         )
     except SpecError as error:
         raise CommandError(str(error)) from None
+    from loaderdoctor.report.env import format_json, print_text
+
     if args.json:
-        from loaderdoctor.report.env import format_env_json
-
-        print(format_env_json(report))
+        sys.stdout.write(format_json(report))
     else:
-        from rich.console import Console
-
-        from loaderdoctor.report.env import print_env
-
-        print_env(report, Console())
+        print_text(report)
     return ExitCode.FINDINGS if report.failed else ExitCode.OK

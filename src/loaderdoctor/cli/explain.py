@@ -17,7 +17,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from loaderdoctor.forensics.symptoms import explain_text
-    from loaderdoctor.report.explain import format_explanation_json, format_explanation_text
+    from loaderdoctor.report.explain import format_json, format_text
 
     if args.logfile in (None, "-"):
         if sys.stdin.isatty():
@@ -30,7 +30,5 @@ def run(args: argparse.Namespace) -> int:
         except OSError as error:
             raise CommandError(f"cannot read {args.logfile}: {error.strerror or error}") from None
     explanation = explain_text(text)
-    print(
-        format_explanation_json(explanation) if args.json else format_explanation_text(explanation)
-    )
+    sys.stdout.write(format_json(explanation) if args.json else format_text(explanation))
     return ExitCode.OK if explanation.causes else ExitCode.FINDINGS

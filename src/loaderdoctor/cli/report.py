@@ -61,19 +61,18 @@ def run(args: argparse.Namespace) -> int:
         from loaderdoctor.cli.run import write_html_report
 
         html = write_html_report(report, "report")
+    from loaderdoctor.report.run_text import format_json, print_text
+
     if args.json:
-        print(json.dumps(report.to_json(), indent=2, default=repr))
+        sys.stdout.write(format_json(report))
     else:
-        from rich.console import Console
-
-        from loaderdoctor.report.run_text import print_run_summary
-
-        print_run_summary(report, html, Console())
+        print_text(report, html=html)
     return ExitCode.OK if report.status == "ok" else ExitCode.FINDINGS
 
 
 def rerender_scan(args: argparse.Namespace, data: dict[str, Any]) -> int:
     """The scan's summary and tables (or JSON), and ``scan.html`` next to its JSON."""
+    from loaderdoctor.report.output import printable
     from loaderdoctor.report.scan import format_json, print_text
     from loaderdoctor.scan.model import ScanReport
 
@@ -93,7 +92,7 @@ def rerender_scan(args: argparse.Namespace, data: dict[str, Any]) -> int:
     if args.json:
         sys.stdout.write(format_json(report))
     else:
-        print_text(report, sys.stdout)
+        print_text(report)
         if html is not None:
-            print(f"report: {html}")
+            print(printable(f"report: {html}")[0])
     return ExitCode.FINDINGS if report.bad else ExitCode.OK

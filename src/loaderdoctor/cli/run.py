@@ -71,14 +71,12 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(error)) from None
     html = write_html_report(report, "run")
     # The command's stdout stays its own: everything of ours goes to stderr.
+    from loaderdoctor.report.run_text import format_json, print_text
+
     if args.json:
-        import json
-
-        print(json.dumps(report.to_json(), indent=2, default=repr), file=sys.stderr)
+        sys.stderr.write(format_json(report))
     else:
-        from loaderdoctor.report.run_text import print_run_summary
-
-        print_run_summary(report, html)
+        print_text(report, sys.stderr, html=html)
     return report.exit_code
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
+from loaderdoctor.report.console import render_plain, terminal
 from loaderdoctor.report.text import crashing_thread_first
+from loaderdoctor.units import format_seconds
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -92,7 +93,7 @@ def build_panel(result: ScenarioResult, number: int, total: int) -> RenderableTy
     rows = Table.grid(padding=(0, 2))
     rows.add_column(style="dim", no_wrap=True, min_width=len("stock torch"))
     rows.add_column(overflow="fold")
-    rows.add_row("planted", f"sample {format_planted(result)}: {result.planted}")
+    rows.add_row("planted", Text(f"sample {format_planted(result)}: {result.planted}"))
     if result.stock_message:
         rows.add_row("stock torch", Text(result.stock_message, style="yellow"))
     if d is None:
@@ -111,12 +112,12 @@ def build_panel(result: ScenarioResult, number: int, total: int) -> RenderableTy
             rows.add_row("healed", Text(healed, style="bold green"))
         if d.worker_id is not None:
             batch = f", batch {d.batch}" if d.batch is not None else ""
-            rows.add_row("worker", f"{d.worker_id} (pid {d.pid}){batch}")
+            rows.add_row("worker", Text(f"{d.worker_id} (pid {d.pid}){batch}"))
         if d.indices:
             root = os.path.dirname(result.dataset_dir.rstrip(os.sep))
-            rows.add_row("sample", format_samples(d, root))
+            rows.add_row("sample", Text(format_samples(d, root)))
         for label, line in zip(("evidence", *([""] * KEY_EVIDENCE)), key_evidence(result)):
-            rows.add_row(label, line)
+            rows.add_row(label, Text(line))
         if d.cause in STACK_CAUSES and d.python_stack:
             frames = top_frames(d.python_stack)
             for label, frame in zip(("stack", *([""] * STACK_FRAMES)), frames):
@@ -124,7 +125,7 @@ def build_panel(result: ScenarioResult, number: int, total: int) -> RenderableTy
         if d.fixes:
             rows.add_row("fix", Text(d.fixes[0], style="green"))
         if d.docs:
-            rows.add_row("docs", d.docs)
+            rows.add_row("docs", Text(d.docs))
         if not result.passed:
             rows.add_row("expected", Text(_expectation(result), style="bold red"))
     title = Text()
@@ -135,7 +136,7 @@ def build_panel(result: ScenarioResult, number: int, total: int) -> RenderableTy
         rows,
         title=title,
         title_align="left",
-        subtitle=f"{result.seconds:.1f} s",
+        subtitle=format_seconds(result.seconds),
         subtitle_align="right",
         border_style="green" if result.passed else "red",
     )
@@ -165,10 +166,10 @@ def build_summary(report: DemoReport) -> RenderableType:
             named = format_samples(d, basename=True)
         mark, style = ("✓", "green") if result.passed else ("✗", "bold red")
         table.add_row(
-            result.name,
-            format_planted(result),
+            Text(result.name),
+            Text(format_planted(result)),
             Text(f"{mark} {verdict_label(result)}", style=style),
-            named,
+            Text(named),
         )
     return table
 
@@ -176,21 +177,24 @@ def build_summary(report: DemoReport) -> RenderableType:
 def format_outcome(report: DemoReport) -> str:
     good = sum(result.passed for result in report.scenarios)
     total = len(report.scenarios)
+    seconds = format_seconds(report.seconds)
     if report.passed:
-        return (
-            f"{good} of {total} planted faults got the expected verdict in {report.seconds:.1f} s."
-        )
+        return f"{good} of {total} planted faults got the expected verdict in {seconds}."
     return (
-        f"{good} of {total} planted faults got the expected verdict in {report.seconds:.1f} s: "
+        f"{good} of {total} planted faults got the expected verdict in {seconds}: "
         "loaderdoctor does not work as it should on this machine (please report it, with --json)."
     )
 
 
 def print_intro(console: Console, images: int, batch_size: int, num_workers: int) -> None:
+    from rich.text import Text
+
     console.print(
-        f"Each scenario plants one fault among {images} generated images and loads them with "
-        f"loaderdoctor.DataLoader(batch_size={batch_size}, num_workers={num_workers}) "
-        "until it fails."
+        Text(
+            f"Each scenario plants one fault among {images} generated images and loads them with "
+            f"loaderdoctor.DataLoader(batch_size={batch_size}, num_workers={num_workers}) "
+            "until it fails."
+        )
     )
 
 
@@ -206,16 +210,18 @@ def print_summary(report: DemoReport, console: Console) -> None:
     console.print()
     console.print(Text(format_outcome(report), style="bold green" if report.passed else "bold red"))
     if report.dataset_kept:
-        console.print(f"The generated datasets are kept in {report.dataset_dir}.")
+        console.print(Text(f"The generated datasets are kept in {report.dataset_dir}."))
     if report.passed:
         console.print(
-            "Next: `from loaderdoctor import DataLoader` in your training script gives every "
-            "worker failure a verdict like these; `loaderdoctor env` checks this machine."
+            Text(
+                "Next: `from loaderdoctor import DataLoader` in your training script gives every "
+                "worker failure a verdict like these; `loaderdoctor env` checks this machine."
+            )
         )
 
 
-def print_demo(report: DemoReport, console: Console) -> None:
-    """The terminal rendering; rich loads here, so JSON output never pays for it."""
+def print_report(report: DemoReport, console: Console) -> None:
+    """The whole terminal rendering at once (``demo`` itself streams it panel by panel)."""
     print_intro(console, report.images, report.batch_size, report.num_workers)
     total = len(report.scenarios)
     for number, result in enumerate(report.scenarios, start=1):
@@ -223,15 +229,15 @@ def print_demo(report: DemoReport, console: Console) -> None:
     print_summary(report, console)
 
 
-def format_demo_text(report: DemoReport, width: int = 100) -> str:
+def print_text(report: DemoReport, file: IO[str] | None = None) -> None:
+    with terminal(file) as console:
+        print_report(report, console)
+
+
+def format_text(report: DemoReport, width: int = 100) -> str:
     """The terminal rendering without colour, at a fixed width: what tests and logs compare."""
-    from rich.console import Console
-
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
-    print_demo(report, console)
-    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+    return render_plain(print_report, report, width)
 
 
-def format_demo_json(report: DemoReport) -> str:
-    return json.dumps(report.to_json(), indent=2)
+def format_json(report: DemoReport) -> str:
+    return json.dumps(report.to_json(), indent=2) + "\n"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import json
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from loaderdoctor.envchecks import CATALOG_BY_ID, STATUSES, EnvCheck, EnvReport, human_bytes
+from loaderdoctor.env.catalog import CATALOG_BY_ID
+from loaderdoctor.env.findings import STATUSES, EnvCheck, EnvReport
+from loaderdoctor.report.console import render_plain, terminal
+from loaderdoctor.units import format_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,7 +24,7 @@ def format_value(check: EnvCheck) -> str:
     spec = CATALOG_BY_ID.get(check.id)
     unit = spec.unit if spec is not None else "text"
     if unit == "bytes" and isinstance(value, (int, float)):
-        return human_bytes(value)
+        return format_bytes(value)
     if isinstance(value, dict):
         return ", ".join(f"{key} {item}" for key, item in value.items() if item is not None)
     return str(value)
@@ -39,7 +41,7 @@ def build_table(report: EnvReport) -> Table:
     from rich.text import Text
 
     title = "loaderdoctor env" + (f": {report.target}" if report.target else "")
-    table = Table(title=title, title_justify="left", expand=False)
+    table = Table(title=Text(title), title_justify="left", expand=False)
     table.add_column("status", no_wrap=True)
     table.add_column("check", no_wrap=True)
     table.add_column("value", overflow="fold", max_width=24)
@@ -47,15 +49,20 @@ def build_table(report: EnvReport) -> Table:
     for check in report.checks:
         table.add_row(
             Text(check.status, style=STATUS_STYLES.get(check.status, "")),
-            check.id,
-            format_value(check),
-            check.message,
+            Text(check.id),
+            Text(format_value(check)),
+            Text(check.message),
         )
     return table
 
 
-def print_env(report: EnvReport, console: Console) -> None:
-    """The terminal rendering; rich loads here, so JSON output never pays for it."""
+def print_text(report: EnvReport, file: IO[str] | None = None) -> None:
+    """The table, the fixes of what failed or warned, the counts; rich loads here only."""
+    with terminal(file) as console:
+        print_report(report, console)
+
+
+def print_report(report: EnvReport, console: Console) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -68,21 +75,23 @@ def print_env(report: EnvReport, console: Console) -> None:
         fixes.add_column(no_wrap=True)
         fixes.add_column(overflow="fold")
         for check in to_fix:
-            fixes.add_row(Text(f"  {check.id}:", style=STATUS_STYLES[check.status]), check.fix)
+            fixes.add_row(
+                Text(f"  {check.id}:", style=STATUS_STYLES[check.status]), Text(check.fix)
+            )
         console.print(fixes)
+    if report.internal_errors:
+        console.print()
+        console.print(Text("loaderdoctor's own errors (a bug: please report it)", style="bold red"))
+        for line in report.internal_errors:
+            console.print(Text(f"  {line}"))
     console.print()
-    console.print(format_summary(report))
+    console.print(Text(format_summary(report)))
 
 
-def format_env_text(report: EnvReport, width: int = 100) -> str:
+def format_text(report: EnvReport, width: int = 100) -> str:
     """The terminal rendering without colour, at a fixed width: what tests and logs compare."""
-    from rich.console import Console
-
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
-    print_env(report, console)
-    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+    return render_plain(print_report, report, width)
 
 
-def format_env_json(report: EnvReport) -> str:
-    return json.dumps(report.to_json(), indent=2, sort_keys=False)
+def format_json(report: EnvReport) -> str:
+    return json.dumps(report.to_json(), indent=2) + "\n"

@@ -6,11 +6,16 @@ import dataclasses
 import json
 
 from loaderdoctor.forensics.symptoms import Explanation
+from loaderdoctor.report.output import UNDECODABLE_NOTE, printable_with_note
 
 MAX_CAUSES = 4
 
 
-def format_explanation_text(explanation: Explanation) -> str:
+def format_text(explanation: Explanation) -> str:
+    return printable_with_note(_text(explanation) + "\n", f"note: {UNDECODABLE_NOTE}")
+
+
+def _text(explanation: Explanation) -> str:
     if not explanation.causes:
         return (
             "loaderdoctor explain: no known DataLoader failure in this text.\n"
@@ -53,5 +58,5 @@ def _is_command(check: str) -> bool:
     }
 
 
-def format_explanation_json(explanation: Explanation) -> str:
-    return json.dumps(dataclasses.asdict(explanation), indent=2)
+def format_json(explanation: Explanation) -> str:
+    return json.dumps(dataclasses.asdict(explanation), indent=2) + "\n"

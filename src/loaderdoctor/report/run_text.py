@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import io
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
-from loaderdoctor.envchecks import human_bytes
+from loaderdoctor.report.console import render_plain, terminal
 from loaderdoctor.runner.model import RunIncident, RunReport
+from loaderdoctor.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -23,7 +24,7 @@ def format_headline(report: RunReport) -> str:
         ended += f" ({report.signal})"
     if report.interrupted:
         ended += ", interrupted"
-    return f"{report.status}: {ended} after {report.duration_s:.1f} s"
+    return f"{report.status}: {ended} after {format_seconds(report.duration_s)}"
 
 
 def format_delivered(report: RunReport) -> str:
@@ -64,60 +65,76 @@ def format_memory(report: RunReport) -> list[str]:
         value = peak.peak_uss_bytes if peak.peak_uss_bytes is not None else peak.peak_rss_bytes
         lines.append(
             f"{len(workers)} worker process{'es' if len(workers) != 1 else ''}; "
-            f"highest peak {kind} {human_bytes(value)} (pid {peak.pid})"
+            f"highest peak {kind} {format_bytes(value)} (pid {peak.pid})"
         )
     if memory.shm_peak_used_bytes is not None:
         lines.append(
-            f"/dev/shm peak {human_bytes(memory.shm_peak_used_bytes)} used of "
-            f"{human_bytes(memory.shm_total_bytes)}"
+            f"/dev/shm peak {format_bytes(memory.shm_peak_used_bytes)} used of "
+            f"{format_bytes(memory.shm_total_bytes)}"
         )
     return lines
 
 
-def build_summary(report: RunReport, html: Path | None = None) -> RenderableType:
-    from rich.console import Group
+def _incident_table(report: RunReport) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    parts: list[RenderableType] = []
-    headline = Text("loaderdoctor run ", style="bold")
-    headline.append(format_headline(report), style=STATUS_STYLES.get(report.status, ""))
-    parts.append(headline)
-    parts.append(Text(f"  {format_delivered(report)}"))
-    if report.incidents:
-        table = Table(title=None, expand=False, show_edge=False, pad_edge=False)
-        for column in ("t (s)", "cause", "where", "action"):
-            table.add_column(column, overflow="fold")
-        for incident in report.incidents:
-            table.add_row(
-                "-" if incident.time_s is None else f"{incident.time_s:.1f}",
-                Text(incident.cause, style="bold"),
-                format_where(incident),
-                incident.action,
-            )
-        parts.append(Text(f"  {len(report.incidents)} incident(s):"))
-        parts.append(table)
-        for incident in report.incidents[:MAX_DETAILED_INCIDENTS]:
-            parts.append(Text(f"  {incident.cause}: {incident.title}", style="bold"))
-            for line in incident.evidence[:3]:
-                parts.append(Text(f"    - {line}"))
-            if incident.fixes:
-                parts.append(Text(f"    fix: {incident.fixes[0]}", style="green"))
-            if incident.docs:
-                parts.append(Text(f"    more: {incident.docs}", style="dim"))
-    if report.quarantine:
-        shown = ", ".join(repr(i) for i in report.quarantine[:20])
-        parts.append(Text(f"  quarantined samples: {shown}"))
-    for line in format_memory(report):
-        parts.append(Text(f"  memory: {line}"))
+    table = Table(title=None, expand=False, show_edge=False, pad_edge=False)
+    for column in ("t (s)", "cause", "where", "action"):
+        table.add_column(column, overflow="fold")
+    for incident in report.incidents:
+        table.add_row(
+            "-" if incident.time_s is None else f"{incident.time_s:.1f}",
+            Text(incident.cause, style="bold"),
+            Text(format_where(incident)),
+            Text(incident.action),
+        )
+    return table
+
+
+def _incident_details(incident: RunIncident) -> list[RenderableType]:
+    from rich.text import Text
+
+    parts: list[RenderableType] = [Text(f"  {incident.cause}: {incident.title}", style="bold")]
+    parts.extend(Text(f"    - {line}") for line in incident.evidence[:3])
+    if incident.fixes:
+        parts.append(Text(f"    fix: {incident.fixes[0]}", style="green"))
+    if incident.docs:
+        parts.append(Text(f"    more: {incident.docs}", style="dim"))
+    return parts
+
+
+def _memory_lines(report: RunReport) -> list[RenderableType]:
+    from rich.text import Text
+
+    parts: list[RenderableType] = [Text(f"  memory: {line}") for line in format_memory(report)]
     if report.memory is not None:
         for finding in report.memory.findings:
             parts.append(Text(f"  {finding.id}: {finding.title}", style="bold yellow"))
-            for line in finding.evidence[:4]:
-                parts.append(Text(f"    - {line}"))
-            parts.append(Text(f"    fix: {finding.fixes[0]}", style="green"))
-    for note in report.notes:
-        parts.append(Text(f"  note: {note}", style="dim"))
+            parts.extend(Text(f"    - {line}") for line in finding.evidence[:4])
+            if finding.fixes:
+                parts.append(Text(f"    fix: {finding.fixes[0]}", style="green"))
+    return parts
+
+
+def build_summary(report: RunReport, html: Path | None = None) -> RenderableType:
+    """Headline, counts, incidents (the first few in detail), memory, notes, where the files are."""
+    from rich.console import Group
+    from rich.text import Text
+
+    headline = Text("loaderdoctor run ", style="bold")
+    headline.append(format_headline(report), style=STATUS_STYLES.get(report.status, ""))
+    parts: list[RenderableType] = [headline, Text(f"  {format_delivered(report)}")]
+    if report.incidents:
+        parts.append(Text(f"  {len(report.incidents)} incident(s):"))
+        parts.append(_incident_table(report))
+        for incident in report.incidents[:MAX_DETAILED_INCIDENTS]:
+            parts.extend(_incident_details(incident))
+    if report.quarantine:
+        shown = ", ".join(repr(i) for i in report.quarantine[:20])
+        parts.append(Text(f"  quarantined samples: {shown}"))
+    parts.extend(_memory_lines(report))
+    parts.extend(Text(f"  note: {note}", style="dim") for note in report.notes)
     written = [str(Path(report.report_dir) / "report.json")]
     if html is not None:
         written.append(str(html))
@@ -125,20 +142,21 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
     return Group(*parts)
 
 
-def print_run_summary(
-    report: RunReport, html: Path | None = None, console: Console | None = None
-) -> None:
-    """To stderr by default: the command's stdout must stay byte-identical under ``run``."""
-    from rich.console import Console
-
-    (console or Console(stderr=True)).print(build_summary(report, html))
+def print_text(report: RunReport, file: IO[str] | None = None, *, html: Path | None = None) -> None:
+    """The summary on ``file`` (stdout by default; ``run`` passes stderr, so that the command's
+    stdout stays byte-identical under it)."""
+    with terminal(file) as console:
+        console.print(build_summary(report, html))
 
 
-def format_run_text(report: RunReport, html: Path | None = None, width: int = 100) -> str:
+def format_text(report: RunReport, width: int = 100, *, html: Path | None = None) -> str:
     """The summary as plain text (no colour), for tests and logs."""
-    from rich.console import Console
 
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=width, color_system=None, highlight=False)
-    console.print(build_summary(report, html))
-    return buffer.getvalue()
+    def printer(report: RunReport, console: Console) -> None:
+        console.print(build_summary(report, html))
+
+    return render_plain(printer, report, width, strip=False)
+
+
+def format_json(report: RunReport) -> str:
+    return json.dumps(report.to_json(), indent=2, default=repr) + "\n"

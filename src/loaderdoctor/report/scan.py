@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from loaderdoctor.envchecks import human_bytes
+from loaderdoctor.report.console import render_plain, terminal
 from loaderdoctor.scan.model import ScanReport
+from loaderdoctor.units import format_bytes, format_mib, format_ms, format_seconds
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 MAX_ROWS = 20
-MiB = 1024 * 1024
 
 
 def format_json(report: ScanReport) -> str:
@@ -20,7 +23,7 @@ def format_summary(report: ScanReport) -> str:
     """The counts, the time and the throughput; then the settings, if the report records any."""
     verdict = "clean" if report.clean else f"{len(report.bad)} bad"
     counts = (
-        f"scanned {report.total} samples in {report.seconds:.1f} s "
+        f"scanned {report.total} samples in {format_seconds(report.seconds)} "
         f"({report.throughput:.1f} samples/s, {report.num_workers} workers): {verdict}, "
         f"{len(report.outliers)} outliers"
     )
@@ -35,7 +38,9 @@ def format_settings(report: ScanReport) -> str:
         parts.append(f"timeout {report.timeout:g} s")
     if report.mem_limit_bytes is not None:
         how = f" ({report.mem_cap})" if report.mem_cap else ""
-        parts.append(f"memory cap {format_bytes(report.mem_limit_bytes)} per worker{how}")
+        parts.append(
+            f"memory cap {format_bytes(report.mem_limit_bytes, trim=True)} per worker{how}"
+        )
     elif report.mem_cap:
         parts.append(f"no memory cap ({report.mem_cap})")
     if report.ranks > 1:
@@ -45,19 +50,31 @@ def format_settings(report: ScanReport) -> str:
     return ", ".join(parts)
 
 
-def format_bytes(count: int) -> str:
-    """``536870912`` -> ``"512 MiB"``; ``1.5 GiB`` keeps its decimal."""
-    return human_bytes(count).replace(".0 ", " ", 1)
-
-
-def print_text(report: ScanReport, file: IO[str], quarantine_path: str | None = None) -> None:
+def print_text(
+    report: ScanReport, file: IO[str] | None = None, *, quarantine_path: str | None = None
+) -> None:
     """The summary, then a table per finding kind (bad, outliers, slowest, memory-hungry)."""
-    from rich.console import Console
+    with terminal(file, soft_wrap=True) as console:
+        print_report(report, console, quarantine_path)
+
+
+def format_text(report: ScanReport, width: int = 100) -> str:
+    return render_plain(print_report, report, width, soft_wrap=True)
+
+
+def print_report(report: ScanReport, console: Console, quarantine_path: str | None = None) -> None:
+    from rich.markup import escape
+
+    console.print(escape(format_summary(report)))
+    _print_bad(report, console, quarantine_path)
+    _print_outliers(report, console)
+    _print_costs(report, console)
+
+
+def _print_bad(report: ScanReport, console: Console, quarantine_path: str | None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(file=file, highlight=False, soft_wrap=True, emoji=False)
-    console.print(escape(format_summary(report)))
     if report.bad:
         table = Table(title="bad samples", title_justify="left")
         for column in ("index", "cause", "file", "message"):
@@ -76,6 +93,12 @@ def print_text(report: ScanReport, file: IO[str], quarantine_path: str | None = 
                     f"loaderdoctor.DataLoader(..., quarantine={quarantine_path!r}) skips them"
                 )
             )
+
+
+def _print_outliers(report: ScanReport, console: Console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     if report.outliers:
         table = Table(
             title=escape(f"outliers (default_collate expects {report.structure})"),
@@ -90,12 +113,18 @@ def print_text(report: ScanReport, file: IO[str], quarantine_path: str | None = 
         console.print(table)
         if len(report.outliers) > MAX_ROWS:
             console.print(f"... and {len(report.outliers) - MAX_ROWS} more (see --json)")
+
+
+def _print_costs(report: ScanReport, console: Console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     if report.slowest:
         table = Table(title="slowest samples", title_justify="left")
         for column in ("index", "ms", "file"):
             table.add_column(column, overflow="fold")
         for slow in report.slowest:
-            table.add_row(str(slow.index), f"{slow.seconds * 1000:.1f}", escape(slow.file or "-"))
+            table.add_row(str(slow.index), format_ms(slow.seconds), escape(slow.file or "-"))
         console.print(table)
     if report.hungriest:
         table = Table(title="memory-hungry samples", title_justify="left")
@@ -103,6 +132,8 @@ def print_text(report: ScanReport, file: IO[str], quarantine_path: str | None = 
             table.add_column(column, overflow="fold")
         for hungry in report.hungriest:
             table.add_row(
-                str(hungry.index), f"{hungry.peak_bytes / MiB:.1f}", escape(hungry.file or "-")
+                str(hungry.index),
+                format_mib(hungry.peak_bytes, decimals=1),
+                escape(hungry.file or "-"),
             )
         console.print(table)

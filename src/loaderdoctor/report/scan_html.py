@@ -6,18 +6,12 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from loaderdoctor.report.run_html import (
-    CSS,
-    PALETTE,
-    STATUS_COLORS,
-    Line,
-    MiB,
-    _e,
-    _legend,
-    svg_plot,
-)
+from loaderdoctor.report.chart import Chart, Line, svg_chart
+from loaderdoctor.report.html import PALETTE, STATUS_COLORS, file_href, legend, page, write_page
+from loaderdoctor.report.html import escape as _e
 from loaderdoctor.report.scan import format_settings
 from loaderdoctor.scan.model import Profile, ScanReport
+from loaderdoctor.units import MiB, format_mib, format_ms, format_seconds
 
 HTML_NAME = "scan.html"
 MAX_ROWS = 200  # a page per finding kind, not the whole dataset: the JSON has every row
@@ -25,7 +19,6 @@ MARKER_COLUMNS = 400  # bad-sample rules closer than 1/400 of the axis merge int
 LABEL_GAP = 0.16  # a rule is labelled only this fraction of the axis away from the last label
 TIME_COLOR = PALETTE[0]
 MEMORY_COLOR = PALETTE[3]
-EXTRA_CSS = "td.num{text-align:right;font-variant-numeric:tabular-nums}td code{font-size:12px}"
 
 
 def cause_href(cause: str) -> str | None:
@@ -33,12 +26,7 @@ def cause_href(cause: str) -> str | None:
     from loaderdoctor.forensics.catalog import CAUSES
 
     known = CAUSES.get(cause)
-    if known is None:
-        return None
-    import loaderdoctor
-
-    page = Path(loaderdoctor.__file__).resolve().parents[2] / known.docs_url
-    return page.as_uri() if page.is_file() else None
+    return file_href(known.docs_url) if known is not None else None
 
 
 def verdict(report: ScanReport) -> tuple[str, str]:
@@ -110,16 +98,16 @@ def _plots(report: ScanReport, profile: Profile | None) -> str:
     if times:
         parts.append(
             f'<div class="plot"><h3>Time per sample (ms{per}) against index{marked}</h3>'
-            + svg_plot(times, markers, x_max=x_max, y_unit=1.0, y_suffix="ms", x_suffix="")
-            + _legend(times[:1])
+            + svg_chart(Chart(times, x_max, 1.0, "ms", markers=markers))
+            + legend(times[:1])
             + "</div>"
         )
     if memory:
         parts.append(
             f'<div class="plot"><h3>Memory a sample adds to its worker (peak MiB{per}) '
             "against index</h3>"
-            + svg_plot(memory, [], x_max=x_max, x_suffix="")
-            + _legend(memory[:1])
+            + svg_chart(Chart(memory, x_max, MiB, "MiB"))
+            + legend(memory[:1])
             + "</div>"
         )
     if not (times or memory):
@@ -190,11 +178,12 @@ def _outlier_section(report: ScanReport) -> str:
     return "".join(parts)
 
 
-def _ranking(title: str, unit: str, rows: Sequence[tuple[int, float, str | None]]) -> str:
+def _ranking(title: str, unit: str, rows: Sequence[tuple[int, str, str | None]]) -> str:
+    """A table of samples by a cost (already formatted in ``unit``)."""
     if not rows:
         return ""
     body = "".join(
-        f'<tr><td class="num">{index}</td><td class="num">{value:.1f}</td><td>{_file(file)}</td></tr>'
+        f'<tr><td class="num">{index}</td><td class="num">{value}</td><td>{_file(file)}</td></tr>'
         for index, value, file in rows
     )
     return (
@@ -202,48 +191,42 @@ def _ranking(title: str, unit: str, rows: Sequence[tuple[int, float, str | None]
     )
 
 
-def format_html(report: ScanReport) -> str:
-    words, color = verdict(report)
+def _meta(report: ScanReport) -> list[str]:
     settings = format_settings(report)
     parts = [
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>loaderdoctor scan: {_e(words)}</title><style>{CSS}{EXTRA_CSS}</style></head>",
-        "<body><main>",
-        f'<h1>loaderdoctor scan<span class="badge" style="background:{color}">'
-        f"{_e(words)}</span></h1>",
         f'<p class="meta"><code>{_e(report.spec)}</code></p>',
         f'<p class="meta">{report.total} samples, {report.scanned} loaded · '
-        f"{len(report.bad)} bad · {len(report.outliers)} outlier(s) · {report.seconds:.1f} s "
+        f"{len(report.bad)} bad · {len(report.outliers)} outlier(s) · "
+        f"{format_seconds(report.seconds)} "
         f"({report.throughput:.1f} samples/s, {report.num_workers} workers)</p>",
     ]
     if settings:
         parts.append(f'<p class="meta">settings: {_e(settings)}</p>')
-    parts.append(_bad_section(report))
-    parts.append(_outlier_section(report))
-    parts.append(_plots(report, report.profile))
-    parts.append(
-        _ranking(
-            "Slowest samples",
-            "ms",
-            [(slow.index, slow.seconds * 1000, slow.file) for slow in report.slowest],
-        )
-    )
-    parts.append(
+    return parts
+
+
+def format_html(report: ScanReport) -> str:
+    words, color = verdict(report)
+    slowest = [(slow.index, slow.seconds, slow.file) for slow in report.slowest]
+    hungriest = [(hungry.index, hungry.peak_bytes, hungry.file) for hungry in report.hungriest]
+    body = [
+        *_meta(report),
+        _bad_section(report),
+        _outlier_section(report),
+        _plots(report, report.profile),
+        _ranking("Slowest samples", "ms", [(i, format_ms(s), f) for i, s, f in slowest]),
         _ranking(
             "Memory-hungry samples",
             "peak MiB",
-            [(hungry.index, hungry.peak_bytes / MiB, hungry.file) for hungry in report.hungriest],
-        )
-    )
-    parts.append("</main></body></html>\n")
-    return "".join(parts)
+            [(i, format_mib(b, decimals=1), f) for i, b, f in hungriest],
+        ),
+    ]
+    return page(f"loaderdoctor scan: {words}", "loaderdoctor scan", body, badge=(words, color))
 
 
 def write_html(report: ScanReport, path: str | os.PathLike[str]) -> Path:
-    """Write the page to ``path`` (a file, or a folder to hold ``scan.html``)."""
+    """Write the page to ``path`` (a file, or a folder to hold ``scan.html``), atomically."""
     target = Path(path)
     if target.is_dir():
         target = target / HTML_NAME
-    target.write_text(format_html(report), encoding="utf-8")
-    return target
+    return write_page(format_html(report), target)

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from loaderdoctor.envchecks import human_bytes
+from loaderdoctor.report.console import render_plain, terminal
 from loaderdoctor.tune.model import Trial, TuneReport
+from loaderdoctor.units import format_bytes, format_mib, format_seconds
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+WIDE = 120  # a pipe or a file gets room for the table (rich would squeeze it into 80 columns)
 
 
 def format_snippet(report: TuneReport) -> str:
@@ -31,12 +38,9 @@ def format_summary(report: TuneReport) -> str:
     """One line: what was walked, in how long, and why it stopped."""
     return (
         f"ran {len(report.trials)} trials ({len({t.config for t in report.trials})} configurations of the "
-        f"{report.grid_size}-configuration grid) in {report.seconds:.1f} s; {report.stop_reason}"
+        f"{report.grid_size}-configuration grid) in {format_seconds(report.seconds)}; "
+        f"{report.stop_reason}"
     )
-
-
-def _mib(count: int) -> str:
-    return f"{count / 1024 / 1024:.0f}"
 
 
 def trial_row(trial: Trial, recommended: bool) -> list[str]:
@@ -49,10 +53,10 @@ def trial_row(trial: Trial, recommended: bool) -> list[str]:
         trial.phase,
         f"{trial.samples_per_s:.0f}" if trial.ok else "-",
         f"{trial.startup_s:.2f}",
-        _mib(trial.main_peak_bytes),
-        _mib(per_worker) if per_worker is not None else "-",
-        _mib(trial.total_peak_bytes),
-        _mib(trial.shm_peak_bytes),
+        format_mib(trial.main_peak_bytes),
+        format_mib(per_worker) if per_worker is not None else "-",
+        format_mib(trial.total_peak_bytes),
+        format_mib(trial.shm_peak_bytes),
         trial.status,
     ]
 
@@ -71,25 +75,57 @@ TRIAL_COLUMNS = (
 )
 
 
-def print_text(report: TuneReport, file: IO[str]) -> None:
-    from rich import box
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+def print_text(report: TuneReport, file: IO[str] | None = None) -> None:
+    """Settings, the trials table, the bound, start-up, soak, notes and the recommended snippet."""
+    import sys
 
-    # a pipe or a file gets room for the table (rich would squeeze it into 80 columns)
-    width = None if file.isatty() else 120
-    console = Console(file=file, highlight=False, soft_wrap=True, emoji=False, width=width)
-    shm = human_bytes(report.budget.shm_bytes) if report.budget.shm_bytes is not None else "?"
+    stream = file if file is not None else sys.stdout
+    with terminal(stream, width=None if stream.isatty() else WIDE, soft_wrap=True) as console:
+        print_report(report, console)
+
+
+def format_text(report: TuneReport, width: int = WIDE) -> str:
+    return render_plain(print_report, report, width, soft_wrap=True)
+
+
+def print_report(report: TuneReport, console: Console) -> None:
+    from rich.markup import escape
+
+    shm = format_bytes(report.budget.shm_bytes) if report.budget.shm_bytes is not None else "?"
     console.print(
         escape(
             f"tune {report.spec}: batch_size {report.batch_size}, {report.usable_cores} usable "
             f"cores, workers up to {report.max_workers}, memory budget "
-            f"{human_bytes(report.budget.memory_bytes)} ({report.budget.source}), "
+            f"{format_bytes(report.budget.memory_bytes)} ({report.budget.source}), "
             f"shm budget {shm}"
         )
     )
     console.print(escape(format_summary(report)))
+    console.print(_trials_table(report))
+    console.print("* the recommended configuration")
+    for number, trial in enumerate(report.trials, 1):
+        if trial.note:
+            console.print(escape(f"trial {number} ({trial.config.label()}): {trial.note}"))
+    if report.skipped:
+        console.print("not run (over budget):")
+        for skipped in report.skipped:
+            console.print(escape(f"  {skipped.config.label()}: {skipped.reason}"))
+    _print_bound(report, console)
+    if report.soak is not None:
+        print_soak(report, console)
+    for note in report.notes:
+        console.print(escape(f"note: {note}"))
+    console.print(
+        escape(f"recommended ({report.recommended_samples_per_s:.0f} samples/s steady state):")
+    )
+    console.print(escape(format_snippet(report)), end="")
+
+
+def _trials_table(report: TuneReport) -> Table:
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
     base = report.recommended
     table = Table(
         title="measured: steady-state samples/s, start-up apart; peak memory in MiB",
@@ -109,15 +145,12 @@ def print_text(report: TuneReport, file: IO[str]) -> None:
             base.pin_memory,
         )
         table.add_row(*(escape(cell) for cell in trial_row(trial, chosen)))
-    console.print(table)
-    console.print("* the recommended configuration")
-    for number, trial in enumerate(report.trials, 1):
-        if trial.note:
-            console.print(escape(f"trial {number} ({trial.config.label()}): {trial.note}"))
-    if report.skipped:
-        console.print("not run (over budget):")
-        for skipped in report.skipped:
-            console.print(escape(f"  {skipped.config.label()}: {skipped.reason}"))
+    return table
+
+
+def _print_bound(report: TuneReport, console: Console) -> None:
+    from rich.markup import escape
+
     bound = report.bound
     console.print(escape(f"bound: {bound.id} - {bound.title}"))
     for line in bound.evidence:
@@ -133,23 +166,14 @@ def print_text(report: TuneReport, file: IO[str]) -> None:
                 f"persistent ones; {start.reason}"
             )
         )
-    if report.soak is not None:
-        print_soak(report, console)
-    for note in report.notes:
-        console.print(escape(f"note: {note}"))
-    console.print(
-        escape(f"recommended ({report.recommended_samples_per_s:.0f} samples/s steady state):")
-    )
-    console.print(escape(format_snippet(report)), end="")
 
 
-def print_soak(report: TuneReport, console: object) -> None:
+def print_soak(report: TuneReport, console: Console) -> None:
     from rich import box
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    assert isinstance(console, Console) and report.soak is not None
+    assert report.soak is not None
     soak = report.soak
     table = Table(
         title="soak", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False
@@ -157,22 +181,23 @@ def print_soak(report: TuneReport, console: object) -> None:
     for column in ("epoch", "samples/s", "start-up s", "seconds", "main MiB", "per worker MiB"):
         table.add_column(column)
     for epoch in soak.epochs:
-        workers = " ".join(_mib(b) for b in epoch.worker_peak_bytes) or "-"
+        workers = " ".join(format_mib(b) for b in epoch.worker_peak_bytes) or "-"
         table.add_row(
             str(epoch.epoch),
             f"{epoch.samples_per_s:.0f}",
             f"{epoch.startup_s:.2f}",
             f"{epoch.seconds:.1f}",
-            _mib(epoch.main_peak_bytes),
+            format_mib(epoch.main_peak_bytes),
             workers,
         )
     console.print(table)
-    growth = ", ".join(f"{g / 1024 / 1024:+.1f}" for g in soak.worker_growth_bytes) or "-"
+    growth = ", ".join(format_mib(g, signed=True, decimals=1) for g in soak.worker_growth_bytes)
     console.print(
         escape(
             f"soak: {soak.mean_samples_per_s:.0f} samples/s mean, cv {soak.cv:.1%}; "
-            f"growth first->last epoch: main {soak.main_growth_bytes / 1024 / 1024:+.1f} MiB, "
-            f"per worker [{growth}] MiB"
+            f"growth first->last epoch: main "
+            f"{format_mib(soak.main_growth_bytes, signed=True, decimals=1)} MiB, "
+            f"per worker [{growth or '-'}] MiB"
         )
     )
     if soak.note:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loaderdoctor.envchecks import human_bytes
 from loaderdoctor.tune.model import Bound, LoaderConfig, Skipped, Trial
+from loaderdoctor.units import format_bytes
 
 MAIN_BUSY = 0.75  # fraction of a core the main thread spends in next() at the pick
 WAITING = 0.5  # at 0 workers, above this share of a sample's time waiting: I/O latency
@@ -120,23 +120,52 @@ def analyze(
     evidence: list[str] = []
     zero = _best_trial(trials, LoaderConfig.make(0))
     best = _best_trial(trials, pick)
-    rates = _rates_by_workers(trials)
     cores = max(1, usable_cores)
-    waiting: float | None = None  # share of a sample's time off the CPU and not queued for one
-    if zero is not None and zero.samples_per_s > 0 and zero.cpu_per_sample_s is not None:
-        wall = 1 / zero.samples_per_s
-        cpu = min(wall, zero.cpu_per_sample_s)
-        queued = min(wall - cpu, zero.run_queue_per_sample_s or 0.0)
-        waiting = (wall - cpu - queued) / wall
-        line = f"at 0 workers one sample takes {wall * 1000:.2f} ms: {cpu * 1000:.2f} ms on the CPU"
-        if zero.run_queue_per_sample_s is not None:
-            line += f", {queued * 1000:.2f} ms queued for a CPU (other processes)"
-        evidence.append(line + f", {waiting:.0%} of it waiting on something else (I/O, sleep)")
+    waiting = _time_split(zero, evidence)
     if best is None:
         return _bound("compute", evidence or ["no configuration could be measured"])
     workers = pick.num_workers
-    batch = human_bytes(best.batch_bytes)
-    shm_rate = best.batch_bytes * best.batches_per_s
+    gain_past = _scaling(zero, best, workers, _rates_by_workers(trials), cores, evidence)
+    main_busy = best.main_cpu_per_batch_s * best.batches_per_s
+    if workers > 0:
+        evidence.append(
+            f"the main thread spends {main_busy:.0%} of its time taking batches "
+            f"({best.main_cpu_per_batch_s * 1000:.2f} ms CPU per batch of "
+            f"{format_bytes(best.batch_bytes)}, "
+            f"{format_bytes(best.batch_bytes * best.batches_per_s)}/s through /dev/shm)"
+        )
+    larger = [s for s in skipped if s.config.num_workers > workers]
+    if larger:
+        evidence.append(
+            f"{len(larger)} larger configurations were not run: over the memory or shm budget"
+        )
+    return _classify(zero, best, workers, cores, waiting, gain_past, main_busy, evidence)
+
+
+def _time_split(zero: Trial | None, evidence: list[str]) -> float | None:
+    """At 0 workers: the share of a sample's time off the CPU and not queued for one."""
+    if zero is None or zero.samples_per_s <= 0 or zero.cpu_per_sample_s is None:
+        return None
+    wall = 1 / zero.samples_per_s
+    cpu = min(wall, zero.cpu_per_sample_s)
+    queued = min(wall - cpu, zero.run_queue_per_sample_s or 0.0)
+    waiting = (wall - cpu - queued) / wall
+    line = f"at 0 workers one sample takes {wall * 1000:.2f} ms: {cpu * 1000:.2f} ms on the CPU"
+    if zero.run_queue_per_sample_s is not None:
+        line += f", {queued * 1000:.2f} ms queued for a CPU (other processes)"
+    evidence.append(line + f", {waiting:.0%} of it waiting on something else (I/O, sleep)")
+    return waiting
+
+
+def _scaling(
+    zero: Trial | None,
+    best: Trial,
+    workers: int,
+    rates: dict[int, float],
+    cores: int,
+    evidence: list[str],
+) -> float | None:
+    """How the rate grew with workers; the gain of going past the cores (None: not measured)."""
     if zero is not None and workers > 0 and zero.samples_per_s > 0:
         evidence.append(
             f"{workers} workers: {best.samples_per_s:.0f} samples/s, "
@@ -145,25 +174,27 @@ def analyze(
         )
     within = [rate for w, rate in rates.items() if 0 < w <= cores]
     past = [rate for w, rate in rates.items() if w > cores]
-    gain_past = (max(past) / max(within) - 1) if within and past and max(within) > 0 else None
-    if gain_past is not None:
-        direction = "above" if gain_past >= 0 else "below"
-        evidence.append(
-            f"past {cores} cores the best rate is {abs(gain_past):.0%} {direction} the best at up "
-            f"to {cores} workers"
-        )
-    main_busy = best.main_cpu_per_batch_s * best.batches_per_s
-    if workers > 0:
-        evidence.append(
-            f"the main thread spends {main_busy:.0%} of its time taking batches "
-            f"({best.main_cpu_per_batch_s * 1000:.2f} ms CPU per batch of {batch}, "
-            f"{human_bytes(shm_rate)}/s through /dev/shm)"
-        )
-    larger = [s for s in skipped if s.config.num_workers > workers]
-    if larger:
-        evidence.append(
-            f"{len(larger)} larger configurations were not run: over the memory or shm budget"
-        )
+    if not (within and past and max(within) > 0):
+        return None
+    gain_past = max(past) / max(within) - 1
+    direction = "above" if gain_past >= 0 else "below"
+    evidence.append(
+        f"past {cores} cores the best rate is {abs(gain_past):.0%} {direction} the best at up "
+        f"to {cores} workers"
+    )
+    return gain_past
+
+
+def _classify(
+    zero: Trial | None,
+    best: Trial,
+    workers: int,
+    cores: int,
+    waiting: float | None,
+    gain_past: float | None,
+    main_busy: float,
+    evidence: list[str],
+) -> Bound:
     big_batches = best.batch_bytes >= TRANSFER_BATCH_BYTES
     if workers == 0 and cores > 1:
         evidence.append(
@@ -190,7 +221,7 @@ def analyze(
         if ideal > 0 and best.samples_per_s < ideal * TRANSFER_EFFICIENCY:
             evidence.append(
                 f"workers reach {best.samples_per_s / ideal:.0%} of {min(workers, cores)} "
-                f"cores x the 0-worker rate with {batch} batches"
+                f"cores x the 0-worker rate with {format_bytes(best.batch_bytes)} batches"
             )
             return _bound("transfer", evidence)
     return _bound("compute", evidence)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loaderdoctor.envchecks import human_bytes
 from loaderdoctor.tune.model import Budget, LoaderConfig, Trial
+from loaderdoctor.units import format_bytes
 
 MiB = 1024 * 1024
 # Room left for what tune cannot see: page cache charged to the cgroup, the allocator's slack,
@@ -27,11 +27,11 @@ def margin(limit: int) -> int:
     return max(MARGIN_MIN_BYTES, int(limit * MARGIN_FRACTION))
 
 
-def default_budget(own_rss_bytes: int, memory_budget: int | None = None) -> Budget:
+def default_budget(own_bytes: int, memory_budget: int | None = None) -> Budget:
     """The tightest of the cgroup limit and the host's memory, each minus a margin; and free shm.
 
-    ``own_rss_bytes``: what this process holds now, which the budget has to include (the host's
-    *available* memory does not count it any more).
+    ``own_bytes``: what this process holds now (``sampler.own_memory``), which the budget has to
+    include (the host's *available* memory does not count it any more).
     """
     from loaderdoctor.system.cgroup import memory_cgroup
     from loaderdoctor.system.memory import host_memory
@@ -42,7 +42,7 @@ def default_budget(own_rss_bytes: int, memory_budget: int | None = None) -> Budg
         int(shm.free_bytes * (1 - SHM_MARGIN_FRACTION)) if shm.free_bytes is not None else None
     )
     if memory_budget is not None:
-        return Budget(memory_budget, shm_budget, f"--mem-budget {human_bytes(memory_budget)}")
+        return Budget(memory_budget, shm_budget, f"--mem-budget {format_bytes(memory_budget)}")
     candidates: list[tuple[int, str]] = []
     cgroup = memory_cgroup()
     if cgroup.limit_bytes is not None:
@@ -50,24 +50,24 @@ def default_budget(own_rss_bytes: int, memory_budget: int | None = None) -> Budg
         candidates.append(
             (
                 limit - margin(limit),
-                f"cgroup v{cgroup.version} limit {human_bytes(limit)} minus a "
-                f"{human_bytes(margin(limit))} margin",
+                f"cgroup v{cgroup.version} limit {format_bytes(limit)} minus a "
+                f"{format_bytes(margin(limit))} margin",
             )
         )
     host = host_memory()
     if host.available_bytes is not None:
-        room = host.available_bytes + own_rss_bytes
+        room = host.available_bytes + own_bytes
         candidates.append(
             (
                 room - margin(room),
-                f"host memory available {human_bytes(room)} minus a "
-                f"{human_bytes(margin(room))} margin",
+                f"host memory available {format_bytes(room)} minus a "
+                f"{format_bytes(margin(room))} margin",
             )
         )
     elif host.total_bytes is not None:
         total = host.total_bytes
         candidates.append(
-            (total - margin(total), f"host memory {human_bytes(total)} minus a margin")
+            (total - margin(total), f"host memory {format_bytes(total)} minus a margin")
         )
     if not candidates:  # nothing readable: refuse to guess high
         return Budget(4 * 1024 * MiB, shm_budget, "no memory limit readable: assumed 4 GiB")
@@ -124,12 +124,12 @@ def over_budget(predicted_bytes: int, predicted_shm_bytes: int, budget: Budget) 
     """Why a prediction does not fit the budget, or None when it fits."""
     if predicted_bytes > budget.memory_bytes:
         return (
-            f"predicted {human_bytes(predicted_bytes)} > memory budget "
-            f"{human_bytes(budget.memory_bytes)}"
+            f"predicted {format_bytes(predicted_bytes)} > memory budget "
+            f"{format_bytes(budget.memory_bytes)}"
         )
     if budget.shm_bytes is not None and predicted_shm_bytes > budget.shm_bytes:
         return (
-            f"predicted /dev/shm {human_bytes(predicted_shm_bytes)} > free shm "
-            f"{human_bytes(budget.shm_bytes)}"
+            f"predicted /dev/shm {format_bytes(predicted_shm_bytes)} > free shm "
+            f"{format_bytes(budget.shm_bytes)}"
         )
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -11,10 +12,12 @@ from typing import Any
 from loaderdoctor.tune.bounds import analyze
 from loaderdoctor.tune.budget import MemoryModel, default_budget
 from loaderdoctor.tune.measure import MeasureSettings, is_map_style, measure, measure_restart
-from loaderdoctor.tune.model import LoaderConfig, Startup, Trial, TuneReport
-from loaderdoctor.tune.sampler import own_rss
-from loaderdoctor.tune.search import Progress, Search, SearchSettings
+from loaderdoctor.tune.model import Budget, LoaderConfig, Startup, Trial, TuneReport
+from loaderdoctor.tune.sampler import own_memory
+from loaderdoctor.tune.search import Progress, Search, SearchResult, SearchSettings
 from loaderdoctor.tune.soak import soak
+
+logger = logging.getLogger(__name__)
 
 # persistent_workers=True pays off when re-starting the workers costs this much of an epoch.
 PERSISTENT_MIN_SHARE = 0.01
@@ -56,63 +59,34 @@ def tune_dataset(
     cores = usable_cores()
     workers_cap = max_workers if max_workers is not None else default_max_workers(cores)
     has_cuda = torch.cuda.is_available() if cuda is None else cuda
-    budget = default_budget(own_rss(), memory_budget)
-    settings = MeasureSettings(
-        batch_size=batch_size,
-        window_s=window_s,
-        max_window_s=max(4 * window_s, window_s + 1),
-        collate_fn=collate_fn,
+    budget = default_budget(own_memory(), memory_budget)
+    window = MeasureSettings(
+        batch_size, window_s, max_window_s=max(4 * window_s, window_s + 1), collate_fn=collate_fn
     )
-
-    def run_trial(config: LoaderConfig, phase: str, worker_guess: int) -> Trial:
-        return measure(
-            dataset,
-            config,
-            settings,
-            phase=phase,
-            budget_bytes=budget.memory_bytes,
-            worker_guess_bytes=worker_guess,
-        )
-
-    model = MemoryModel()
-    search = Search(
-        run_trial,
-        budget,
-        SearchSettings(
-            max_workers=workers_cap,
-            usable_cores=cores,
-            time_budget_s=time_budget_s,
-            cuda=has_cuda,
-        ),
-        model=model,
-        progress=progress,
+    limits = SearchSettings(
+        workers_cap, usable_cores=cores, time_budget_s=time_budget_s, cuda=has_cuda
     )
-    result = search.run()
-    notes = list(result.notes)
-    contention = _contention(result.trials)
-    if contention is not None:
-        notes.append(contention)
-    pick = result.pick
-    startup = _startup(dataset, pick, settings, result.pick_samples_per_s, notes)
-    recommended = pick
+    result, model = _search(dataset, window, budget, limits, progress)
+    notes = [*result.notes, *filter(None, [_contention(result.trials)])]
+    startup = _startup(dataset, result.pick, window, result.pick_samples_per_s, notes)
+    recommended = result.pick
     if startup is not None and startup.recommend_persistent:
-        recommended = dataclasses.replace(pick, persistent_workers=True)
+        recommended = dataclasses.replace(result.pick, persistent_workers=True)
     soaked = None
     if soak_epochs > 0:
         soaked = soak(
             dataset,
             recommended,
-            settings,
+            window,
             soak_epochs,
             budget_bytes=budget.memory_bytes,
             worker_guess_bytes=model.per_worker_bytes,
             progress=progress,
         )
-    length = len(dataset) if is_map_style(dataset) else None
     return TuneReport(
         spec=spec,
         batch_size=batch_size,
-        dataset_length=length,
+        dataset_length=len(dataset) if is_map_style(dataset) else None,
         usable_cores=cores,
         max_workers=workers_cap,
         cuda=has_cuda,
@@ -121,7 +95,7 @@ def tune_dataset(
         skipped=result.skipped,
         recommended=recommended,
         recommended_samples_per_s=result.pick_samples_per_s,
-        bound=analyze(result.trials, pick, cores, result.skipped),
+        bound=analyze(result.trials, result.pick, cores, result.skipped),
         startup=startup,
         seconds=time.monotonic() - started,
         grid_size=(1 + workers_cap * GRID_PREFETCH) * (2 if has_cuda else 1),
@@ -130,6 +104,30 @@ def tune_dataset(
         notes=notes,
         soak=soaked,
     )
+
+
+def _search(
+    dataset: Any,
+    window: MeasureSettings,
+    budget: Budget,
+    limits: SearchSettings,
+    progress: Progress | None,
+) -> tuple[SearchResult, MemoryModel]:
+    """Walk the grid: every trial measured against the budget, the memory model fitted as it goes."""
+
+    def run_trial(config: LoaderConfig, phase: str, worker_guess: int) -> Trial:
+        return measure(
+            dataset,
+            config,
+            window,
+            phase=phase,
+            budget_bytes=budget.memory_bytes,
+            worker_guess_bytes=worker_guess,
+        )
+
+    model = MemoryModel()
+    result = Search(run_trial, budget, limits, model=model, progress=progress).run()
+    return result, model
 
 
 def _contention(trials: list[Trial]) -> str | None:
@@ -159,7 +157,8 @@ def _startup(
         return None
     try:
         fresh, persistent = measure_restart(dataset, pick, settings)
-    except Exception as error:
+    except Exception as error:  # the dataset's or ours: logged, and said in the report's notes
+        logger.warning("loaderdoctor tune: epoch start-up not measured", exc_info=True)
         notes.append(f"epoch start-up not measured: {type(error).__name__}: {error}")
         return None
     epoch = len(dataset) / samples_per_s if samples_per_s > 0 else None

@@ -19,7 +19,7 @@ from typing import Any
 
 from loaderdoctor.torch_compat import worker_pids
 from loaderdoctor.tune.model import LoaderConfig, Trial
-from loaderdoctor.tune.sampler import TrialSampler, own_rss
+from loaderdoctor.tune.sampler import TrialSampler, own_memory
 
 
 class DatasetError(Exception):
@@ -109,6 +109,35 @@ def batch_length(batch: Any, default: int) -> int:
     return default
 
 
+class LoaderFailed(Exception):
+    """The loader raised (the user's dataset, a worker that died): what a trial records.
+
+    Only what ``iter(loader)`` and ``next(iterator)`` raise is wrapped in it, so that a bug in
+    the measuring itself is never mistaken for (and hidden as) a failed configuration.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(_one_line(error))
+        self.error = error
+
+
+def _start(loader: Any) -> Any:
+    try:
+        with quiet_worker_count():
+            return iter(loader)
+    except Exception as error:
+        raise LoaderFailed(error) from error
+
+
+def _next(iterator: Any) -> Any:
+    try:
+        return next(iterator)
+    except StopIteration:
+        raise
+    except Exception as error:
+        raise LoaderFailed(error) from error
+
+
 def measure(
     dataset: Any,
     config: LoaderConfig,
@@ -123,73 +152,84 @@ def measure(
     loader = make_loader(dataset, config, settings, sampler)
     watcher = TrialSampler(budget_bytes, worker_guess_bytes, settings.sample_interval_s)
     trial = Trial(config=config, phase=phase)
-    main_start = own_rss()
+    main_start = own_memory()
     started = time.perf_counter()
     iterator: Any = None
     try:
-        with quiet_worker_count():
-            iterator = iter(loader)
-        watcher.start(
-            main_start, worker_pids(iterator)
-        )  # after the fork of the workers, never during it
-        first = next(iterator)
+        iterator = _start(loader)
+        watcher.start(main_start, worker_pids(iterator))  # after the workers' fork, never during
+        first = _next(iterator)
         first_at = time.perf_counter()
         trial.startup_s = first_at - started
         trial.batch_bytes = batch_nbytes(first)
         samples_per_batch = batch_length(first, settings.batch_size)
         del first
-        rounds = max(1, config.num_workers)
-        batches = samples = 0
-        cpu_start = time.thread_time()
-        process_cpu_start = time.process_time()  # at 0 workers: torch's intra-op threads too
-        delay_start = thread_run_delay_s()
-        now = first_at
-        while True:
-            try:
-                batch = next(iterator)
-            except StopIteration:  # an iterable-style dataset ran out
-                trial.note = "the dataset ended before the window did"
-                break
-            batches += 1
-            samples += batch_length(batch, samples_per_batch)
-            del batch
-            now = time.perf_counter()
-            if watcher.over_budget.is_set():
-                trial.status, trial.note = "aborted", watcher.reason
-                break
-            elapsed = now - first_at
-            if elapsed >= settings.window_s and batches % rounds == 0:
-                break
-            if elapsed >= settings.max_window_s:
-                break
-        cpu = time.thread_time() - cpu_start
-        process_cpu = time.process_time() - process_cpu_start
-        delay_end = thread_run_delay_s()
-        window = now - first_at
-        trial.window_s, trial.batches = window, batches
-        if trial.ok and batches and window > 0:
-            trial.batches_per_s = batches / window
-            trial.samples_per_s = samples / window
-            trial.main_cpu_per_batch_s = cpu / batches
-            if config.num_workers == 0:
-                trial.cpu_per_sample_s = process_cpu / max(samples, 1)
-                if delay_start is not None and delay_end is not None:
-                    trial.run_queue_per_sample_s = (delay_end - delay_start) / max(samples, 1)
-    except Exception as error:
+        _steady_window(iterator, trial, settings, watcher, first_at, samples_per_batch)
+    except LoaderFailed as failure:
         if config.num_workers == 0:
-            raise DatasetError(_one_line(error)) from error
-        trial.status, trial.note = "failed", _one_line(error)
+            raise DatasetError(str(failure)) from failure.error
+        trial.status, trial.note = "failed", str(failure)
     finally:
         peaks = watcher.finish()
         del iterator, loader
         gc.collect()  # shut the workers down now, inside this trial's time
         trial.seconds = time.perf_counter() - started
+    if watcher.failure is not None and trial.ok:  # its peaks are not to be trusted
+        trial.status, trial.note = "failed", watcher.failure
     trial.main_start_bytes = peaks.main_start_bytes
     trial.main_peak_bytes = peaks.main_peak_bytes
     trial.worker_peak_bytes = peaks.worker_peak_bytes
     trial.shm_peak_bytes = peaks.shm_peak_bytes
     trial.total_peak_bytes = peaks.total_peak_bytes
     return trial
+
+
+def _steady_window(
+    iterator: Any,
+    trial: Trial,
+    settings: MeasureSettings,
+    watcher: TrialSampler,
+    first_at: float,
+    samples_per_batch: int,
+) -> None:
+    """Batches after the first for ``window_s`` (whole rounds of the workers), and their rates."""
+    rounds = max(1, trial.config.num_workers)
+    batches = samples = 0
+    cpu_start = time.thread_time()
+    process_cpu_start = time.process_time()  # at 0 workers: torch's intra-op threads too
+    delay_start = thread_run_delay_s()
+    now = first_at
+    while True:
+        try:
+            batch = _next(iterator)
+        except StopIteration:  # an iterable-style dataset ran out
+            trial.note = "the dataset ended before the window did"
+            break
+        batches += 1
+        samples += batch_length(batch, samples_per_batch)
+        del batch
+        now = time.perf_counter()
+        if watcher.over_budget.is_set():
+            trial.status, trial.note = "aborted", watcher.reason
+            break
+        elapsed = now - first_at
+        if (elapsed >= settings.window_s and batches % rounds == 0) or (
+            elapsed >= settings.max_window_s
+        ):
+            break
+    cpu = time.thread_time() - cpu_start
+    process_cpu = time.process_time() - process_cpu_start
+    delay_end = thread_run_delay_s()
+    window = now - first_at
+    trial.window_s, trial.batches = window, batches
+    if trial.ok and batches and window > 0:
+        trial.batches_per_s = batches / window
+        trial.samples_per_s = samples / window
+        trial.main_cpu_per_batch_s = cpu / batches
+        if trial.config.num_workers == 0:
+            trial.cpu_per_sample_s = process_cpu / max(samples, 1)
+            if delay_start is not None and delay_end is not None:
+                trial.run_queue_per_sample_s = (delay_end - delay_start) / max(samples, 1)
 
 
 def measure_restart(

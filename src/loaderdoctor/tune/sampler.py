@@ -8,17 +8,31 @@ has torch loaded, too much to do for 16 workers ten times a second on the cores 
 So USS is read for one worker per ``uss_interval_s`` (round robin, new workers first) and, in
 between, a worker's private memory is estimated as its last USS plus any RSS it gained since;
 a worker never read is estimated from the largest USS read of the others.
+
+What a trial uses is counted the way a memory limit counts it, and each byte once:
+
+- the main process by its anonymous and shared memory (``RssAnon + RssShmem``), not its whole
+  RSS: ``RssFile`` is page cache (torch's libraries alone are hundreds of MiB of it), charged to
+  whichever cgroup first read it and dropped under memory pressure rather than OOM-killed;
+- each worker by its private memory (USS), which holds the batch it is building in shared memory
+  while it alone maps it;
+- batches in ``/dev/shm`` once: in the worker's USS while it builds them, in the main process's
+  ``RssShmem`` once received. ``/dev/shm``'s used space is *not* added: it is the whole machine's
+  (another job's files count there) and it would count every batch a second time.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from loaderdoctor.runner.memory import WORKER_NAME
+
+logger = logging.getLogger(__name__)
 
 # At the end of a trial, with every worker still busy on two cores, each read can take 50 ms or
 # more; workers of one loader are alike, so a few reads stand for the rest.
@@ -33,6 +47,36 @@ class _Worker:
     rss_at_uss: int = 0
     read_at: float = 0.0  # time.monotonic() of the last USS read
     peak: int = 0
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A process's resident memory by kind (``/proc/PID/status``), bytes."""
+
+    anon: int
+    file: int
+    shmem: int
+
+    @property
+    def charged(self) -> int:
+        """What a memory limit counts and cannot reclaim: anonymous plus shared memory."""
+        return self.anon + self.shmem
+
+
+def read_resident(pid: int) -> Resident | None:
+    """``RssAnon``, ``RssFile`` and ``RssShmem`` of ``pid`` (Linux 4.5+), or None if unreadable."""
+    fields: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith(("RssAnon:", "RssFile:", "RssShmem:")):
+                    name, value = line.split(":", 1)
+                    fields[name] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    if len(fields) != 3:
+        return None
+    return Resident(fields["RssAnon"], fields["RssFile"], fields["RssShmem"])
 
 
 @dataclass
@@ -65,9 +109,9 @@ class TrialSampler:
     worker_guess_bytes: int  # a worker's private memory before its USS has been read
     interval_s: float = 0.1
     uss_interval_s: float = 0.25
-    shm_path: str = "/dev/shm"
     over_budget: threading.Event = field(default_factory=threading.Event)
     reason: str | None = None
+    failure: str | None = None  # why sampling stopped early (a bug of ours), if it did
     _workers: dict[int, _Worker] = field(default_factory=dict)
     _main_start: int = 0
     _main_peak: int = 0
@@ -87,7 +131,8 @@ class TrialSampler:
         """
         self._worker_pids = worker_pids
         self._main_start = self._main_peak = main_start_bytes
-        self._shm_start = self._shm_used()
+        own = read_resident(os.getpid())
+        self._shm_start = own.shmem if own is not None else 0
         self._thread = threading.Thread(target=self._loop, name="loaderdoctor-tune", daemon=True)
         self._thread.start()
 
@@ -110,26 +155,47 @@ class TrialSampler:
         while not self._stop.wait(self.interval_s):
             try:
                 self.tick()
-            except Exception:  # a probe must never break the measurement
+            except Exception as error:  # a bug of ours: logged and said in the trial, not hidden
+                logger.exception("loaderdoctor tune: memory sampling failed")
+                self.failure = f"memory sampling stopped: {type(error).__name__}: {error}"
                 return
 
-    def _shm_used(self) -> int:
-        try:
-            return shutil.disk_usage(self.shm_path).used
-        except OSError:
-            return 0
-
     def tick(self, read_all_uss: bool = False) -> None:
+        """One look: the main process, every worker of the trial, the totals and the budget."""
         import psutil
 
         main = psutil.Process()
         try:
-            main_rss = main.memory_info().rss
             children = main.children()
         except psutil.Error:
             return
-        self._main_peak = max(self._main_peak, main_rss)
+        own = read_resident(main.pid)
+        main_bytes = own.charged if own is not None else own_memory()
+        self._main_peak = max(self._main_peak, main_bytes)
+        live, workers_shm = self._live_workers(children)
+        now = time.monotonic()
+        if live and (read_all_uss or now - self._last_uss_read >= self.uss_interval_s):
+            self._read_uss(live, now, read_all_uss)
+        workers_total = self._estimate_workers(live)
+        # an upper bound: a batch mapped by a worker and the main process counts in both
+        shm = (own.shmem if own is not None else 0) + workers_shm
+        self._shm_peak = max(self._shm_peak, shm - self._shm_start)
+        total = main_bytes + workers_total
+        self._total_peak = max(self._total_peak, total)
+        if self.budget_bytes is not None and total > self.budget_bytes and not read_all_uss:
+            from loaderdoctor.units import format_bytes
+
+            self.reason = (
+                f"stopped: {format_bytes(total)} in use > budget {format_bytes(self.budget_bytes)}"
+            )
+            self.over_budget.set()
+
+    def _live_workers(self, children: list[Any]) -> tuple[list[tuple[_Worker, int]], int]:
+        """The trial's workers alive now with their RSS, and the shared memory they map."""
+        import psutil
+
         live: list[tuple[_Worker, int]] = []
+        shm = 0
         for child in children:
             if self._worker_pids is not None and child.pid not in self._worker_pids:
                 continue
@@ -145,40 +211,36 @@ class TrialSampler:
             if worker is None:
                 worker = self._workers[child.pid] = _Worker(child.pid, rss)
             live.append((worker, rss))
-        now = time.monotonic()
-        due = read_all_uss or now - self._last_uss_read >= self.uss_interval_s
-        if due and live:
-            pending = [min(live, key=_uss_age)]
-            if read_all_uss:  # the last look: the workers never read, a few of them at most
-                unread = [item for item in live if item[0].uss is None]
-                pending = unread[:FINAL_USS_READS] or pending
-            for worker, rss in pending:
-                uss = read_uss(worker.pid)
-                worker.read_at = now
-                if uss is not None:
-                    worker.uss, worker.rss_at_uss = uss, rss
-            self._last_uss_read = now
+            resident = read_resident(child.pid)
+            shm += resident.shmem if resident is not None else 0
+        return live, shm
+
+    def _read_uss(self, live: list[tuple[_Worker, int]], now: float, read_all: bool) -> None:
+        """USS of the worker read longest ago; at the last look, of a few never read."""
+        pending = [min(live, key=_uss_age)]
+        if read_all:
+            unread = [item for item in live if item[0].uss is None]
+            pending = unread[:FINAL_USS_READS] or pending
+        for worker, rss in pending:
+            uss = read_uss(worker.pid)
+            worker.read_at = now
+            if uss is not None:
+                worker.uss, worker.rss_at_uss = uss, rss
+        self._last_uss_read = now
+
+    def _estimate_workers(self, live: list[tuple[_Worker, int]]) -> int:
+        """Each worker's private memory now (last USS plus RSS gained since); their sum."""
         known = [w.uss for w, _ in live if w.uss is not None]
         guess = max(known) if known else self.worker_guess_bytes
-        workers_total = 0
+        total = 0
         for worker, rss in live:
             if worker.uss is None:
                 estimate = guess + max(0, rss - worker.first_rss)
             else:
                 estimate = worker.uss + max(0, rss - worker.rss_at_uss)
             worker.peak = max(worker.peak, estimate)
-            workers_total += estimate
-        shm = max(0, self._shm_used() - self._shm_start)
-        self._shm_peak = max(self._shm_peak, shm)
-        total = main_rss + workers_total + shm
-        self._total_peak = max(self._total_peak, total)
-        if self.budget_bytes is not None and total > self.budget_bytes and not read_all_uss:
-            from loaderdoctor.envchecks import human_bytes
-
-            self.reason = (
-                f"stopped: {human_bytes(total)} in use > budget {human_bytes(self.budget_bytes)}"
-            )
-            self.over_budget.set()
+            total += estimate
+        return total
 
 
 def _uss_age(item: tuple[_Worker, int]) -> tuple[bool, float]:
@@ -186,7 +248,11 @@ def _uss_age(item: tuple[_Worker, int]) -> tuple[bool, float]:
     return (worker.uss is not None, worker.read_at)
 
 
-def own_rss() -> int:
+def own_memory() -> int:
+    """This process's charged memory (``RssAnon + RssShmem``); its RSS where that is unreadable."""
+    own = read_resident(os.getpid())
+    if own is not None:
+        return own.charged
     import psutil
 
     return int(psutil.Process(os.getpid()).memory_info().rss)

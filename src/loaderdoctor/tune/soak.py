@@ -22,7 +22,7 @@ from loaderdoctor.tune.measure import (
     quiet_worker_count,
 )
 from loaderdoctor.tune.model import LoaderConfig, Soak, SoakEpoch
-from loaderdoctor.tune.sampler import TrialSampler, own_rss
+from loaderdoctor.tune.sampler import TrialSampler, own_memory
 
 Progress = Callable[[int, int, str], None]
 
@@ -48,38 +48,8 @@ def soak(
             if progress is not None:
                 progress(epoch, epochs, f"soak epoch {epoch + 1}/{epochs}")
             watcher = TrialSampler(budget_bytes, worker_guess_bytes, settings.sample_interval_s)
-            main_start = own_rss()
-            started = time.perf_counter()
-            with quiet_worker_count():
-                iterator = iter(loader)
-            watcher.start(main_start, worker_pids(iterator))
-            first_at: float | None = None
-            samples = 0
-            try:
-                for batch in iterator:
-                    if first_at is None:
-                        first_at = time.perf_counter()
-                    else:
-                        samples += batch_length(batch, settings.batch_size)
-                    del batch
-                    if watcher.over_budget.is_set():
-                        note = f"epoch {epoch}: {watcher.reason}"
-                        break
-            finally:
-                peaks = watcher.finish()
-                del iterator
-            ended = time.perf_counter()
-            steady = ended - (first_at or ended)
-            results.append(
-                SoakEpoch(
-                    epoch=epoch,
-                    samples_per_s=samples / steady if steady > 0 else 0.0,
-                    startup_s=(first_at or ended) - started,
-                    seconds=ended - started,
-                    worker_peak_bytes=peaks.worker_peak_bytes,
-                    main_peak_bytes=peaks.main_peak_bytes,
-                )
-            )
+            result, note = _epoch(loader, epoch, settings.batch_size, watcher)
+            results.append(result)
             if progress is not None:
                 progress(epoch + 1, epochs, f"soak epoch {epoch + 1}/{epochs}")
             if note is not None:
@@ -88,6 +58,46 @@ def soak(
         del loader
         gc.collect()
     return summarize(results, note)
+
+
+def _epoch(
+    loader: Any, epoch: int, batch_size: int, watcher: TrialSampler
+) -> tuple[SoakEpoch, str | None]:
+    """One whole epoch, sampled; a note when it stopped early (over the budget, a failure)."""
+    note: str | None = None
+    main_start = own_memory()
+    started = time.perf_counter()
+    with quiet_worker_count():
+        iterator = iter(loader)
+    watcher.start(main_start, worker_pids(iterator))
+    first_at: float | None = None
+    samples = 0
+    try:
+        for batch in iterator:
+            if first_at is None:
+                first_at = time.perf_counter()
+            else:
+                samples += batch_length(batch, batch_size)
+            del batch
+            if watcher.over_budget.is_set():
+                note = f"epoch {epoch}: {watcher.reason}"
+                break
+    finally:
+        peaks = watcher.finish()
+        del iterator
+    if watcher.failure is not None:
+        note = f"epoch {epoch}: {watcher.failure}"
+    ended = time.perf_counter()
+    steady = ended - (first_at or ended)
+    result = SoakEpoch(
+        epoch=epoch,
+        samples_per_s=samples / steady if steady > 0 else 0.0,
+        startup_s=(first_at or ended) - started,
+        seconds=ended - started,
+        worker_peak_bytes=peaks.worker_peak_bytes,
+        main_peak_bytes=peaks.main_peak_bytes,
+    )
+    return result, note
 
 
 def summarize(epochs: list[SoakEpoch], note: str | None = None) -> Soak:

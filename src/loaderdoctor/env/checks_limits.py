@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import sys
 
-from loaderdoctor._loadprobe import LoadProbe
-from loaderdoctor.envchecks import EnvCheck, Status, make_check
-from loaderdoctor.preflight_facts import Machine, Settings
+from loaderdoctor.env.facts import Inputs
+from loaderdoctor.env.findings import EnvCheck, Status, make_check
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def check_open_files(machine: Machine, settings: Settings, probe: LoadProbe | None) -> EnvCheck:
+def check_open_files(inputs: Inputs) -> EnvCheck:
+    machine, settings, probe = inputs.machine, inputs.settings, inputs.probe
     files = machine.files
     workers, prefetch = settings.num_workers, settings.prefetch_factor
     details: dict[str, object] = {
@@ -44,7 +44,8 @@ def check_open_files(machine: Machine, settings: Settings, probe: LoadProbe | No
     return make_check("open-files", status, files.soft_limit, text, details)
 
 
-def check_cpu(machine: Machine, num_workers: int | None) -> EnvCheck:
+def check_cpu(inputs: Inputs) -> EnvCheck:
+    machine, num_workers = inputs.machine, inputs.requested_workers
     cpu = machine.cpu
     details = {
         "logical_cores": cpu.logical_cores,
@@ -68,7 +69,8 @@ def check_cpu(machine: Machine, num_workers: int | None) -> EnvCheck:
     return make_check("cpu", status, cpu.usable_cores, text, details)
 
 
-def check_threads(machine: Machine, settings: Settings) -> EnvCheck:
+def check_threads(inputs: Inputs) -> EnvCheck:
+    machine, settings = inputs.machine, inputs.settings
     cores = machine.cpu.usable_cores or 1
     variables = {name: os.environ.get(name) for name in _THREAD_VARIABLES}
     per_worker = cores

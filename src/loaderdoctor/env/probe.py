@@ -1,6 +1,6 @@
 """Load a few batches of the user's dataset in a forked worker and measure what they cost.
 
-Core-only helper of ``preflight``: a real child process (fork, as a DataLoader worker on Linux)
+Core-only helper of ``env.core``: a real child process (fork, as a DataLoader worker on Linux)
 collates real batches; the parent waits at most ``timeout_s`` and kills what it started.
 """
 
@@ -11,6 +11,7 @@ import os
 import pickle
 import signal
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -45,6 +46,7 @@ class LoadProbe:
     pickle_bytes: int | None = None
     pickle_error: str | None = None
     error: str | None = None
+    internal_error: str | None = None  # loaderdoctor's own failure while measuring (a bug)
     elapsed_s: float = 0.0
 
 
@@ -135,6 +137,9 @@ def _record(probe: LoadProbe, message: tuple[Any, ...]) -> None:
         probe.fds_end = fds
     elif kind == "error":
         probe.error = message[1]
+    elif kind == "internal-error":
+        probe.internal_error = message[1]
+        probe.error = probe.error or f"loaderdoctor failed while measuring: {message[1]}"
     elif kind == "pickle":
         probe.picklable, probe.pickle_bytes, probe.pickle_error = message[1], message[2], message[3]
 
@@ -151,6 +156,23 @@ class _CountingSink:
 
 
 def _child(sender: Connection, parts: LoaderParts, max_batches: int) -> None:
+    try:
+        _measure(sender, parts, max_batches)
+    except Exception as error:  # a bug of ours, not the dataset's: the parent logs and counts it
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        sender.send(
+            (
+                "internal-error",
+                f"{describe(error)} ({os.path.basename(where.filename)}:{where.lineno})",
+            )
+        )
+    finally:
+        sender.send(("done",))
+        sender.close()
+        os._exit(0)  # no atexit handlers, no flushing of the parent's buffers
+
+
+def _measure(sender: Connection, parts: LoaderParts, max_batches: int) -> None:
     import psutil
 
     process = psutil.Process()
@@ -161,26 +183,27 @@ def _child(sender: Connection, parts: LoaderParts, max_batches: int) -> None:
 
     rss, uss = memory()
     sender.send(("start", rss, uss, count_open_fds()))
+    batches = _batches(parts)
+    for _ in range(max_batches):
+        try:
+            batch = next(batches)
+        except StopIteration:
+            break
+        except Exception as error:  # the dataset's own failure: what the probe is there to see
+            sender.send(("error", f"loading a batch raised {describe(error)}"))
+            break
+        nbytes, storages = batch_nbytes(batch)
+        del batch
+        rss, uss = memory()
+        sender.send(("batch", nbytes, storages, rss, uss, count_open_fds()))
+    sink = _CountingSink()
     try:
-        for number, batch in enumerate(_batches(parts)):
-            nbytes, storages = batch_nbytes(batch)
-            del batch
-            rss, uss = memory()
-            sender.send(("batch", nbytes, storages, rss, uss, count_open_fds()))
-            if number + 1 >= max_batches:
-                break
-    except Exception as error:
-        sender.send(("error", f"loading a batch raised {describe(error)}"))
-    try:
-        sink = _CountingSink()
         # plain pickle, not ForkingPickler: it would move tensors into shared memory
         pickle.Pickler(sink, protocol=pickle.HIGHEST_PROTOCOL).dump((parts.dataset, *parts.extras))
-        sender.send(("pickle", True, sink.size, None))
-    except Exception as error:
+    except Exception as error:  # the dataset does not pickle: a finding about it, not a bug
         sender.send(("pickle", False, None, describe(error)))
-    sender.send(("done",))
-    sender.close()
-    os._exit(0)  # no atexit handlers, no flushing of the parent's buffers
+    else:
+        sender.send(("pickle", True, sink.size, None))
 
 
 def _batches(parts: LoaderParts) -> Iterator[Any]:

@@ -7,13 +7,14 @@ import os
 import platform
 import sys
 
-from loaderdoctor._loadprobe import LoadProbe
-from loaderdoctor.envchecks import EnvCheck, Status, human_bytes, make_check
-from loaderdoctor.preflight_facts import Machine
+from loaderdoctor.env.facts import Inputs
+from loaderdoctor.env.findings import EnvCheck, Status, make_check
 from loaderdoctor.system.kmsg import oom_kills
+from loaderdoctor.units import format_bytes
 
 
-def check_start_method(probe: LoadProbe | None) -> EnvCheck:
+def check_start_method(inputs: Inputs) -> EnvCheck:
+    probe = inputs.probe
     default = multiprocessing.get_all_start_methods()[0]  # documented: the first is the default
     configured = multiprocessing.get_start_method(allow_none=True)
     method = configured or default
@@ -32,11 +33,12 @@ def check_start_method(probe: LoadProbe | None) -> EnvCheck:
         text += f"; the dataset does not pickle ({probe.pickle_error})"
         status = "warn" if method == "fork" else "fail"
     elif probe is not None and probe.picklable:
-        text += f"; the dataset pickles ({human_bytes(probe.pickle_bytes)} per worker under spawn/forkserver)"
+        text += f"; the dataset pickles ({format_bytes(probe.pickle_bytes)} per worker under spawn/forkserver)"
     return make_check("start-method", status, method, text, details)
 
 
-def check_kernel_log(machine: Machine) -> EnvCheck:
+def check_kernel_log(inputs: Inputs) -> EnvCheck:
+    machine = inputs.machine
     log, cgroup = machine.kernel_log, machine.cgroup
     kills = oom_kills(log.lines)
     details = {
@@ -57,7 +59,7 @@ def check_kernel_log(machine: Machine) -> EnvCheck:
     return make_check("kernel-log", "pass", log.source, text, details)
 
 
-def check_versions() -> EnvCheck:
+def check_versions(inputs: Inputs) -> EnvCheck:
     versions: dict[str, str | None] = {"python": platform.python_version()}
     versions.update(installed_versions(("torch", "numpy", "pillow")))
     text = ", ".join(f"{name} {version or 'not installed'}" for name, version in versions.items())

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 
-from loaderdoctor._loadprobe import LoadProbe
-from loaderdoctor.envchecks import EnvCheck, Status, human_bytes, make_check
-from loaderdoctor.preflight_facts import GiB, Machine, MiB, Settings, _no_target, _probe_failed
+from loaderdoctor.env.facts import Inputs, Machine, no_target, probe_failed
+from loaderdoctor.env.findings import EnvCheck, Status, make_check
 from loaderdoctor.system.shm import CONTAINER_DEFAULT_SHM_BYTES
+from loaderdoctor.units import GiB, MiB, format_bytes
 
 # A batch being consumed by the main process and the one a worker is writing are in /dev/shm too.
 SHM_HEADROOM = 1.25
@@ -34,14 +34,15 @@ def _shm_fix(machine: Machine, need: int | None = None) -> str | None:
     return None
 
 
-def check_shm_size(machine: Machine) -> EnvCheck:
+def check_shm_size(inputs: Inputs) -> EnvCheck:
+    machine = inputs.machine
     shm = machine.shm
     details = {"path": shm.path, "total_bytes": shm.total_bytes, "free_bytes": shm.free_bytes}
     if shm.total_bytes is None or shm.free_bytes is None:
         return make_check(
             "shm-size", "unknown", None, f"cannot measure {shm.path}: {shm.note}", details
         )
-    text = f"{shm.path}: {human_bytes(shm.total_bytes)} total, {human_bytes(shm.free_bytes)} free"
+    text = f"{shm.path}: {format_bytes(shm.total_bytes)} total, {format_bytes(shm.free_bytes)} free"
     status: Status = "pass"
     if shm.total_bytes <= CONTAINER_DEFAULT_SHM_BYTES * 1.1:
         status, text = "fail", f"{text}: the 64 MiB container default, too small for most loaders"
@@ -50,11 +51,12 @@ def check_shm_size(machine: Machine) -> EnvCheck:
     return make_check("shm-size", status, shm.total_bytes, text, details, _shm_fix(machine))
 
 
-def check_shm_need(machine: Machine, settings: Settings, probe: LoadProbe | None) -> EnvCheck:
+def check_shm_need(inputs: Inputs) -> EnvCheck:
+    machine, settings, probe = inputs.machine, inputs.settings, inputs.probe
     if probe is None:
-        return _no_target("shm-need", "the bytes of one batch")
+        return no_target("shm-need", "the bytes of one batch")
     if probe.batch_bytes is None:
-        return _probe_failed("shm-need", probe)
+        return probe_failed("shm-need", probe)
     in_flight = settings.num_workers * settings.prefetch_factor
     need = int(probe.batch_bytes * in_flight * SHM_HEADROOM)
     free = machine.shm.free_bytes
@@ -65,8 +67,8 @@ def check_shm_need(machine: Machine, settings: Settings, probe: LoadProbe | None
         "free_bytes": free,
     }
     text = (
-        f"one batch is {human_bytes(probe.batch_bytes)}; {settings.describe()} keeps "
-        f"{in_flight} in flight: {human_bytes(need)} with headroom"
+        f"one batch is {format_bytes(probe.batch_bytes)}; {settings.describe()} keeps "
+        f"{in_flight} in flight: {format_bytes(need)} with headroom"
     )
     if settings.num_workers == 0:
         return make_check(
@@ -79,7 +81,7 @@ def check_shm_need(machine: Machine, settings: Settings, probe: LoadProbe | None
         status = "fail"
     elif need > free / 2:
         status = "warn"
-    text = f"{text} against {human_bytes(free)} free in {machine.shm.path}"
+    text = f"{text} against {format_bytes(free)} free in {machine.shm.path}"
     return make_check(
         "shm-need",
         status,
@@ -90,7 +92,8 @@ def check_shm_need(machine: Machine, settings: Settings, probe: LoadProbe | None
     )
 
 
-def check_container(machine: Machine, settings: Settings, probe: LoadProbe | None) -> EnvCheck:
+def check_container(inputs: Inputs) -> EnvCheck:
+    machine, settings, probe = inputs.machine, inputs.settings, inputs.probe
     container, shm = machine.container, machine.shm
     details = {"runtime": container.runtime, "evidence": container.evidence}
     if container.runtime is None:
@@ -106,7 +109,7 @@ def check_container(machine: Machine, settings: Settings, probe: LoadProbe | Non
     status: Status = "pass"
     if shm.total_bytes is not None and (shm.total_bytes < GiB or (need and need > shm.total_bytes)):
         status = "warn"
-        text += f"; its /dev/shm is {human_bytes(shm.total_bytes)}"
+        text += f"; its /dev/shm is {format_bytes(shm.total_bytes)}"
     fix = (
         _shm_fix(machine, need)
         or "Give the container a larger /dev/shm with its runtime's shm-size option."

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loaderdoctor._loadprobe import LoadProbe
-from loaderdoctor.envchecks import EnvCheck, make_check
+from loaderdoctor.env.findings import EnvCheck, make_check
+from loaderdoctor.env.probe import LoadProbe
 from loaderdoctor.system.cgroup import MemoryCgroup, memory_cgroup
 from loaderdoctor.system.container import ContainerInfo, detect_container
 from loaderdoctor.system.cpu import CpuInfo, cpu_info
@@ -13,9 +13,6 @@ from loaderdoctor.system.kmsg import KernelLog, read_kernel_log
 from loaderdoctor.system.limits import OpenFiles, open_files
 from loaderdoctor.system.memory import HostMemory, host_memory
 from loaderdoctor.system.shm import ShmUsage, shm_usage
-
-MiB = 1024 * 1024
-GiB = 1024 * MiB
 
 
 @dataclass
@@ -43,6 +40,27 @@ class Settings:
         return f"{text} (assumed: {', '.join(self.assumed)})" if self.assumed else text
 
 
+@dataclass
+class Inputs:
+    """Everything a check may measure against; every check is ``check(inputs) -> EnvCheck``."""
+
+    machine: Machine
+    settings: Settings
+    probe: LoadProbe | None  # None: no target given
+    requested_workers: int | None  # --num-workers as the user gave it (None: not given)
+    target_imports: TargetImports | None = None  # None: no target given
+
+
+@dataclass
+class TargetImports:
+    """The modules the target's source imports, and those of them that cannot be imported."""
+
+    source: str | None  # the file that was read, None when it could not be found
+    modules: list[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)  # module -> why it does not import
+    load_error: str | None = None  # the spec did not load (a missing import, say): why
+
+
 def probe_machine() -> Machine:
     return Machine(
         shm_usage(),
@@ -55,11 +73,11 @@ def probe_machine() -> Machine:
     )
 
 
-def _no_target(check_id: str, what: str) -> EnvCheck:
+def no_target(check_id: str, what: str) -> EnvCheck:
     return make_check(check_id, "unknown", None, f"give --target to measure {what}")
 
 
-def _probe_failed(check_id: str, probe: LoadProbe) -> EnvCheck:
+def probe_failed(check_id: str, probe: LoadProbe) -> EnvCheck:
     return make_check(
         check_id, "unknown", None, f"could not load a batch: {probe.error}", {"error": probe.error}
     )

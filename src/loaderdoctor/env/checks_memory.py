@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from loaderdoctor._loadprobe import LoadProbe
-from loaderdoctor.envchecks import EnvCheck, Status, human_bytes, make_check
-from loaderdoctor.preflight_facts import GiB, Machine, MiB, Settings, _no_target, _probe_failed
+from loaderdoctor.env.facts import Inputs, Machine, no_target, probe_failed
+from loaderdoctor.env.findings import EnvCheck, Status, make_check
+from loaderdoctor.units import GiB, MiB, format_bytes
 
 
 def _available(machine: Machine) -> int | None:
@@ -18,7 +18,8 @@ def _available(machine: Machine) -> int | None:
     return min(candidates) if candidates else None
 
 
-def check_memory_limit(machine: Machine) -> EnvCheck:
+def check_memory_limit(inputs: Inputs) -> EnvCheck:
+    machine = inputs.machine
     host, cgroup = machine.host, machine.cgroup
     available = _available(machine)
     limit = cgroup.limit_bytes if cgroup.limit_bytes is not None else host.total_bytes
@@ -43,36 +44,37 @@ def check_memory_limit(machine: Machine) -> EnvCheck:
             details,
         )
     parts = [
-        f"host {human_bytes(host.total_bytes)} ({human_bytes(host.available_bytes)} available)"
+        f"host {format_bytes(host.total_bytes)} ({format_bytes(host.available_bytes)} available)"
     ]
     if cgroup.limit_bytes is not None:
         parts.append(
-            f"cgroup v{cgroup.version} limit {human_bytes(cgroup.limit_bytes)}, "
-            f"{human_bytes(cgroup.usage_bytes)} used"
+            f"cgroup v{cgroup.version} limit {format_bytes(cgroup.limit_bytes)}, "
+            f"{format_bytes(cgroup.usage_bytes)} used"
         )
     else:
         parts.append(
             f"no cgroup memory limit ({cgroup.note})" if cgroup.note else "no cgroup memory limit"
         )
-    parts.append(f"swap {human_bytes(host.swap_total_bytes)}")
+    parts.append(f"swap {format_bytes(host.swap_total_bytes)}")
     status: Status = "pass"
     if available < 256 * MiB:
         status = "fail"
-        parts.append(f"only {human_bytes(available)} left")
+        parts.append(f"only {format_bytes(available)} left")
     elif available < 2 * GiB:
         status = "warn"
-        parts.append(f"{human_bytes(available)} left for workers")
+        parts.append(f"{format_bytes(available)} left for workers")
     if cgroup.oom_kill_count:
         status = "fail" if status == "fail" else "warn"
         parts.append(f"this cgroup already OOM-killed {cgroup.oom_kill_count} process(es)")
     return make_check("memory-limit", status, limit, "; ".join(parts), details)
 
 
-def check_worker_memory(machine: Machine, settings: Settings, probe: LoadProbe | None) -> EnvCheck:
+def check_worker_memory(inputs: Inputs) -> EnvCheck:
+    machine, settings, probe = inputs.machine, inputs.settings, inputs.probe
     if probe is None:
-        return _no_target("worker-memory", "what a worker grows to")
+        return no_target("worker-memory", "what a worker grows to")
     if probe.rss_peak is None or probe.uss_peak is None or probe.batches == 0:
-        return _probe_failed("worker-memory", probe)
+        return probe_failed("worker-memory", probe)
     projected = probe.uss_peak * settings.num_workers
     available = _available(machine)
     details = {
@@ -84,8 +86,8 @@ def check_worker_memory(machine: Machine, settings: Settings, probe: LoadProbe |
         "available_bytes": available,
     }
     text = (
-        f"a worker grew to {human_bytes(probe.rss_peak)} RSS ({human_bytes(probe.uss_peak)} private) "
-        f"over {probe.batches} batch(es); × {settings.num_workers} workers = {human_bytes(projected)}"
+        f"a worker grew to {format_bytes(probe.rss_peak)} RSS ({format_bytes(probe.uss_peak)} private) "
+        f"over {probe.batches} batch(es); × {settings.num_workers} workers = {format_bytes(projected)}"
     )
     if available is None:
         return make_check(
@@ -100,6 +102,6 @@ def check_worker_memory(machine: Machine, settings: Settings, probe: LoadProbe |
         "worker-memory",
         status,
         probe.rss_peak,
-        f"{text} against {human_bytes(available)} available",
+        f"{text} against {format_bytes(available)} available",
         details,
     )
