@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -126,10 +127,8 @@ def _terminal_delivered_it() -> bool:
 def run_command(settings: RunSettings) -> RunReport:
     """Run the command to its end and return (and write) its report."""
     command = resolve_command(settings.command)
-    report_dir = settings.report_dir.resolve()
+    report_dir = prepare_report_dir(settings.report_dir)
     incidents_dir = report_dir / INCIDENTS_DIRNAME
-    shutil.rmtree(incidents_dir, ignore_errors=True)
-    incidents_dir.mkdir(parents=True, exist_ok=True)
     started_wall = time.time()
     started = time.monotonic()
     try:
@@ -161,6 +160,33 @@ def run_command(settings: RunSettings) -> RunReport:
         write_report(report, report_dir)
         shutil.rmtree(incidents_dir, ignore_errors=True)
     return report
+
+
+def prepare_report_dir(path: Path) -> Path:
+    """The report folder, made and proven writable, before the command starts.
+
+    A folder that cannot hold the report is the user's to fix (a file in the way, ``/proc``, a
+    read-only mount): one line now, not a training run that ends without its report.
+    """
+    report_dir = path.resolve()
+    if report_dir.exists() and not report_dir.is_dir():
+        raise RunUsageError(f"--report-dir {path} is a file, not a folder")
+    incidents_dir = report_dir / INCIDENTS_DIRNAME
+    try:
+        shutil.rmtree(incidents_dir, ignore_errors=True)
+        incidents_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunUsageError(
+            f"--report-dir {path}: cannot create it: {error.strerror or error}"
+        ) from None
+    try:
+        with tempfile.TemporaryFile(dir=report_dir):
+            pass
+    except OSError as error:
+        raise RunUsageError(
+            f"--report-dir {path}: cannot write in it: {error.strerror or error}"
+        ) from None
+    return report_dir
 
 
 def exit_code_of(returncode: int) -> tuple[int, str | None]:
