@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from conftest import run_python
+from conftest import FIXTURES, run_python
+
+RUN_FIXTURES = FIXTURES / "run"
 
 
 @pytest.mark.parametrize(
@@ -36,3 +46,89 @@ def test_a_report_dir_that_cannot_be_used_is_one_line_before_the_command_starts(
     ]
     assert not started.exists()  # found before the command started
     assert (tmp_path / "taken").read_text() == "a file in the way\n"
+
+
+# --- the supervisor's own death -------------------------------------------------------------------
+def _start_run(report_dir: Path, *command: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "loaderdoctor", "run", "--report-dir", str(report_dir), *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _children(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _kill_all(run: subprocess.Popen[str], others: list[psutil.Process]) -> None:
+    for process in others:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(run.pid, signal.SIGKILL)
+    run.communicate(timeout=30)
+
+
+@pytest.mark.slow
+def test_kill_9_of_run_stops_the_command_which_writes_the_report(tmp_path: Path) -> None:
+    run = _start_run(tmp_path, str(RUN_FIXTURES / "sleeper.py"))
+    command: list[psutil.Process] = []
+    try:
+        assert run.stdout is not None
+        assert run.stdout.readline().strip() == "ready"  # bounded by the sleeper's own 60 s
+        command = _children(run.pid)
+        assert len(command) == 1, command  # python sleeper.py (no DataLoader worker left)
+        provisional = json.loads((tmp_path / "report.json").read_text())
+        assert provisional["supervisor"] == "died"  # on disk from the start
+        os.kill(run.pid, signal.SIGKILL)
+        gone, alive = psutil.wait_procs(command, timeout=30)
+        assert alive == [], "the command outlived loaderdoctor run by 30 s"
+        assert [p.returncode for p in gone] == [None]  # not our child: no status to read
+        _, stderr = run.communicate(timeout=30)
+    finally:
+        _kill_all(run, command)
+    assert run.returncode == -signal.SIGKILL
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["supervisor"] == "died" and report["status"] == "crashed"
+    assert (report["exit_code"], report["signal"]) == (128 + signal.SIGTERM, "SIGTERM")
+    assert report["delivered"] == {"batches": 4, "samples": 8}  # counts flushed before the stop
+    assert report["notes"][0] == (
+        f"loaderdoctor run (pid {run.pid}) died before its command (killed with SIGKILL, or out "
+        f"of memory): the command's process {command[0].pid} wrote this report and then stopped "
+        "itself with SIGTERM; memory was not sampled"
+    )
+    assert stderr.splitlines()[-1] == (
+        f"loaderdoctor run: the supervisor (pid {run.pid}) died; report written to {tmp_path}; "
+        "stopping the command (SIGTERM)"
+    )
+
+
+@pytest.mark.slow
+def test_kill_9_of_run_stops_a_command_that_is_not_python(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    run = _start_run(tmp_path, "--", "sh", "-c", f"touch {marker}; sleep 60 & wait")
+    command: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        command = _children(run.pid)
+        shell = [p for p in command if p.ppid() == run.pid]
+        assert len(shell) == 1, command
+        os.kill(run.pid, signal.SIGKILL)
+        _, alive = psutil.wait_procs(shell, timeout=30)
+        assert alive == [], "the shell outlived loaderdoctor run by 30 s"  # the kernel's SIGTERM
+    finally:
+        _kill_all(run, command)
+    report = json.loads((tmp_path / "report.json").read_text())  # the one written at the start
+    assert report["supervisor"] == "died" and report["status"] == "crashed"
+    assert report["notes"][0].startswith(
+        f"loaderdoctor run (pid {run.pid}) and its command ended without a report: this one was "
+        "written when the command started"
+    )

@@ -53,6 +53,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command, or SCRIPT.py"
     )
+    parser.epilog = (
+        "Exit status: the command's own (128 + N after signal N); 2 for a usage error. "
+        "report.json is written however the command ends. The command does not outlive run: "
+        "should run be killed, the command writes the report and stops (SIGTERM)."
+    )
 
 
 def run(args: argparse.Namespace) -> int:

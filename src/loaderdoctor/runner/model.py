@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 SCHEMA = 1
 RunStatus = Literal["ok", "crashed", "healed"]
+SupervisorFate = Literal["finished", "died"]
 HEALING_ACTIONS = frozenset({"skipped", "replaced", "quarantined", "respawned", "backed-off"})
 
 
@@ -163,6 +164,9 @@ class RunReport:
     started_at: str = ""  # ISO 8601, local time
     report_dir: str = ""
     notes: list[str] = field(default_factory=list)
+    # "finished": run saw its command end; "died": run ended first (killed), and the command
+    # (or, failing that, run's own report written at the start) says what was known then.
+    supervisor: SupervisorFate = "finished"
     schema: int = SCHEMA
 
     def to_json(self) -> dict[str, Any]:

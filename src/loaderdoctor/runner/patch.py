@@ -1,17 +1,16 @@
 """Replace torch's DataLoader by a supervised one in a process started by ``loaderdoctor run``.
 
 Imported by the bootstrap right after ``torch`` has finished importing. Everything a process
-learns goes to files under ``$LOADERDOCTOR_RUN_DIR/.incidents/``, which the parent merges:
-``<pid>.jsonl`` gets one line per incident as it happens (so a process that dies hard loses
-nothing it saw), ``<pid>.state.json`` the delivered counts, rewritten at most once a second and at
-exit.
+learns goes to files under ``$LOADERDOCTOR_RUN_DIR/.incidents/`` (names and formats in
+``protocol``), which the parent merges: one line per incident as it happens (so a process that
+dies hard loses nothing it saw), and this process image's delivered counts, rewritten at most
+once a second, at exit, before an ``os.exec*`` and when ``run`` itself died (``lifeline``).
 """
 
 from __future__ import annotations
 
 import atexit
 import inspect
-import json
 import os
 import sys
 import threading
@@ -22,21 +21,22 @@ from typing import Any
 import torch.utils.data
 import torch.utils.data.dataloader
 
-from loaderdoctor.runner.bootstrap import HANG_TIMEOUT_ENV, HEAL_ENV, RUN_DIR_ENV
+from loaderdoctor.runner import lifeline, protocol
+from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, HEAL_WARNED_NAME, RUN_DIR_ENV
 from loaderdoctor.supervise import loader as supervised
 
-INCIDENTS_DIRNAME = ".incidents"
-HEAL_WARNED_FILE = "heal-unavailable"
 STATE_EVERY_S = 1.0
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {"loaders": 0, "batches": 0, "samples": 0, "quarantine": []}
 _last_state_write = 0.0
 _applied = False
+_image = 0  # this process image's number among those of its pid (see protocol)
+_started = time.time()
 
 
 def incidents_dir() -> str:
-    return os.path.join(os.environ[RUN_DIR_ENV], INCIDENTS_DIRNAME)
+    return protocol.incidents_dir(os.environ[RUN_DIR_ENV])
 
 
 def current_rank() -> int | None:
@@ -60,7 +60,7 @@ def _warn_heal_unavailable_once() -> None:
     """One warning per run, not one per rank: the first process to create the marker says it."""
     try:
         fd = os.open(
-            os.path.join(incidents_dir(), HEAL_WARNED_FILE), os.O_CREAT | os.O_EXCL | os.O_WRONLY
+            os.path.join(incidents_dir(), HEAL_WARNED_NAME), os.O_CREAT | os.O_EXCL | os.O_WRONLY
         )
     except OSError:
         return
@@ -158,10 +158,7 @@ def _incident_sink(loader: Any, incident: Any) -> None:
         "rank": current_rank(),
         "incident": incident.to_json(),
     }
-    line = json.dumps(record, default=repr) + "\n"
-    # One write of one line in append mode: lines of concurrent writers never interleave.
-    with open(os.path.join(incidents_dir(), f"{os.getpid()}.jsonl"), "a") as handle:
-        handle.write(line)
+    protocol.append_incident(incidents_dir(), os.getpid(), record)
     _write_state(force=True)
 
 
@@ -172,16 +169,20 @@ def _write_state(force: bool) -> None:
         return
     _last_state_write = now
     with _lock:
-        state = {**_state, "pid": os.getpid(), "rank": current_rank(), "heal": HEAL_AVAILABLE}
+        state = {
+            **_state,
+            "pid": os.getpid(),
+            "image": _image,
+            "started": _started,
+            "rank": current_rank(),
+            "heal": HEAL_AVAILABLE,
+        }
     for loader_report in _loader_reports():
         state["quarantine"] = sorted(
             {*state["quarantine"], *getattr(loader_report, "quarantine", [])}, key=repr
         )
-    path = os.path.join(incidents_dir(), f"{os.getpid()}.state.json")
     try:
-        with open(path + ".tmp", "w") as handle:
-            json.dump(state, handle, default=repr)
-        os.replace(path + ".tmp", path)
+        protocol.write_json(protocol.state_path(incidents_dir(), os.getpid(), _image), state)
     except OSError:
         pass
 
@@ -194,19 +195,35 @@ def _loader_reports() -> list[Any]:
     return [r for r in (getattr(x, "report", None) for x in list(_loaders)) if r is not None]
 
 
-def _at_exit() -> None:
+def _flush_state() -> None:
     if _state["loaders"]:
         _write_state(force=True)
 
 
+def _flushing_before(exec_function: Any) -> Any:
+    """``os.execv``/``os.execve`` that first save the counts: an exec runs no ``atexit``."""
+
+    def exec_after_flush(*args: Any, **kwargs: Any) -> Any:
+        _flush_state()
+        return exec_function(*args, **kwargs)
+
+    exec_after_flush.__wrapped__ = exec_function  # type: ignore[attr-defined]
+    return exec_after_flush
+
+
 def apply() -> None:
     """Make ``torch.utils.data.DataLoader`` the supervised one, in this process, once."""
-    global _applied
+    global _applied, _image
     if _applied or not os.environ.get(RUN_DIR_ENV):
         return
     _applied = True
     os.makedirs(incidents_dir(), exist_ok=True)
+    _image = protocol.next_image_number(incidents_dir(), os.getpid())
     torch.utils.data.DataLoader = RunDataLoader  # type: ignore[misc]
     torch.utils.data.dataloader.DataLoader = RunDataLoader  # type: ignore[misc]
     supervised.INCIDENT_SINKS.append(_incident_sink)
-    atexit.register(_at_exit)
+    atexit.register(_flush_state)
+    lifeline.BEFORE_REPORT.append(_flush_state)
+    # Every os.exec* ends in one of these two (execvp and execl* call them by name).
+    os.execv = _flushing_before(os.execv)
+    os.execve = _flushing_before(os.execve)
