@@ -132,3 +132,48 @@ def test_kill_9_of_run_stops_a_command_that_is_not_python(tmp_path: Path) -> Non
         f"loaderdoctor run (pid {run.pid}) and its command ended without a report: this one was "
         "written when the command started"
     )
+
+
+# --- odd but real programs ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_counts_of_a_process_survive_its_exec(tmp_path: Path) -> None:
+    result = run_python(
+        [
+            "-m",
+            "loaderdoctor",
+            "run",
+            "--report-dir",
+            str(tmp_path),
+            str(RUN_FIXTURES / "execs.py"),
+        ],
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["first image: 3 batches", "second image: 2 batches"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["delivered"] == {"batches": 5, "samples": 24}  # 3 × 4, then 2 × 6
+    assert [(r["loaders"], r["delivered"]) for r in report["ranks"]] == [
+        (2, {"batches": 5, "samples": 24})  # one process (one pid), two images
+    ]
+
+
+@pytest.mark.slow
+def test_nested_run_is_one_supervisor_and_one_report(tmp_path: Path) -> None:
+    outer, inner = tmp_path / "outer", tmp_path / "inner"
+    result = run_python(
+        [
+            "-m", "loaderdoctor", "run", "--report-dir", str(outer), "--",
+            sys.executable, "-m", "loaderdoctor", "run", "--report-dir", str(inner), "--",
+            sys.executable, str(RUN_FIXTURES / "train.py"), "clean",
+        ],
+        timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == "done"
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("loaderdoctor run: already supervised by loaderdoctor run (pid ")
+    assert lines[0].endswith(f"); its report in {outer} covers this command, with its options")
+    report = json.loads((outer / "report.json").read_text())
+    assert report["delivered"] == {"batches": 20, "samples": 80}  # 2 epochs × 10 batches of 4
+    assert [r["loaders"] for r in report["ranks"]] == [1] and report["notes"] == []
+    assert not inner.exists()  # no second supervisor, no second report

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from loaderdoctor.cli import CommandError
 
@@ -61,8 +61,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from loaderdoctor.runner.core import RunSettings, RunUsageError, run_command
+    from loaderdoctor.runner.core import RunSettings, RunUsageError, outer_supervisor, run_command
 
+    outer = outer_supervisor()
+    if outer is not None:
+        return _run_under(outer, args.argv)
     settings = RunSettings(
         command=list(args.argv),
         report_dir=args.report_dir,
@@ -85,6 +88,24 @@ def run(args: argparse.Namespace) -> int:
 
         print_run_summary(report, html)
     return report.exit_code
+
+
+def _run_under(outer: tuple[int, str], argv: list[str]) -> NoReturn:
+    """``run -- run -- CMD``: one supervisor, one report. The inner run becomes CMD (exec)."""
+    from loaderdoctor.runner.core import RunUsageError, exec_under_outer_supervisor, resolve_command
+
+    pid, report_dir = outer
+    try:
+        command = resolve_command(argv)
+        print(
+            f"loaderdoctor run: already supervised by loaderdoctor run (pid {pid}); its report "
+            f"in {report_dir} covers this command, with its options",
+            file=sys.stderr,
+            flush=True,
+        )
+        exec_under_outer_supervisor(command)
+    except RunUsageError as error:
+        raise CommandError(str(error)) from None
 
 
 def write_html_report(report: RunReport, command: str) -> Path | None:

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from loaderdoctor.runner import protocol
 from loaderdoctor.runner.lifeline import parent_death_signal
@@ -81,6 +81,34 @@ def resolve_command(argv: Sequence[str]) -> list[str]:
     elif shutil.which(command[0]) is None:
         raise RunUsageError(f"no such command: {command[0]}")
     return command
+
+
+def outer_supervisor() -> tuple[int, str] | None:
+    """``(pid, report dir)`` of the ``loaderdoctor run`` this process already runs under, if any.
+
+    Its environment says so, and that process must still be one of our ancestors: a variable
+    left behind by a finished run (exported into a shell) is not a supervisor.
+    """
+    import psutil
+
+    value, report_dir = os.environ.get(SUPERVISOR_ENV, ""), os.environ.get(RUN_DIR_ENV)
+    if not value.isdigit() or not report_dir:
+        return None
+    try:
+        ancestors = {parent.pid for parent in psutil.Process().parents()}
+    except psutil.Error:
+        return None
+    return (int(value), report_dir) if int(value) in ancestors else None
+
+
+def exec_under_outer_supervisor(command: list[str]) -> NoReturn:
+    """Become ``command`` (``os.execvp``): the outer run supervises it, one report for both."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as error:
+        raise RunUsageError(f"cannot start {command[0]}: {error.strerror or error}") from None
 
 
 def _is_python(program: str) -> bool:
