@@ -120,7 +120,7 @@ def _scan(
     from loaderdoctor.supervise.heal import HealWarning
     from loaderdoctor.supervise.samples import sample_file
 
-    wrapped = SummarizingDataset(dataset)
+    wrapped = SummarizingDataset(dataset, warm_up_limit_s=timeout / 4)
     done = shard_size - len(remaining)
     for _ in range(MAX_ROUNDS):
         if not remaining:
@@ -140,8 +140,10 @@ def _scan(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", HealWarning)  # every action is in loader.report
             try:
-                for index, seconds, structure, peak_bytes in loader:
+                for index, seconds, structure, peak_bytes, startup in loader:
                     state.loaded[index] = Loaded(seconds, structure, peak_bytes)
+                    if startup is not None:
+                        state.startup.append(startup)
                     done += 1
                     if progress is not None:
                         progress(done, shard_size)

@@ -77,6 +77,9 @@ class ScanReport:
     mem_cap: str | None = None  # how the cap was enforced ("cgroup v1", "RLIMIT_AS"), or why not
     ranks: int = 1  # torchrun processes that shared the scan
     resumed: int = 0  # samples whose result came from a checkpoint of an interrupted scan
+    # Per worker started: what its first fetch took beyond that sample's own time (imports,
+    # decoders, caches). Not in ``slowest``, whose times are the samples' own.
+    worker_startup: list[float] = field(default_factory=list)
     schema: int = SCHEMA
 
     @property
@@ -116,4 +119,5 @@ class ScanReport:
             mem_cap=data.get("mem_cap"),
             ranks=data.get("ranks", 1),
             resumed=data.get("resumed", 0),
+            worker_startup=list(data.get("worker_startup", [])),
         )

@@ -41,6 +41,8 @@ class ScanState:
     total: int
     loaded: dict[int, Loaded] = field(default_factory=dict)
     bad: dict[int, BadSample] = field(default_factory=dict)
+    # What each worker's first fetch took beyond the sample's own time: its start-up.
+    startup: list[float] = field(default_factory=list)
 
     def done(self, index: int) -> bool:
         return index in self.loaded or index in self.bad
@@ -51,6 +53,7 @@ class ScanState:
     def merge(self, other: ScanState) -> None:
         """Take every result of ``other``; a sample that loaded anywhere is not bad."""
         self.loaded.update(other.loaded)
+        self.startup.extend(other.startup)
         for index, bad in other.bad.items():
             if index not in self.loaded:
                 self.bad.setdefault(index, bad)
@@ -76,6 +79,7 @@ class ScanState:
             "structures": list(structures),
             "loaded": rows,
             "bad": [asdict(self.bad[index]) for index in sorted(self.bad)],
+            "startup": [round(seconds, 6) for seconds in self.startup],
         }
 
     @classmethod
@@ -109,6 +113,10 @@ class ScanState:
         for position, item in enumerate(_field(data, "bad", list)):
             bad = _bad(item, total, f"'bad' entry {position}")
             state.bad[bad.index] = bad
+        startup = data.get("startup", [])  # absent before loaderdoctor 0.1's start-up split
+        if not isinstance(startup, list) or not all(_seconds(s) for s in startup):
+            raise CheckpointError("'startup' is not a list of seconds")
+        state.startup = [float(seconds) for seconds in startup]
         return state
 
 
@@ -119,6 +127,10 @@ def _json_kind(value: object) -> str:
     return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
         type(value), "null" if value is None else type(value).__name__
     )
+
+
+def _seconds(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
 
 
 def _field(data: dict[str, Any], key: str, kind: type) -> Any:
