@@ -177,3 +177,33 @@ def test_nested_run_is_one_supervisor_and_one_report(tmp_path: Path) -> None:
     assert report["delivered"] == {"batches": 20, "samples": 80}  # 2 epochs × 10 batches of 4
     assert [r["loaders"] for r in report["ranks"]] == [1] and report["notes"] == []
     assert not inner.exists()  # no second supervisor, no second report
+
+
+# --- numbers that mean what they say ---------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "batches", "samples", "loaders", "workers"),
+    [
+        # 2 workers, one killed; the culprit loads fine alone, so the pool of 2 is rebuilt
+        # (backed off to prefetch 1): 4 worker processes ran, as a 50 ms sampler sees too.
+        ("respawn", 4, 16, 1, 4),
+        ("prepared", 3, 12, 1, 0),  # accelerate-style prepare(): the user's one loader
+        ("self-batched", 5, 20, 1, 0),  # batch_size=None over a stream batching by 4
+    ],
+)
+def test_run_counts_from_the_loaders_own_records(
+    tmp_path: Path, mode: str, batches: int, samples: int, loaders: int, workers: int
+) -> None:
+    result = run_python(
+        [
+            "-m", "loaderdoctor", "run", "--heal", "--report-dir", str(tmp_path / "r"),
+            str(RUN_FIXTURES / "counts.py"), mode,
+        ],
+        env={"COUNTS_MARKER": str(tmp_path / "killed")},
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [f"{batches} batches"]
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["delivered"] == {"batches": batches, "samples": samples}
+    assert [(r["loaders"], r["workers"]) for r in report["ranks"]] == [(loaders, workers)]

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from loaderdoctor.report.run_html import format_html, nice_step
 from loaderdoctor.report.run_text import format_headline, format_run_text
@@ -205,3 +206,22 @@ def test_html_is_self_contained_and_escaped() -> None:
 @pytest.mark.parametrize(("span", "step"), [(7.3, 2.0), (100.0, 20.0), (0.4, 0.1), (0, 1.0)])
 def test_nice_step(span: float, step: float) -> None:
     assert nice_step(span) == pytest.approx(step)
+
+
+@pytest.mark.parametrize(
+    ("item", "samples"),
+    [
+        ((torch.zeros(4, 3, 2, 2), torch.arange(4)), 4),  # webdataset .batched(4), to_tuple
+        ({"ids": torch.zeros(4, 512), "__key__": ["a", "b", "c", "d"]}, 4),
+        ((torch.zeros(3, 8, 8), torch.tensor(1)), 1),  # one image and its label
+        ({"ids": torch.zeros(512), "mask": torch.ones(512)}, 1),  # one text sample
+        ((torch.zeros(3, 8, 8), "cat.jpg"), 1),
+        (torch.zeros(4, 3), 1),  # a lone tensor: one sample, whatever its shape
+    ],
+)
+def test_an_item_of_a_stream_without_batching_counts_its_own_batch(
+    item: object, samples: int
+) -> None:
+    from loaderdoctor.runner.patch import item_length
+
+    assert item_length(item) == samples

@@ -333,6 +333,8 @@ def merge(
     ]
     incidents.sort(key=lambda i: i.time_s if i.time_s is not None else 0.0)
     by_pid: dict[int, ProcessSummary] = {}
+    workers: dict[int, set[int]] = {}
+    created: set[int] = set()
     quarantine: list[Any] = []
     # One state per process image: a pid that exec'd has several, and its counts add up.
     for state in protocol.read_states(incidents_dir):
@@ -348,6 +350,10 @@ def merge(
             ),
         )
         summary.loaders += int(state.get("loaders", 0))
+        if int(state.get("created", state.get("loaders", 0))):
+            created.add(pid)
+        workers.setdefault(pid, set()).update(int(w) for w in state.get("worker_pids", []))
+        summary.workers = len(workers[pid])
         summary.delivered.batches += int(state.get("batches", 0))
         summary.delivered.samples += int(state.get("samples", 0))
         if state.get("rank") is not None:
@@ -356,7 +362,7 @@ def merge(
     for incident in incidents:
         if incident.action == "quarantined":
             quarantine.extend(i for i in incident.indices if i not in quarantine)
-    ranks = [summary for summary in by_pid.values() if summary.loaders]
+    ranks = [summary for pid, summary in by_pid.items() if pid in created]
     ranks.sort(key=lambda r: (r.rank if r.rank is not None else -1, r.pid))
     exit_code, signal_name = exit_code_of(returncode)
     notes = []

@@ -85,9 +85,10 @@ class ProcessSummary:
 
     pid: int
     rank: int | None
-    loaders: int
+    loaders: int  # supervised DataLoaders iterated (built and never used: not counted)
     delivered: Delivered
     incidents: int
+    workers: int = 0  # DataLoader worker processes it ran, respawns included
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Any
 import torch.utils.data
 import torch.utils.data.dataloader
 
+from loaderdoctor import torch_compat
 from loaderdoctor.runner import lifeline, protocol
 from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, HEAL_WARNED_NAME, RUN_DIR_ENV
 from loaderdoctor.supervise import loader as supervised
@@ -28,7 +29,9 @@ from loaderdoctor.supervise import loader as supervised
 STATE_EVERY_S = 1.0
 
 _lock = threading.Lock()
-_state: dict[str, Any] = {"loaders": 0, "batches": 0, "samples": 0, "quarantine": []}
+# "created": DataLoaders built; "loaders": those iterated (see RunDataLoader.__iter__).
+_state: dict[str, Any] = {"created": 0, "loaders": 0, "batches": 0, "samples": 0, "quarantine": []}
+_worker_pids: set[int] = set()
 _last_state_write = 0.0
 _applied = False
 _image = 0  # this process image's number among those of its pid (see protocol)
@@ -92,9 +95,39 @@ def batch_length(batch: Any) -> int | None:
     return None
 
 
+def item_length(item: Any) -> int:
+    """Samples in one item of a stream read with ``batch_size=None``: 1, unless it batched itself.
+
+    A stream that batches itself (webdataset's ``.batched(4)``) yields fields that all share a
+    leading dimension, the batch's: ``(images[4, 3, H, W], labels[4])``, ``{"ids": [4, 512],
+    "__key__": [4 keys]}``. A single sample's fields do not (``(image[3, H, W], label[])``), or
+    are all 1-D (``{"ids": [512], "mask": [512]}``, a text sample). A single sample whose fields
+    happen to agree (points[N, 3] with per-point labels[N]) is counted as N: no rule can tell.
+    """
+    fields = list(item.values()) if isinstance(item, dict) else item
+    if not isinstance(fields, (list, tuple)) or len(fields) < 2:
+        return 1
+    lengths, shapes = set(), set()
+    for field in fields:
+        if isinstance(field, torch.Tensor) and field.dim() > 0:
+            lengths.add(int(field.shape[0]))
+            shapes.add(field.dim())
+        elif isinstance(field, list):
+            lengths.add(len(field))
+            shapes.add(1)
+        else:
+            return 1
+    if len(lengths) == 1 and len(shapes) > 1:  # one leading dimension under fields of 1-D and N-D
+        return lengths.pop()
+    return 1
+
+
 def _count(loader: Any, batch: Any) -> None:
+    samples: int | None
     if loader.batch_size is None and loader.batch_sampler is None:
-        samples: int | None = 1  # automatic batching off: every item is one sample
+        # Automatic batching off: an item is a sample, or a batch that a stream made itself.
+        iterable = isinstance(loader.dataset, torch.utils.data.IterableDataset)
+        samples = item_length(batch) if iterable else 1
     else:
         samples = batch_length(batch)
         if samples is None:
@@ -103,6 +136,14 @@ def _count(loader: Any, batch: Any) -> None:
         _state["batches"] += 1
         _state["samples"] += samples
     _write_state(force=False)
+
+
+def _note_workers(iterator: Any) -> None:
+    """Every worker process a loader ran, respawns included (read from the loader, not sampled)."""
+    pids = torch_compat.worker_pids(iterator)
+    if not pids <= _worker_pids:
+        with _lock:
+            _worker_pids.update(pids)
 
 
 _counting_classes: dict[type, type] = {}
@@ -114,6 +155,7 @@ def _counting_class(base: type) -> type:
 
         def __next__(self: Any) -> Any:
             batch = base.__next__(self)  # type: ignore[attr-defined]
+            _note_workers(self)
             _count(self._ld_run_loader, batch)
             return batch
 
@@ -136,12 +178,20 @@ class RunDataLoader(supervised.DataLoader):
                 _warn_heal_unavailable_once()
         super().__init__(*args, **kwargs)
         _loaders.add(self)
+        self._ld_run_iterated = False
         with _lock:
-            _state["loaders"] += 1
+            _state["created"] += 1
         _write_state(force=True)
 
     def __iter__(self) -> Any:
+        if not self._ld_run_iterated:
+            # Counted when used, not when built: HF accelerate's prepare() builds a second
+            # DataLoader from the user's and iterates only that one (one loader, not two).
+            self._ld_run_iterated = True
+            with _lock:
+                _state["loaders"] += 1
         iterator = super().__iter__()
+        _note_workers(iterator)
         if not getattr(iterator, "_ld_run_counting", False):
             try:
                 iterator._ld_run_loader = self
@@ -152,6 +202,10 @@ class RunDataLoader(supervised.DataLoader):
 
 
 def _incident_sink(loader: Any, incident: Any) -> None:
+    pid = getattr(getattr(incident, "diagnosis", None), "pid", None)
+    if isinstance(pid, int) and pid != os.getpid():  # a worker that died before being seen
+        with _lock:
+            _worker_pids.add(pid)
     record = {
         "time": time.time(),
         "pid": os.getpid(),
@@ -176,6 +230,7 @@ def _write_state(force: bool) -> None:
             "started": _started,
             "rank": current_rank(),
             "heal": HEAL_AVAILABLE,
+            "worker_pids": sorted(_worker_pids),
         }
     for loader_report in _loader_reports():
         state["quarantine"] = sorted(
@@ -196,7 +251,7 @@ def _loader_reports() -> list[Any]:
 
 
 def _flush_state() -> None:
-    if _state["loaders"]:
+    if _state["created"]:
         _write_state(force=True)
 
 
