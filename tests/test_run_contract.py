@@ -110,6 +110,32 @@ def test_kill_9_of_run_stops_the_command_which_writes_the_report(tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_kill_9_of_run_stops_torchrun_and_its_ranks(tmp_path: Path) -> None:
+    run = _start_run(
+        tmp_path, "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
+        "--nproc_per_node=2", str(RUN_FIXTURES / "ddp_sleeper.py"),
+    )  # fmt: skip
+    command: list[psutil.Process] = []
+    try:
+        assert run.stdout is not None
+        ready = sorted(run.stdout.readline().strip() for _ in range(2))  # bounded: 60 s sleep
+        assert ready == ["ready 0", "ready 1"]
+        command = _children(run.pid)  # the agent, its 2 ranks and their DataLoader workers
+        os.kill(run.pid, signal.SIGKILL)
+        _, alive = psutil.wait_procs(command, timeout=45)  # the agent's own grace is 30 s
+        assert alive == [], f"outlived loaderdoctor run by 45 s: {alive}"
+    finally:
+        _kill_all(run, command)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["supervisor"] == "died" and report["status"] == "crashed"
+    assert report["delivered"] == {"batches": 8, "samples": 16}  # 4 batches of 2 per rank
+    assert [(r["rank"], r["loaders"], r["workers"]) for r in report["ranks"]] == [
+        (0, 1, 1),
+        (1, 1, 1),
+    ]
+
+
+@pytest.mark.slow
 def test_kill_9_of_run_stops_a_command_that_is_not_python(tmp_path: Path) -> None:
     marker = tmp_path / "started"
     run = _start_run(tmp_path, "--", "sh", "-c", f"touch {marker}; sleep 60 & wait")

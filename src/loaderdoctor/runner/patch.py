@@ -154,7 +154,13 @@ def _counting_class(base: type) -> type:
     if cls is None:
 
         def __next__(self: Any) -> Any:
-            batch = base.__next__(self)  # type: ignore[attr-defined]
+            try:
+                batch = base.__next__(self)  # type: ignore[attr-defined]
+            except StopIteration:
+                # An epoch's end: its counts are on disk, should the process die before the
+                # next write (a rank stopped by its agent runs no atexit).
+                _write_state(force=True)
+                raise
             _note_workers(self)
             _count(self._ld_run_loader, batch)
             return batch
@@ -192,6 +198,7 @@ class RunDataLoader(supervised.DataLoader):
                 _state["loaders"] += 1
         iterator = super().__iter__()
         _note_workers(iterator)
+        _write_state(force=True)
         if not getattr(iterator, "_ld_run_counting", False):
             try:
                 iterator._ld_run_loader = self
