@@ -147,7 +147,7 @@ def _bad(index: object) -> dict[str, object]:
 @pytest.mark.parametrize(
     ("document", "message"),
     [
-        ([1, 2, 3], "not a scan checkpoint (a JSON list, not an object)"),
+        ([1, 2, 3], "not a scan checkpoint (a list, not an object)"),
         (_checkpoint(schema=99), "checkpoint schema 99; this loaderdoctor reads 1"),
         (
             _checkpoint(loaded=[[-2, 0.1, 0, 1]]),
@@ -182,7 +182,7 @@ def test_a_checkpoint_that_makes_no_sense_is_one_line_naming_the_entry(
 @pytest.mark.parametrize(
     ("document", "message"),
     [
-        ([1, 2, 3], "not a scan checkpoint (a JSON list, not an object)"),
+        ([1, 2, 3], "not a scan checkpoint (a list, not an object)"),
         (
             {
                 "schema": 1, "spec": f"{SCAN}:clean", "total": 200, "structures": ["T"],

@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loaderdoctor.jsonshape import ShapeError, check_shape, json_kind
+
 SCHEMA = 1
 RunStatus = Literal["ok", "crashed", "healed"]
 SupervisorFate = Literal["finished", "died"]
@@ -177,11 +179,15 @@ class RunReport:
         return {**head, **data}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunReport:
+    def from_json(cls, data: object) -> RunReport:
+        """The report in ``data``; ``ValueError`` naming the first field that makes no sense."""
+        if not isinstance(data, dict):
+            raise ShapeError(f"expected a JSON object, got {json_kind(data)}")
         if data.get("schema") != SCHEMA:
             raise ValueError(
                 f"report schema {data.get('schema')!r}; this loaderdoctor reads {SCHEMA}"
             )
+        check_shape(data, cls, "report")
         values = _known(cls, data)
         values["incidents"] = [RunIncident.from_json(i) for i in values.get("incidents", [])]
         values["delivered"] = Delivered(**values.get("delivered", {}))

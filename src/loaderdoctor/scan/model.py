@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from loaderdoctor.jsonshape import check_shape
+
 SCHEMA = 2
 READABLE_SCHEMAS = (1, 2)  # schema 1 lacked the memory, profile and run fields; they default
 
@@ -99,8 +101,10 @@ class ScanReport:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ScanReport:
+        """The report in ``data``; ``ValueError`` naming the first field that makes no sense."""
         if data.get("schema") not in READABLE_SCHEMAS:
             raise ValueError(f"unsupported scan report schema {data.get('schema')!r}")
+        check_shape(data, cls, "report")
         profile = data.get("profile")
         return cls(
             spec=data["spec"],

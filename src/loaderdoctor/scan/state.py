@@ -11,6 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from loaderdoctor.jsonshape import json_kind
 from loaderdoctor.scan.model import BadSample
 from loaderdoctor.supervise.quarantine import (
     InvalidIndex,
@@ -90,9 +91,7 @@ class ScanState:
         ``total`` they are refused: a checkpoint's results become quarantine entries.
         """
         if not isinstance(data, dict):
-            raise CheckpointError(
-                f"not a scan checkpoint (a JSON {_json_kind(data)}, not an object)"
-            )
+            raise CheckpointError(f"not a scan checkpoint ({json_kind(data)}, not an object)")
         schema = data.get("schema")
         if isinstance(schema, bool) or schema != CHECKPOINT_SCHEMA:
             raise CheckpointError(
@@ -120,17 +119,12 @@ class ScanState:
         return state
 
 
-_JSON_KINDS = {dict: "an object", list: "a list", str: "text", int: "an integer"}
-
-
-def _json_kind(value: object) -> str:
-    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
-        type(value), "null" if value is None else type(value).__name__
-    )
-
-
 def _seconds(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+def _describe_kind(kind: type) -> str:
+    return {dict: "an object", list: "a list", str: "text", int: "an integer"}[kind]
 
 
 def _field(data: dict[str, Any], key: str, kind: type) -> Any:
@@ -138,7 +132,7 @@ def _field(data: dict[str, Any], key: str, kind: type) -> Any:
         raise CheckpointError(f"no {key!r}")
     value = data[key]
     if not isinstance(value, kind):
-        raise CheckpointError(f"{key!r} is {json_text(value)}, not {_JSON_KINDS[kind]}")
+        raise CheckpointError(f"{key!r} is {json_text(value)}, not {_describe_kind(kind)}")
     return value
 
 
