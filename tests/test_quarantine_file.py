@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from loaderdoctor.supervise.quarantine import (
     QuarantineWarning,
     read_quarantine,
     sample_index,
+    write_json_atomically,
 )
 
 SCAN = FIXTURES / "scan" / "scan_datasets.py"
@@ -206,3 +208,20 @@ def test_scan_resume_refuses_a_checkpoint_that_makes_no_sense(
         f"loaderdoctor scan: error: checkpoint {checkpoint.name}: {message}; delete it to start over"
     ]
     assert not (tmp_path / "q.json").exists()  # nothing copied into a new quarantine
+
+
+def test_the_atomic_writer_follows_a_symlink_and_never_replaces_what_is_not_a_file(
+    tmp_path: Path,
+) -> None:
+    real = tmp_path / "elsewhere" / "q.json"
+    real.parent.mkdir()
+    real.write_text("{}")
+    link = tmp_path / "q.json"
+    link.symlink_to(real)
+    write_json_atomically(link, {"schema": 1, "quarantine": []})
+    assert link.is_symlink() and json.loads(real.read_text()) == {"schema": 1, "quarantine": []}
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        write_json_atomically(fifo, {})
+    assert fifo.is_fifo()

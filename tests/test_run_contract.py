@@ -233,3 +233,19 @@ def test_run_counts_from_the_loaders_own_records(
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["delivered"] == {"batches": batches, "samples": samples}
     assert [(r["loaders"], r["workers"]) for r in report["ranks"]] == [(loaders, workers)]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_hang_timeout_that_is_no_number_of_seconds_is_a_usage_error(
+    tmp_path: Path, value: str
+) -> None:
+    result = run_python(
+        ["-m", "loaderdoctor", "run", "--report-dir", str(tmp_path), f"--hang-timeout={value}",
+         "--", "true"],
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        f"loaderdoctor run: error: argument --hang-timeout: must be 0 or more seconds: {value}"
+    )
+    assert not (tmp_path / "report.json").exists()

@@ -10,6 +10,7 @@ result is written, removes the checkpoints.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import signal
 import tempfile
@@ -68,12 +69,17 @@ def _check_options(request: ScanRequest) -> None:
         raise ScanUsageError(
             "--num-workers must be at least 1 (each sample needs an isolated worker)"
         )
-    if request.timeout <= 0:
+    if not _positive(request.timeout):
         raise ScanUsageError("--timeout must be a positive number of seconds")
-    if request.checkpoint_every <= 0:
+    if not _positive(request.checkpoint_every):
         raise ScanUsageError("--checkpoint-every must be a positive number of seconds")
     if request.mem_limit is not None and request.mem_limit < MIN_MEM_LIMIT:
         raise ScanUsageError("--mem-limit must be at least 32M: a worker needs that to start")
+
+
+def _positive(seconds: float) -> bool:
+    """A positive, finite number (``nan`` compares false to everything and passes ``<= 0``)."""
+    return math.isfinite(seconds) and seconds > 0
 
 
 @dataclass
@@ -151,8 +157,15 @@ def load(spec: str) -> Any:
 
 
 def ensure_writable(path: str) -> None:
-    """A file can be created beside ``path`` (its folder is made if missing), or one clear error."""
-    folder = os.path.dirname(os.path.abspath(path))
+    """A file can be created beside ``path`` (its folder is made if missing), or one clear error.
+
+    Results are written whole (a temporary file renamed over the file ``path`` names): it
+    must be a regular file, or ``--out /dev/null`` run as root would replace the device.
+    """
+    target = os.path.realpath(path)
+    if os.path.exists(target) and not os.path.isfile(target):
+        raise ScanUsageError(f"cannot write {path}: not a regular file")
+    folder = os.path.dirname(target)
     try:
         os.makedirs(folder, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):

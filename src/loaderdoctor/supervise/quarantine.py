@@ -9,6 +9,7 @@ start of every epoch. One JSON document, replaced atomically so a crash never le
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -180,8 +181,15 @@ def write_quarantine(path: str | os.PathLike[str], entries: dict[int, Quarantine
 def write_json_atomically(
     path: str | os.PathLike[str], document: Any, indent: int | None = None
 ) -> None:
-    """Write to a temporary file beside ``path``, then rename it over ``path``: all or nothing."""
-    directory = os.path.dirname(os.path.abspath(path))
+    """Write to a temporary file beside ``path``, then rename it over ``path``: all or nothing.
+
+    A symlink is followed (the file it names is replaced, the link kept), and only a regular
+    file is replaced: renaming over ``/dev/null`` as root would replace the device.
+    """
+    path = os.path.realpath(path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=".loaderdoctor-", dir=directory)
     try:
