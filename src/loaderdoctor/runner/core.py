@@ -332,38 +332,14 @@ def merge(
         for record in protocol.read_incident_records(incidents_dir)
     ]
     incidents.sort(key=lambda i: i.time_s if i.time_s is not None else 0.0)
-    by_pid: dict[int, ProcessSummary] = {}
-    workers: dict[int, set[int]] = {}
-    created: set[int] = set()
+    states = protocol.read_states(incidents_dir)
+    ranks = process_summaries(states, incidents)
     quarantine: list[Any] = []
-    # One state per process image: a pid that exec'd has several, and its counts add up.
-    for state in protocol.read_states(incidents_dir):
-        pid = int(state.get("pid", 0))
-        summary = by_pid.setdefault(
-            pid,
-            ProcessSummary(
-                pid=pid,
-                rank=state.get("rank"),
-                loaders=0,
-                delivered=Delivered(),
-                incidents=sum(1 for i in incidents if i.process_pid == pid),
-            ),
-        )
-        summary.loaders += int(state.get("loaders", 0))
-        if int(state.get("created", state.get("loaders", 0))):
-            created.add(pid)
-        workers.setdefault(pid, set()).update(int(w) for w in state.get("worker_pids", []))
-        summary.workers = len(workers[pid])
-        summary.delivered.batches += int(state.get("batches", 0))
-        summary.delivered.samples += int(state.get("samples", 0))
-        if state.get("rank") is not None:
-            summary.rank = state.get("rank")
+    for state in states:
         quarantine.extend(q for q in state.get("quarantine", []) if q not in quarantine)
     for incident in incidents:
         if incident.action == "quarantined":
             quarantine.extend(i for i in incident.indices if i not in quarantine)
-    ranks = [summary for pid, summary in by_pid.items() if pid in created]
-    ranks.sort(key=lambda r: (r.rank if r.rank is not None else -1, r.pid))
     exit_code, signal_name = exit_code_of(returncode)
     notes = []
     if not ranks:
@@ -389,6 +365,41 @@ def merge(
         report_dir=str(report_dir),
         notes=notes,
     )
+
+
+def process_summaries(
+    states: list[dict[str, Any]], incidents: list[RunIncident]
+) -> list[ProcessSummary]:
+    """One summary per process that built a supervised DataLoader, in rank order.
+
+    A process image writes one state; a pid that exec'd has several, and its counts add up.
+    """
+    by_pid: dict[int, ProcessSummary] = {}
+    workers: dict[int, set[int]] = {}
+    created: set[int] = set()
+    for state in states:
+        pid = int(state.get("pid", 0))
+        summary = by_pid.setdefault(
+            pid,
+            ProcessSummary(
+                pid=pid,
+                rank=state.get("rank"),
+                loaders=0,
+                delivered=Delivered(),
+                incidents=sum(1 for i in incidents if i.process_pid == pid),
+            ),
+        )
+        if int(state.get("created", state.get("loaders", 0))):
+            created.add(pid)
+        summary.loaders += int(state.get("loaders", 0))
+        summary.delivered.batches += int(state.get("batches", 0))
+        summary.delivered.samples += int(state.get("samples", 0))
+        workers.setdefault(pid, set()).update(int(w) for w in state.get("worker_pids", []))
+        summary.workers = len(workers[pid])
+        if state.get("rank") is not None:
+            summary.rank = state.get("rank")
+    ranks = [summary for pid, summary in by_pid.items() if pid in created]
+    return sorted(ranks, key=lambda r: (r.rank if r.rank is not None else -1, r.pid))
 
 
 def write_report(report: RunReport, report_dir: str | os.PathLike[str]) -> Path:
