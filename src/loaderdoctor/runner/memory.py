@@ -179,9 +179,11 @@ class MemorySampler:
 
 
 def _start_method(process: object) -> str:
+    import psutil
+
     try:
         cmdline = " ".join(process.cmdline())  # type: ignore[attr-defined]
-    except Exception:
+    except psutil.Error:  # gone, or not ours to read: the start method stays unknown
         return "unknown"
     if "spawn_main" in cmdline:
         return "spawn"
@@ -191,9 +193,11 @@ def _start_method(process: object) -> str:
 
 
 def _rank(process: object) -> int | None:
+    import psutil
+
     try:
         value = process.environ().get("RANK")  # type: ignore[attr-defined]
-    except Exception:
+    except psutil.Error:  # gone, or not ours to read
         return None
     return int(value) if value and value.isdigit() else None
 
