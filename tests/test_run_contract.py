@@ -249,3 +249,25 @@ def test_a_hang_timeout_that_is_no_number_of_seconds_is_a_usage_error(
         f"loaderdoctor run: error: argument --hang-timeout: must be 0 or more seconds: {value}"
     )
     assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.slow
+def test_the_bootstrap_is_one_module_executed_once_and_the_command_sees_the_loader(
+    tmp_path: Path,
+) -> None:
+    code = (
+        "import sys, torch.utils.data as data\n"
+        "print(sorted(m for m in sys.modules if 'loaderdoctor' in m and 'runner' in m))\n"
+        "print(data.DataLoader.__module__, data.DataLoader.__name__)\n"
+    )
+    result = run_python(
+        ["-m", "loaderdoctor", "run", "--report-dir", str(tmp_path), "--", sys.executable,
+         "-c", code],
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [
+        "['loaderdoctor.runner', 'loaderdoctor.runner.bootstrap', 'loaderdoctor.runner.lifeline', "
+        "'loaderdoctor.runner.patch', 'loaderdoctor.runner.protocol']",
+        "loaderdoctor.runner.patch RunDataLoader",
+    ]
