@@ -223,7 +223,9 @@ def _incident_sink(loader: Any, incident: Any) -> None:
     _write_state(force=True)
 
 
-def _write_state(force: bool) -> None:
+def _write_state(force: bool, read_loaders: bool = True) -> None:
+    """This image's state file; ``read_loaders``: with the healing loaders' quarantines, read
+    from their reports (not from another thread: a report drains the loader's event files)."""
     global _last_state_write
     now = time.monotonic()
     if not force and now - _last_state_write < STATE_EVERY_S:
@@ -239,7 +241,7 @@ def _write_state(force: bool) -> None:
             "heal": HEAL_AVAILABLE,
             "worker_pids": sorted(_worker_pids),
         }
-    for loader_report in _loader_reports():
+    for loader_report in _loader_reports() if read_loaders else []:
         state["quarantine"] = sorted(
             {*state["quarantine"], *getattr(loader_report, "quarantine", [])}, key=repr
         )
@@ -260,6 +262,11 @@ def _loader_reports() -> list[Any]:
 def _flush_state() -> None:
     if _state["created"]:
         _write_state(force=True)
+
+
+def _flush_counts_from_another_thread() -> None:
+    if _state["created"]:
+        _write_state(force=True, read_loaders=False)
 
 
 def _flushing_before(exec_function: Any) -> Any:
@@ -285,7 +292,7 @@ def apply() -> None:
     torch.utils.data.dataloader.DataLoader = RunDataLoader  # type: ignore[misc]
     supervised.INCIDENT_SINKS.append(_incident_sink)
     atexit.register(_flush_state)
-    lifeline.BEFORE_REPORT.append(_flush_state)
+    lifeline.BEFORE_REPORT.append(_flush_counts_from_another_thread)
     # Every os.exec* ends in one of these two (execvp and execl* call them by name).
     os.execv = _flushing_before(os.execv)
     os.execve = _flushing_before(os.execve)
