@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from loaderdoctor.report.chart import nice_step
 from loaderdoctor.report.run_html import format_html
@@ -206,3 +207,72 @@ def test_html_is_self_contained_and_escaped() -> None:
 @pytest.mark.parametrize(("span", "step"), [(7.3, 2.0), (100.0, 20.0), (0.4, 0.1), (0, 1.0)])
 def test_nice_step(span: float, step: float) -> None:
     assert nice_step(span) == pytest.approx(step)
+
+
+@pytest.mark.parametrize(
+    ("item", "samples"),
+    [
+        ((torch.zeros(4, 3, 2, 2), torch.arange(4)), 4),  # webdataset .batched(4), to_tuple
+        ({"ids": torch.zeros(4, 512), "__key__": ["a", "b", "c", "d"]}, 4),
+        ((torch.zeros(3, 8, 8), torch.tensor(1)), 1),  # one image and its label
+        ({"ids": torch.zeros(512), "mask": torch.ones(512)}, 1),  # one text sample
+        ((torch.zeros(3, 8, 8), "cat.jpg"), 1),
+        (torch.zeros(4, 3), 1),  # a lone tensor: one sample, whatever its shape
+    ],
+)
+def test_an_item_of_a_stream_without_batching_counts_its_own_batch(
+    item: object, samples: int
+) -> None:
+    from loaderdoctor.runner.patch import item_length
+
+    assert item_length(item) == samples
+
+
+def _report_json(**edits: object) -> dict[str, object]:
+    document = RunReport(status="ok", command=["python", "x.py"], exit_code=0, duration_s=1.0)
+    return {**document.to_json(), **edits}
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ([1, 2], "expected a JSON object, got a list"),
+        (None, "expected a JSON object, got null"),
+        ({"schema": 1}, "report: no 'status'"),
+        (
+            _report_json(status="weird"),
+            'report.status: expected "ok" or "crashed" or "healed", got "weird"',
+        ),
+        (_report_json(exit_code="0"), 'report.exit_code: expected an integer, got "0"'),
+        (_report_json(duration_s=True), "report.duration_s: expected a number, got true"),
+        (_report_json(incidents=[1]), "report.incidents[0]: expected an object, got 1"),
+        (
+            _report_json(incidents=[{"cause": "x", "action": "raised", "evidence": 3}]),
+            "report.incidents[0].evidence: expected a list, got 3",
+        ),
+        (_report_json(delivered=5), "report.delivered: expected an object, got 5"),
+        (_report_json(memory={"processes": []}), "report.memory: no 'interval_s'"),
+        (
+            _report_json(memory={"interval_s": 0.5, "shm_series": [[1.0]]}),
+            "report.memory.shm_series[0]: expected a list of 2, got [1.0]",
+        ),
+    ],
+)
+def test_a_report_that_makes_no_sense_is_one_line_naming_the_field(
+    document: object, message: str
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        RunReport.from_json(document)
+    assert str(raised.value) == message
+
+
+def test_loaderdoctor_report_refuses_a_damaged_report_in_one_line(tmp_path: Path) -> None:
+    from conftest import run_python
+
+    (tmp_path / "report.json").write_text(json.dumps(_report_json(incidents=[1])))
+    result = run_python(["-m", "loaderdoctor", "report", str(tmp_path)], timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"loaderdoctor report: error: {tmp_path / 'report.json'} is not a loaderdoctor run "
+        "report: report.incidents[0]: expected an object, got 1"
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import io
 import json
@@ -235,3 +236,20 @@ def test_cli_bad_spec_is_one_line_and_exit_2(spec: str, message: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("loaderdoctor scan: error: ")
     assert message in lines[0]
     assert result.stdout == ""
+
+
+@pytest.mark.slow
+def test_slowest_samples_are_their_own_fetch_and_worker_start_up_is_apart() -> None:
+    report = scan_dataset(datasets.SlowStart(), num_workers=2, timeout=30)
+    assert report.bad == [] and report.scanned == 24
+    assert report.slowest[0].index == datasets.SLOW_AT  # not the first sample of each worker
+    assert report.slowest[0].seconds >= 0.15
+    assert len(report.worker_startup) == 2  # one per worker started, apart from the samples
+    assert all(seconds >= 0.3 for seconds in report.worker_startup)
+    text = io.StringIO()
+    print_text(report, text)
+    pattern = (
+        "worker start-up (a first fetch beyond the sample's own time, not in the slowest "
+        "samples): median * ms, max * ms over 2 workers"
+    )
+    assert len(fnmatch.filter(text.getvalue().splitlines(), pattern)) == 1

@@ -300,3 +300,27 @@ def test_scan_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert len(colors) > 50  # text, tables and plots, not a blank or error page
     for drawn in (INCIDENT_COLOR, TIME_COLOR, MEMORY_COLOR):  # bad-sample rules, both lines
         assert rgb(drawn) in colors, drawn
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"bad": [5]}, "report.bad[0]: expected an object, got 5"),
+        ({"seconds": "2"}, 'report.seconds: expected a number, got "2"'),
+        ({"slowest": [{"index": 1, "seconds": 0.1}]}, "report.slowest[0]: no 'file'"),
+    ],
+)
+def test_a_damaged_scan_report_is_one_line_naming_the_field(
+    tmp_path: Path, edit: dict[str, object], message: str
+) -> None:
+    document = {
+        "schema": 2, "spec": "d.py:x", "total": 3, "scanned": 3, "bad": [], "outliers": [],
+        "slowest": [], "seconds": 1.0, "num_workers": 2, **edit,
+    }  # fmt: skip
+    path = tmp_path / "scan.json"
+    path.write_text(json.dumps(document))
+    result = run_python(["-m", "loaderdoctor", "report", str(path)], timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"loaderdoctor report: error: {path} is not a loaderdoctor scan report: {message}"
+    ]

@@ -242,13 +242,19 @@ def test_torchrun_shards_the_scan_and_rank_zero_merges(tmp_path: Path) -> None:
         (["--out", "/proc/q.json"], "cannot write /proc/q.json"),  # before scanning, not after
         (["--html", "/proc/x/scan.html"], "cannot write /proc/x/scan.html"),
         (["--checkpoint-every", "0"], "--checkpoint-every must be a positive"),
+        (["--timeout", "nan"], "--timeout must be a positive number of seconds"),
+        (["--checkpoint-every", "inf"], "--checkpoint-every must be a positive"),
+        # Renamed over, a device or a pipe would be replaced (as root, /dev/null itself).
+        (["--out", "fifo"], "cannot write fifo: not a regular file"),
     ],
 )
 def test_an_output_that_cannot_be_written_is_refused_up_front(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
+    os.mkfifo(tmp_path / "fifo")
     command = ["-m", "loaderdoctor", "scan", f"{SCAN}:clean", *args]
     result = run_python(command, timeout=60, cwd=str(tmp_path))
+    assert (tmp_path / "fifo").is_fifo()
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 

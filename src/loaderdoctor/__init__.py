@@ -6,12 +6,15 @@ The public surface is ``__all__``. Names load on first use, so ``loaderdoctor --
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+# Not ``typing``: every Python process of a ``loaderdoctor run`` imports this package (the
+# run's bootstrap lives in it), and typing alone costs more than the rest of the package.
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from loaderdoctor.forensics import CAUSES, Cause, Diagnosis, Evidence, diagnose
     from loaderdoctor.supervise import (
         DataLoader,
@@ -56,6 +59,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'loaderdoctor' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

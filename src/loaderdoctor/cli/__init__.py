@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
 from enum import IntEnum
-from types import ModuleType
+from typing import Protocol
 
 
 class ExitCode(IntEnum):
@@ -27,13 +26,34 @@ class CommandError(Exception):
         self.code = code
 
 
-# The registry: each module has a one-line docstring (its --help), ``register(parser)`` and
-# ``run(args) -> int``. Add a subcommand by adding its module name here.
-COMMANDS: tuple[str, ...] = ("demo", "env", "lint", "run", "report", "explain", "scan", "tune")
+class Command(Protocol):
+    """A subcommand: one module of this package, registered in :func:`commands`.
+
+    The module's docstring (its first line) is the subcommand's ``--help``; ``register`` adds
+    its options; ``run`` does the work (core call, renderer) and returns an exit code, raising
+    :class:`CommandError` for what the user can fix. Modules import their heavy dependencies
+    inside ``run``, so that ``loaderdoctor --help`` stays quick.
+    """
+
+    def register(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
 
 
-def _load(name: str) -> ModuleType:
-    return importlib.import_module(f"loaderdoctor.cli.{name}")
+def commands() -> dict[str, Command]:
+    """Every subcommand, in ``--help`` order. Add one by adding its module here."""
+    from loaderdoctor.cli import demo, env, explain, lint, report, run, scan, tune
+
+    return {
+        "demo": demo,
+        "env": env,
+        "lint": lint,
+        "run": run,
+        "report": report,
+        "explain": explain,
+        "scan": scan,
+        "tune": tune,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,29 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"loaderdoctor {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        try:
-            module = _load(name)
-        except ModuleNotFoundError as error:
-            if error.name == f"loaderdoctor.cli.{name}":
-                continue  # a subcommand not built yet
-            raise
-        doc = (module.__doc__ or "").strip().splitlines()[0]
+    for name, command in commands().items():
+        doc = (command.__doc__ or "").strip().splitlines()[0]
         sub = subparsers.add_parser(name, help=doc, description=doc)
-        module.register(sub)
-        sub.set_defaults(_module=module)
+        command.register(sub)
+        sub.set_defaults(_command=command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    module = getattr(args, "_module", None)
-    if module is None:
+    command: Command | None = getattr(args, "_command", None)
+    if command is None:
         parser.print_help()
         return ExitCode.USAGE
     try:
-        return int(module.run(args))
+        return int(command.run(args))
     except CommandError as error:
         print(f"loaderdoctor {args.command}: error: {error}", file=sys.stderr)
         return int(error.code)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from loaderdoctor.cli import CommandError
 
@@ -18,8 +19,8 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more: {text}")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds: {text}")
     return value
 
 
@@ -53,11 +54,19 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command, or SCRIPT.py"
     )
+    parser.epilog = (
+        "Exit status: the command's own (128 + N after signal N); 2 for a usage error. "
+        "report.json is written however the command ends. The command does not outlive run: "
+        "should run be killed, the command writes the report and stops (SIGTERM)."
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from loaderdoctor.runner.core import RunSettings, RunUsageError, run_command
+    from loaderdoctor.runner.core import RunSettings, RunUsageError, outer_supervisor, run_command
 
+    outer = outer_supervisor()
+    if outer is not None:
+        return _run_under(outer, args.argv)
     settings = RunSettings(
         command=list(args.argv),
         report_dir=args.report_dir,
@@ -78,6 +87,24 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_text(report, sys.stderr, html=html)
     return report.exit_code
+
+
+def _run_under(outer: tuple[int, str], argv: list[str]) -> NoReturn:
+    """``run -- run -- CMD``: one supervisor, one report. The inner run becomes CMD (exec)."""
+    from loaderdoctor.runner.core import RunUsageError, exec_under_outer_supervisor, resolve_command
+
+    pid, report_dir = outer
+    try:
+        command = resolve_command(argv)
+        print(
+            f"loaderdoctor run: already supervised by loaderdoctor run (pid {pid}); its report "
+            f"in {report_dir} covers this command, with its options",
+            file=sys.stderr,
+            flush=True,
+        )
+        exec_under_outer_supervisor(command)
+    except RunUsageError as error:
+        raise CommandError(str(error)) from None
 
 
 def write_html_report(report: RunReport, command: str) -> Path | None:

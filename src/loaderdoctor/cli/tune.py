@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -68,9 +69,9 @@ def _validate(args: argparse.Namespace) -> int | None:
         raise CommandError("--batch-size must be at least 1")
     if args.max_workers is not None and args.max_workers < 0:
         raise CommandError("--max-workers must be 0 or more")
-    if args.time_budget <= 0:
+    if not (math.isfinite(args.time_budget) and args.time_budget > 0):
         raise CommandError("--time-budget must be a positive number of seconds")
-    if args.window <= 0:
+    if not (math.isfinite(args.window) and args.window > 0):
         raise CommandError("--window must be a positive number of seconds")
     if args.soak < 0:
         raise CommandError("--soak must be 0 or more epochs")

@@ -63,8 +63,10 @@ def format_memory(report: RunReport) -> list[str]:
         peak = max(workers, key=lambda p: p.peak_uss_bytes or p.peak_rss_bytes)
         kind = "USS" if peak.peak_uss_bytes is not None else "RSS"
         value = peak.peak_uss_bytes if peak.peak_uss_bytes is not None else peak.peak_rss_bytes
+        # The loaders' own count: memory is sampled, and a short-lived worker can be missed.
+        ran = sum(r.workers for r in report.ranks) or len(workers)
         lines.append(
-            f"{len(workers)} worker process{'es' if len(workers) != 1 else ''}; "
+            f"{ran} worker process{'es' if ran != 1 else ''}; "
             f"highest peak {kind} {format_bytes(value)} (pid {peak.pid})"
         )
     if memory.shm_peak_used_bytes is not None:

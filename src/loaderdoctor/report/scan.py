@@ -50,6 +50,17 @@ def format_settings(report: ScanReport) -> str:
     return ", ".join(parts)
 
 
+def format_worker_startup(report: ScanReport) -> str:
+    """Each worker's first fetch beyond that sample's own time, kept out of the slowest list."""
+    startup = sorted(report.worker_startup)
+    median = startup[len(startup) // 2]
+    return (
+        f"worker start-up (a first fetch beyond the sample's own time, not in the slowest "
+        f"samples): median {median * 1000:.1f} ms, max {startup[-1] * 1000:.1f} ms "
+        f"over {len(startup)} workers"
+    )
+
+
 def print_text(
     report: ScanReport, file: IO[str] | None = None, *, quarantine_path: str | None = None
 ) -> None:
@@ -126,6 +137,8 @@ def _print_costs(report: ScanReport, console: Console) -> None:
         for slow in report.slowest:
             table.add_row(str(slow.index), format_ms(slow.seconds), escape(slow.file or "-"))
         console.print(table)
+    if report.worker_startup:
+        console.print(escape(format_worker_startup(report)))
     if report.hungriest:
         table = Table(title="memory-hungry samples", title_justify="left")
         for column in ("index", "peak MiB", "file"):

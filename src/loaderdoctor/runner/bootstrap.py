@@ -1,11 +1,10 @@
-"""The child side of ``loaderdoctor run``, loaded by its ``sitecustomize`` in every Python process.
-
-``_boot/sitecustomize.py`` loads this file by its path, without importing the ``loaderdoctor``
-package: a process that never imports torch pays a millisecond, not the package's imports.
+"""The child side of ``loaderdoctor run``, imported by its ``sitecustomize`` in every Python process.
 
 It must stay light: most processes a command starts (shells, compilers, torchrun's helpers) never
 import torch, and they must not pay for it. So it only installs an import hook; the DataLoader is
-replaced (``loaderdoctor.runner.patch``) right after ``torch`` has finished importing.
+replaced (``loaderdoctor.runner.patch``) right after ``torch`` has finished importing. In the
+command's own process (the direct child of ``loaderdoctor run``) it also arms the lifeline, which
+writes the report and stops the command should ``loaderdoctor run`` die first.
 """
 
 from __future__ import annotations
@@ -14,20 +13,15 @@ import importlib.machinery
 import os
 import sys
 
-# Every Python process of the command loads this module, most of them never torch: the typing
+from loaderdoctor.runner.protocol import RUN_DIR_ENV, SUPERVISOR_ENV
+
+# Every Python process of the command imports this module, most of them never torch: the typing
 # module and importlib.abc (which pulls importlib.resources, tempfile, shutil, ...) cost more than
 # the rest of this file, so they are imported for the type checker only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import ModuleType
-    from typing import Any
-
-# The environment ``loaderdoctor run`` hands its command (read again by every child process).
-RUN_DIR_ENV = "LOADERDOCTOR_RUN_DIR"
-HANG_TIMEOUT_ENV = "LOADERDOCTOR_RUN_HANG_TIMEOUT"
-HEAL_ENV = "LOADERDOCTOR_RUN_HEAL"
-BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 
 
 class TorchImportHook:
@@ -59,48 +53,43 @@ class TorchImportHook:
         def exec_module(module: ModuleType) -> None:
             original(module)
             _remove_hook(self)
-            try:
-                from loaderdoctor.runner import patch
-
-                patch.apply()
-            except Exception as error:  # never break the user's import of torch
-                sys.stderr.write(f"loaderdoctor run: DataLoader not supervised: {error!r}\n")
+            _apply_patch()
 
         # An attribute of this one loader instance (one per spec), not of its class.
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
-def _remove_hook(hook: Any) -> None:
+def _remove_hook(hook: TorchImportHook) -> None:
     try:
         sys.meta_path.remove(hook)
     except ValueError:
         pass
 
 
-def _chain_shadowed_sitecustomize(boot_file: str) -> None:
-    """Run the ``sitecustomize`` ours hides (a venv's or a distribution's), as Python would have."""
-    boot_dir = os.path.realpath(os.path.dirname(boot_file))
-    rest = [p for p in sys.path if os.path.realpath(p or os.getcwd()) != boot_dir]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is None or spec.loader is None:
-        return
-    module = type(sys)(spec.name)
-    module.__file__ = spec.origin
+def _apply_patch() -> None:
     try:
-        spec.loader.exec_module(module)
-    except Exception as error:  # Python itself only warns about a failing sitecustomize
-        sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{error!r}\n")
-
-
-def install(boot_file: str) -> None:
-    _chain_shadowed_sitecustomize(boot_file)
-    if not os.environ.get(RUN_DIR_ENV):
-        return
-    if "torch" in sys.modules:  # imported by the shadowed sitecustomize: patch now
         from loaderdoctor.runner import patch
 
         patch.apply()
+    except Exception as error:  # never break the user's import of torch
+        sys.stderr.write(f"loaderdoctor run: DataLoader not supervised: {error!r}\n")
+
+
+def is_direct_child() -> bool:
+    """This process was started by ``loaderdoctor run`` itself (an exec'd image still is)."""
+    return os.environ.get(SUPERVISOR_ENV) == str(os.getppid())
+
+
+def install() -> None:
+    if not os.environ.get(RUN_DIR_ENV):
+        return
+    if is_direct_child():
+        from loaderdoctor.runner import lifeline
+
+        lifeline.arm()
+    if "torch" in sys.modules:  # imported by the shadowed sitecustomize: patch now
+        _apply_patch()
         return
     if not any(isinstance(finder, TorchImportHook) for finder in sys.meta_path):
         sys.meta_path.insert(0, TorchImportHook())

@@ -2,7 +2,9 @@
 
 The parent never imports torch: it starts the command with the bootstrap first on PYTHONPATH,
 forwards signals, samples memory from outside, and after the command has ended (however it
-ended) merges the children's files into ``DIR/report.json``.
+ended) merges the children's files into ``DIR/report.json``. A report is on disk from the start
+(it says the supervisor died, which stays true only if nothing replaces it), and should ``run``
+be killed outright, the command writes it and stops (``lifeline``).
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
-from loaderdoctor.runner.bootstrap import BOOT_DIR, HANG_TIMEOUT_ENV, HEAL_ENV, RUN_DIR_ENV
+from loaderdoctor.runner import protocol
+from loaderdoctor.runner.lifeline import parent_death_signal
 from loaderdoctor.runner.memory import MemorySampler
 from loaderdoctor.runner.model import (
     Delivered,
@@ -32,9 +36,17 @@ from loaderdoctor.runner.model import (
     RunReport,
     run_status,
 )
+from loaderdoctor.runner.protocol import (
+    BOOT_DIR,
+    HANG_TIMEOUT_ENV,
+    HEAL_ENV,
+    INCIDENTS_DIRNAME,
+    REPORT_NAME,
+    RUN_DIR_ENV,
+    RUN_RECORD_NAME,
+    SUPERVISOR_ENV,
+)
 
-REPORT_NAME = "report.json"
-INCIDENTS_DIRNAME = ".incidents"  # also in runner/patch.py, which the parent must not import
 DEFAULT_REPORT_DIR = "loaderdoctor-report"
 DEFAULT_HANG_TIMEOUT_S = 300.0
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -71,6 +83,34 @@ def resolve_command(argv: Sequence[str]) -> list[str]:
     return command
 
 
+def outer_supervisor() -> tuple[int, str] | None:
+    """``(pid, report dir)`` of the ``loaderdoctor run`` this process already runs under, if any.
+
+    Its environment says so, and that process must still be one of our ancestors: a variable
+    left behind by a finished run (exported into a shell) is not a supervisor.
+    """
+    import psutil
+
+    value, report_dir = os.environ.get(SUPERVISOR_ENV, ""), os.environ.get(RUN_DIR_ENV)
+    if not value.isdigit() or not report_dir:
+        return None
+    try:
+        ancestors = {parent.pid for parent in psutil.Process().parents()}
+    except psutil.Error:
+        return None
+    return (int(value), report_dir) if int(value) in ancestors else None
+
+
+def exec_under_outer_supervisor(command: list[str]) -> NoReturn:
+    """Become ``command`` (``os.execvp``): the outer run supervises it, one report for both."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as error:
+        raise RunUsageError(f"cannot start {command[0]}: {error.strerror or error}") from None
+
+
 def _is_python(program: str) -> bool:
     name = os.path.basename(program)
     return program == sys.executable or name.startswith(PYTHON_NAMES)
@@ -83,6 +123,7 @@ def child_environment(settings: RunSettings, report_dir: Path) -> dict[str, str]
     env[RUN_DIR_ENV] = str(report_dir)
     env[HANG_TIMEOUT_ENV] = repr(float(settings.hang_timeout_s))
     env[HEAL_ENV] = "1" if settings.heal else "0"
+    env[SUPERVISOR_ENV] = str(os.getpid())
     return env
 
 
@@ -126,16 +167,24 @@ def _terminal_delivered_it() -> bool:
 def run_command(settings: RunSettings) -> RunReport:
     """Run the command to its end and return (and write) its report."""
     command = resolve_command(settings.command)
-    report_dir = settings.report_dir.resolve()
+    report_dir = prepare_report_dir(settings.report_dir)
     incidents_dir = report_dir / INCIDENTS_DIRNAME
-    shutil.rmtree(incidents_dir, ignore_errors=True)
-    incidents_dir.mkdir(parents=True, exist_ok=True)
     started_wall = time.time()
     started = time.monotonic()
+    record = RunRecord(os.getpid(), command, started_wall)
+    protocol.write_json(str(incidents_dir / RUN_RECORD_NAME), record.to_json())
+    # True only if nothing replaces it: run and its command both died without a word.
+    write_report(_report_of_a_dead_supervisor(report_dir, record, writer=None), report_dir)
     try:
-        process = subprocess.Popen(command, env=child_environment(settings, report_dir))
+        process = subprocess.Popen(
+            command,
+            env=child_environment(settings, report_dir),
+            # Never outlive us (torchrun's contract): see runner/lifeline.py.
+            preexec_fn=parent_death_signal(signal.SIGTERM),
+        )
     except OSError as error:
         shutil.rmtree(incidents_dir, ignore_errors=True)
+        (report_dir / REPORT_NAME).unlink(missing_ok=True)
         raise RunUsageError(f"cannot start {command[0]}: {error.strerror or error}") from None
     interrupted: list[int] = []
     sampler = MemorySampler(process.pid, started, settings.memory_interval_s)
@@ -163,6 +212,98 @@ def run_command(settings: RunSettings) -> RunReport:
     return report
 
 
+@dataclass
+class RunRecord:
+    """What the parent leaves in ``.incidents/run.json`` for a child that outlives it."""
+
+    pid: int
+    command: list[str]
+    started_wall: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "command": self.command, "started_wall": self.started_wall}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        return cls(
+            int(data["pid"]), [str(part) for part in data["command"]], float(data["started_wall"])
+        )
+
+
+def report_after_supervisor_death(
+    report_dir: str | os.PathLike[str], supervisor: int, writer: int
+) -> RunReport | None:
+    """The report a child writes when ``run`` (pid ``supervisor``) died before the command.
+
+    None when ``run`` did finish its own report (its ``.incidents`` folder is gone), or when the
+    folder is another run's.
+    """
+    data = protocol.read_json(os.path.join(protocol.incidents_dir(report_dir), RUN_RECORD_NAME))
+    try:
+        record = RunRecord.from_json(data or {})
+    except (KeyError, TypeError, ValueError):
+        return None
+    if record.pid != supervisor:
+        return None
+    return _report_of_a_dead_supervisor(Path(report_dir), record, writer=writer)
+
+
+def _report_of_a_dead_supervisor(
+    report_dir: Path, record: RunRecord, writer: int | None
+) -> RunReport:
+    report = merge(
+        report_dir,
+        command=record.command,
+        returncode=-signal.SIGTERM,  # what the kernel or the lifeline sends the command
+        started_wall=record.started_wall,
+        duration_s=time.time() - record.started_wall,
+        memory=None,
+        interrupted=False,
+    )
+    report.supervisor = "died"
+    if writer is None:
+        note = (
+            f"loaderdoctor run (pid {record.pid}) and its command ended without a report: "
+            "this one was written when the command started; the kernel sent the command "
+            "SIGTERM when run died (killed with SIGKILL, or out of memory)"
+        )
+    else:
+        note = (
+            f"loaderdoctor run (pid {record.pid}) died before its command (killed with SIGKILL, "
+            f"or out of memory): the command's process {writer} wrote this report and then "
+            "stopped itself with SIGTERM; memory was not sampled"
+        )
+    report.notes.insert(0, note)
+    return report
+
+
+def prepare_report_dir(path: Path) -> Path:
+    """The report folder, made and proven writable, before the command starts.
+
+    A folder that cannot hold the report is the user's to fix (a file in the way, ``/proc``, a
+    read-only mount): one line now, not a training run that ends without its report.
+    """
+    report_dir = path.resolve()
+    if report_dir.exists() and not report_dir.is_dir():
+        raise RunUsageError(f"--report-dir {path} is a file, not a folder")
+    incidents_dir = report_dir / INCIDENTS_DIRNAME
+    try:
+        shutil.rmtree(incidents_dir, ignore_errors=True)
+        incidents_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunUsageError(
+            f"--report-dir {path}: cannot create it: {error.strerror or error}"
+        ) from None
+    try:
+        with tempfile.TemporaryFile(dir=report_dir):
+            pass
+    except OSError as error:
+        raise RunUsageError(
+            f"--report-dir {path}: cannot write in it: {error.strerror or error}"
+        ) from None
+    return report_dir
+
+
 def exit_code_of(returncode: int) -> tuple[int, str | None]:
     """A shell's convention: death by signal N is 128 + N."""
     if returncode < 0:
@@ -175,17 +316,8 @@ def exit_code_of(returncode: int) -> tuple[int, str | None]:
     return returncode, None
 
 
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with contextlib.suppress(OSError), path.open(errors="replace") as handle:
-        for line in handle:
-            with contextlib.suppress(ValueError):  # a line cut short by a hard kill
-                record = json.loads(line)
-                if isinstance(record, dict):
-                    yield record
-
-
 def merge(
-    report_dir: Path,
+    report_dir: str | os.PathLike[str],
     *,
     command: list[str],
     returncode: int,
@@ -194,35 +326,20 @@ def merge(
     memory: MemoryReport | None,
     interrupted: bool,
 ) -> RunReport:
-    incidents_dir = report_dir / INCIDENTS_DIRNAME
+    incidents_dir = protocol.incidents_dir(report_dir)
     incidents = [
         RunIncident.from_sink_record(record, started_wall)
-        for path in sorted(incidents_dir.glob("*.jsonl"))
-        for record in _read_jsonl(path)
+        for record in protocol.read_incident_records(incidents_dir)
     ]
     incidents.sort(key=lambda i: i.time_s if i.time_s is not None else 0.0)
-    ranks: list[ProcessSummary] = []
+    states = protocol.read_states(incidents_dir)
+    ranks = process_summaries(states, incidents)
     quarantine: list[Any] = []
-    for path in sorted(incidents_dir.glob("*.state.json")):
-        try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        pid = int(state.get("pid", 0))
-        ranks.append(
-            ProcessSummary(
-                pid=pid,
-                rank=state.get("rank"),
-                loaders=int(state.get("loaders", 0)),
-                delivered=Delivered(int(state.get("batches", 0)), int(state.get("samples", 0))),
-                incidents=sum(1 for i in incidents if i.process_pid == pid),
-            )
-        )
+    for state in states:
         quarantine.extend(q for q in state.get("quarantine", []) if q not in quarantine)
     for incident in incidents:
         if incident.action == "quarantined":
             quarantine.extend(i for i in incident.indices if i not in quarantine)
-    ranks.sort(key=lambda r: (r.rank if r.rank is not None else -1, r.pid))
     exit_code, signal_name = exit_code_of(returncode)
     notes = []
     if not ranks:
@@ -250,10 +367,47 @@ def merge(
     )
 
 
-def write_report(report: RunReport, report_dir: Path) -> Path:
+def process_summaries(
+    states: list[dict[str, Any]], incidents: list[RunIncident]
+) -> list[ProcessSummary]:
+    """One summary per process that built a supervised DataLoader, in rank order.
+
+    A process image writes one state; a pid that exec'd has several, and its counts add up.
+    """
+    by_pid: dict[int, ProcessSummary] = {}
+    workers: dict[int, set[int]] = {}
+    created: set[int] = set()
+    for state in states:
+        pid = int(state.get("pid", 0))
+        summary = by_pid.setdefault(
+            pid,
+            ProcessSummary(
+                pid=pid,
+                rank=state.get("rank"),
+                loaders=0,
+                delivered=Delivered(),
+                incidents=sum(1 for i in incidents if i.process_pid == pid),
+            ),
+        )
+        if int(state.get("created", state.get("loaders", 0))):
+            created.add(pid)
+        summary.loaders += int(state.get("loaders", 0))
+        summary.delivered.batches += int(state.get("batches", 0))
+        summary.delivered.samples += int(state.get("samples", 0))
+        workers.setdefault(pid, set()).update(int(w) for w in state.get("worker_pids", []))
+        summary.workers = len(workers[pid])
+        if state.get("rank") is not None:
+            summary.rank = state.get("rank")
+    ranks = [summary for pid, summary in by_pid.items() if pid in created]
+    return sorted(ranks, key=lambda r: (r.rank if r.rank is not None else -1, r.pid))
+
+
+def write_report(report: RunReport, report_dir: str | os.PathLike[str]) -> Path:
+    """``DIR/report.json``, replaced whole (a temporary file per writer, then a rename)."""
+    report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     path = report_dir / REPORT_NAME
-    temporary = path.with_suffix(".json.tmp")
+    temporary = report_dir / f".{REPORT_NAME}.{os.getpid()}.tmp"
     temporary.write_text(json.dumps(report.to_json(), indent=2, default=repr) + "\n")
     os.replace(temporary, path)
     return path

@@ -179,9 +179,11 @@ class MemorySampler:
 
 
 def _start_method(process: object) -> str:
+    import psutil
+
     try:
         cmdline = " ".join(process.cmdline())  # type: ignore[attr-defined]
-    except Exception:
+    except psutil.Error:  # gone, or not ours to read: the start method stays unknown
         return "unknown"
     if "spawn_main" in cmdline:
         return "spawn"
@@ -191,9 +193,11 @@ def _start_method(process: object) -> str:
 
 
 def _rank(process: object) -> int | None:
+    import psutil
+
     try:
         value = process.environ().get("RANK")  # type: ignore[attr-defined]
-    except Exception:
+    except psutil.Error:  # gone, or not ours to read
         return None
     return int(value) if value and value.isdigit() else None
 
@@ -266,52 +270,55 @@ def find_memory_growth(processes: list[ProcessMemory]) -> list[MemoryFinding]:
             (copy_on_read if kind == "fork" else leaks).extend(growing)
     findings = []
     if copy_on_read:
-        findings.append(
-            MemoryFinding(
-                id="copy-on-read",
-                title="Every fork worker's private memory grows as it reads the Dataset",
-                explanation=(
-                    "Fork workers share the parent's memory until they write to it, and reading "
-                    "a Python object writes its reference count. A Dataset that keeps its "
-                    "metadata (file lists, labels, annotations) in Python lists or dicts makes "
-                    "each worker copy every page it reads: the memory of the run grows with "
-                    "workers × dataset size until the OOM killer ends it (PyTorch issue #13246)."
-                ),
-                fixes=[
-                    "Keep per-sample metadata in numpy arrays or torch tensors, not Python "
-                    "lists or dicts: one array object has one reference count, so reading it "
-                    "copies nothing (strings: np.array(paths).astype(np.bytes_), or one bytes "
-                    "blob with an offsets array).",
-                    "Or load the metadata lazily in each worker (worker_init_fn) from a "
-                    "memory-mapped file instead of building it in the main process.",
-                    "Fewer workers reduce the total while the Dataset is being fixed.",
-                ],
-                pids=[g.pid for g in copy_on_read],
-                evidence=[_growth_line(g) for g in copy_on_read],
-                docs=COPY_ON_READ_DOCS,
-            )
-        )
+        findings.append(_copy_on_read_finding(copy_on_read))
     if leaks:
-        findings.append(
-            MemoryFinding(
-                id="worker-memory-growth",
-                title="Every worker's memory grows steadily over the epoch",
-                explanation=(
-                    "The workers were not forked (spawn or forkserver), so this is not "
-                    "copy-on-read: the Dataset or a transform keeps what it loads (a cache, a "
-                    "list that is appended to, open files)."
-                ),
-                fixes=[
-                    "Look for caches and lists in the Dataset that grow in __getitem__; bound "
-                    "them (functools.lru_cache(maxsize=...)) or drop them.",
-                    "Run `loaderdoctor env --target ...` to measure one worker's memory per "
-                    "sample.",
-                ],
-                pids=[g.pid for g in leaks],
-                evidence=[_growth_line(g) for g in leaks],
-            )
-        )
+        findings.append(_memory_growth_finding(leaks))
     return findings
+
+
+def _copy_on_read_finding(growths: list[Growth]) -> MemoryFinding:
+    return MemoryFinding(
+        id="copy-on-read",
+        title="Every fork worker's private memory grows as it reads the Dataset",
+        explanation=(
+            "Fork workers share the parent's memory until they write to it, and reading "
+            "a Python object writes its reference count. A Dataset that keeps its "
+            "metadata (file lists, labels, annotations) in Python lists or dicts makes "
+            "each worker copy every page it reads: the memory of the run grows with "
+            "workers × dataset size until the OOM killer ends it (PyTorch issue #13246)."
+        ),
+        fixes=[
+            "Keep per-sample metadata in numpy arrays or torch tensors, not Python "
+            "lists or dicts: one array object has one reference count, so reading it "
+            "copies nothing (strings: np.array(paths).astype(np.bytes_), or one bytes "
+            "blob with an offsets array).",
+            "Or load the metadata lazily in each worker (worker_init_fn) from a "
+            "memory-mapped file instead of building it in the main process.",
+            "Fewer workers reduce the total while the Dataset is being fixed.",
+        ],
+        pids=[g.pid for g in growths],
+        evidence=[_growth_line(g) for g in growths],
+        docs=COPY_ON_READ_DOCS,
+    )
+
+
+def _memory_growth_finding(growths: list[Growth]) -> MemoryFinding:
+    return MemoryFinding(
+        id="worker-memory-growth",
+        title="Every worker's memory grows steadily over the epoch",
+        explanation=(
+            "The workers were not forked (spawn or forkserver), so this is not "
+            "copy-on-read: the Dataset or a transform keeps what it loads (a cache, a "
+            "list that is appended to, open files)."
+        ),
+        fixes=[
+            "Look for caches and lists in the Dataset that grow in __getitem__; bound "
+            "them (functools.lru_cache(maxsize=...)) or drop them.",
+            "Run `loaderdoctor env --target ...` to measure one worker's memory per sample.",
+        ],
+        pids=[g.pid for g in growths],
+        evidence=[_growth_line(g) for g in growths],
+    )
 
 
 def _growth_line(growth: Growth) -> str:

@@ -10,8 +10,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loaderdoctor.jsonshape import ShapeError, check_shape, json_kind
+
 SCHEMA = 1
 RunStatus = Literal["ok", "crashed", "healed"]
+SupervisorFate = Literal["finished", "died"]
 HEALING_ACTIONS = frozenset({"skipped", "replaced", "quarantined", "respawned", "backed-off"})
 
 
@@ -84,9 +87,10 @@ class ProcessSummary:
 
     pid: int
     rank: int | None
-    loaders: int
+    loaders: int  # supervised DataLoaders iterated (built and never used: not counted)
     delivered: Delivered
     incidents: int
+    workers: int = 0  # DataLoader worker processes it ran, respawns included
 
 
 @dataclass
@@ -163,6 +167,9 @@ class RunReport:
     started_at: str = ""  # ISO 8601, local time
     report_dir: str = ""
     notes: list[str] = field(default_factory=list)
+    # "finished": run saw its command end; "died": run ended first (killed), and the command
+    # (or, failing that, run's own report written at the start) says what was known then.
+    supervisor: SupervisorFate = "finished"
     schema: int = SCHEMA
 
     def to_json(self) -> dict[str, Any]:
@@ -172,11 +179,15 @@ class RunReport:
         return {**head, **data}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunReport:
+    def from_json(cls, data: object) -> RunReport:
+        """The report in ``data``; ``ValueError`` naming the first field that makes no sense."""
+        if not isinstance(data, dict):
+            raise ShapeError(f"expected a JSON object, got {json_kind(data)}")
         if data.get("schema") != SCHEMA:
             raise ValueError(
                 f"report schema {data.get('schema')!r}; this loaderdoctor reads {SCHEMA}"
             )
+        check_shape(data, cls, "report")
         values = _known(cls, data)
         values["incidents"] = [RunIncident.from_json(i) for i in values.get("incidents", [])]
         values["delivered"] = Delivered(**values.get("delivered", {}))

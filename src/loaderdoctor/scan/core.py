@@ -116,46 +116,24 @@ def _scan(
     progress: Progress | None,
     saver: _Saver,
 ) -> None:
-    from loaderdoctor.supervise import DataLoader, LoaderError
-    from loaderdoctor.supervise.heal import HealWarning
     from loaderdoctor.supervise.samples import sample_file
 
-    wrapped = SummarizingDataset(dataset)
+    wrapped = SummarizingDataset(dataset, warm_up_limit_s=timeout / 4)
     done = shard_size - len(remaining)
+
+    def loaded_one() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, shard_size)
+        saver.maybe_save()
+
     for _ in range(MAX_ROUNDS):
         if not remaining:
             return
-        loader = DataLoader(
-            wrapped,
-            batch_size=None,
-            sampler=remaining,
-            num_workers=num_workers,
-            collate_fn=keep_summary,
-            worker_init_fn=cap,
-            on_error="skip",
-            heal=True,
-            hang_timeout=timeout,
+        failure = _scan_round(
+            wrapped, remaining, state, cap, num_workers, timeout, on_loaded=loaded_one
         )
-        failure: LoaderError | None = None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", HealWarning)  # every action is in loader.report
-            try:
-                for index, seconds, structure, peak_bytes in loader:
-                    state.loaded[index] = Loaded(seconds, structure, peak_bytes)
-                    done += 1
-                    if progress is not None:
-                        progress(done, shard_size)
-                    saver.maybe_save()
-            except LoaderError as error:
-                failure = error
-            finally:  # also on Ctrl-C: the verdicts so far go into the checkpoint
-                diagnoses = [incident.diagnosis for incident in loader.report.incidents]
-                if failure is not None and failure.diagnosis is not None:
-                    diagnoses.append(failure.diagnosis)
-                for diagnosis in diagnoses:
-                    for index in diagnosis.indices:
-                        if isinstance(index, int) and not state.done(index):
-                            state.bad[index] = _bad_sample(index, diagnosis, dataset, cap)
         before = len(remaining)
         remaining = [i for i in remaining if not state.done(i)]
         if failure is not None and len(remaining) == before:
@@ -171,6 +149,53 @@ def _scan(
         state.bad[index] = BadSample(
             index, "unknown", sample_file(dataset, index), "not scanned: too many failures"
         )
+
+
+def _scan_round(
+    wrapped: SummarizingDataset,
+    indices: list[int],
+    state: ScanState,
+    cap: Any,
+    num_workers: int,
+    timeout: float,
+    on_loaded: Callable[[], None],
+) -> Any:
+    """One healing loader over ``indices``: every result into ``state``; the error that ended
+    it early (the loader gave up after too many deaths), or None."""
+    from loaderdoctor.supervise import DataLoader, LoaderError
+    from loaderdoctor.supervise.heal import HealWarning
+
+    loader = DataLoader(
+        wrapped,
+        batch_size=None,
+        sampler=indices,
+        num_workers=num_workers,
+        collate_fn=keep_summary,
+        worker_init_fn=cap,
+        on_error="skip",
+        heal=True,
+        hang_timeout=timeout,
+    )
+    failure: LoaderError | None = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)  # every action is in loader.report
+        try:
+            for index, seconds, structure, peak_bytes, startup in loader:
+                state.loaded[index] = Loaded(seconds, structure, peak_bytes)
+                if startup is not None:
+                    state.startup.append(startup)
+                on_loaded()
+        except LoaderError as error:
+            failure = error
+        finally:  # also on Ctrl-C: the verdicts so far go into the checkpoint
+            diagnoses = [incident.diagnosis for incident in loader.report.incidents]
+            if failure is not None and failure.diagnosis is not None:
+                diagnoses.append(failure.diagnosis)
+            for diagnosis in diagnoses:
+                for index in diagnosis.indices:
+                    if isinstance(index, int) and not state.done(index):
+                        state.bad[index] = _bad_sample(index, diagnosis, wrapped.inner, cap)
+    return failure
 
 
 def _bad_sample(index: int, diagnosis: Any, dataset: Any, cap: Any) -> BadSample:

@@ -49,6 +49,7 @@ def build_report(
         structure=majority,
         hungriest=hungriest,
         profile=profile(state),
+        worker_startup=sorted(round(seconds, 6) for seconds in state.startup),
         **settings,
     )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from loaderdoctor.jsonshape import check_shape
+
 SCHEMA = 2
 READABLE_SCHEMAS = (1, 2)  # schema 1 lacked the memory, profile and run fields; they default
 
@@ -77,6 +79,9 @@ class ScanReport:
     mem_cap: str | None = None  # how the cap was enforced ("cgroup v1", "RLIMIT_AS"), or why not
     ranks: int = 1  # torchrun processes that shared the scan
     resumed: int = 0  # samples whose result came from a checkpoint of an interrupted scan
+    # Per worker started: what its first fetch took beyond that sample's own time (imports,
+    # decoders, caches). Not in ``slowest``, whose times are the samples' own.
+    worker_startup: list[float] = field(default_factory=list)
     schema: int = SCHEMA
 
     @property
@@ -96,8 +101,10 @@ class ScanReport:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ScanReport:
+        """The report in ``data``; ``ValueError`` naming the first field that makes no sense."""
         if data.get("schema") not in READABLE_SCHEMAS:
             raise ValueError(f"unsupported scan report schema {data.get('schema')!r}")
+        check_shape(data, cls, "report")
         profile = data.get("profile")
         return cls(
             spec=data["spec"],
@@ -116,4 +123,5 @@ class ScanReport:
             mem_cap=data.get("mem_cap"),
             ranks=data.get("ranks", 1),
             resumed=data.get("resumed", 0),
+            worker_startup=list(data.get("worker_startup", [])),
         )

@@ -14,6 +14,7 @@ from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise.heal_policy import HealPolicy
 from loaderdoctor.supervise.quarantine import (
     QuarantineEntry,
+    dataset_length,
     read_quarantine,
     write_quarantine,
 )
@@ -157,7 +158,9 @@ class DataLoader(torch.utils.data.DataLoader):
         }
         self._ld_quarantine: dict[int, QuarantineEntry] = {}
         if self.quarantine_path is not None:
-            self._ld_quarantine = read_quarantine(self.quarantine_path)
+            self._ld_quarantine = read_quarantine(
+                self.quarantine_path, dataset_length(self.dataset)
+            )
 
     def _get_iterator(self) -> Any:
         from loaderdoctor.supervise import iterator, single_process, worker_hooks

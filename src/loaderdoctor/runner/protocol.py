@@ -1,0 +1,136 @@
+"""What ``loaderdoctor run`` and the processes of its command say to each other.
+
+The one place for the names and formats both sides use: the environment the parent hands its
+command, the files each process writes under ``DIR/.incidents/``, and the record of the run the
+parent leaves there. Torch-free and nearly import-free: every Python process of the command
+imports it at start-up (most of them never import torch, and must not pay for it).
+
+    DIR/report.json                   the report (the parent's, or a child's if the parent died)
+    DIR/.incidents/run.json           the parent's record: pid, command, start time
+    DIR/.incidents/<pid>.jsonl        one line per incident, appended as it happens
+    DIR/.incidents/<pid>-<n>.state.json
+                                      one process image's loaders, delivered counts, quarantine
+                                      (``n`` counts the images of one pid: ``os.execv`` keeps the
+                                      pid, and the counts before the exec must not be overwritten)
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # not ``typing``: imported by every Python process of the command
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
+# --- the environment the parent hands its command (read again by every child process) --------
+RUN_DIR_ENV = "LOADERDOCTOR_RUN_DIR"
+HANG_TIMEOUT_ENV = "LOADERDOCTOR_RUN_HANG_TIMEOUT"
+HEAL_ENV = "LOADERDOCTOR_RUN_HEAL"
+# The pid of the ``loaderdoctor run`` process: its direct child watches it (``lifeline``), and
+# a ``loaderdoctor run`` started under it sees that it is already supervised.
+SUPERVISOR_ENV = "LOADERDOCTOR_RUN_SUPERVISOR"
+
+# --- the files ----------------------------------------------------------------------------------
+REPORT_NAME = "report.json"
+INCIDENTS_DIRNAME = ".incidents"
+RUN_RECORD_NAME = "run.json"
+INCIDENTS_SUFFIX = ".jsonl"
+STATE_SUFFIX = ".state.json"
+HEAL_WARNED_NAME = "heal-unavailable"  # created by the first process that warned about --heal
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+
+
+def incidents_dir(report_dir: str | os.PathLike[str]) -> str:
+    return os.path.join(report_dir, INCIDENTS_DIRNAME)
+
+
+def incidents_path(directory: str, pid: int) -> str:
+    return os.path.join(directory, f"{pid}{INCIDENTS_SUFFIX}")
+
+
+def state_path(directory: str, pid: int, image: int) -> str:
+    return os.path.join(directory, f"{pid}-{image}{STATE_SUFFIX}")
+
+
+def next_image_number(directory: str, pid: int) -> int:
+    """The number of this process image: one more than any state file this pid left before."""
+    prefix, numbers = f"{pid}-", [0]
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 1
+    for name in names:
+        if name.startswith(prefix) and name.endswith(STATE_SUFFIX):
+            middle = name[len(prefix) : -len(STATE_SUFFIX)]
+            if middle.isdigit():
+                numbers.append(int(middle))
+    return max(numbers) + 1
+
+
+# --- the formats ---------------------------------------------------------------------------------
+def incident_line(record: dict[str, Any]) -> str:
+    """``{"time", "pid", "rank", "incident": Incident.to_json()}`` as one line of JSON."""
+    import json
+
+    return json.dumps(record, default=repr) + "\n"
+
+
+def append_incident(directory: str, pid: int, record: dict[str, Any]) -> None:
+    # One write of one line in append mode: lines of concurrent writers never interleave.
+    with open(incidents_path(directory, pid), "a") as handle:
+        handle.write(incident_line(record))
+
+
+def write_json(path: str, document: dict[str, Any]) -> None:
+    """Replace ``path`` (temporary file, then rename): a reader never sees half a file."""
+    import json
+
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as handle:
+        json.dump(document, handle, default=repr)
+    os.replace(temporary, path)
+
+
+def read_json(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    import json
+
+    try:
+        with open(path, errors="replace") as handle:
+            document = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def read_incident_records(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Every incident line of every process, file by file; a line cut short is skipped."""
+    import json
+
+    for name in sorted(_names(directory, INCIDENTS_SUFFIX)):
+        try:
+            with open(os.path.join(directory, name), errors="replace") as handle:
+                lines = handle.readlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line cut short by a hard kill
+                continue
+            if isinstance(record, dict):
+                yield record
+
+
+def read_states(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every process image's state, in the order the images ran."""
+    states = [read_json(os.path.join(directory, n)) for n in _names(directory, STATE_SUFFIX)]
+    found = [s for s in states if s is not None]
+    return sorted(found, key=lambda s: (s.get("started", 0.0), s.get("pid", 0)))
+
+
+def _names(directory: str | os.PathLike[str], suffix: str) -> list[str]:
+    try:
+        return [n for n in os.listdir(directory) if n.endswith(suffix)]
+    except OSError:
+        return []
