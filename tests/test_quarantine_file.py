@@ -11,6 +11,7 @@ import pytest
 
 import loaderdoctor
 from conftest import FIXTURES, run_python
+from loaderdoctor.atomic import write_json_atomically
 from loaderdoctor.scan.state import CheckpointError, Loaded, ScanState, load_checkpoint
 from loaderdoctor.supervise.quarantine import (
     InvalidIndex,
@@ -18,7 +19,6 @@ from loaderdoctor.supervise.quarantine import (
     QuarantineWarning,
     read_quarantine,
     sample_index,
-    write_json_atomically,
 )
 
 SCAN = FIXTURES / "scan" / "scan_datasets.py"

@@ -18,14 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_python
+from loaderdoctor.atomic import write_atomically
 from loaderdoctor.report import demo, env, run_html, run_text, scan, scan_html, tune, tune_html
-from loaderdoctor.report.output import (
-    UNDECODABLE_NOTE,
-    EscapingStream,
-    has_undecodable,
-    printable,
-    write_atomically,
-)
+from loaderdoctor.report.output import UNDECODABLE_NOTE, EscapingStream, has_undecodable, printable
 from test_demo import _fixed_report as demo_report
 from test_env_report import fixed_report as env_report
 from test_run_units import sample_report as run_report

@@ -10,8 +10,9 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
+from loaderdoctor.atomic import write_atomically
 from loaderdoctor.report.chart import Line
-from loaderdoctor.report.output import UNDECODABLE_NOTE, printable, write_atomically
+from loaderdoctor.report.output import UNDECODABLE_NOTE, printable
 
 PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b",

@@ -11,10 +11,7 @@ any other lone surrogate ``\\udNNN``, and the report says so once (``UNDECODABLE
 from __future__ import annotations
 
 import io
-import os
 import re
-import tempfile
-from pathlib import Path
 from typing import IO
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -78,38 +75,3 @@ class EscapingStream(io.TextIOBase):
     @property
     def encoding(self) -> str:  # type: ignore[override]
         return getattr(self.target, "encoding", None) or "utf-8"
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it (``os.umask`` sets it, racing threads)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
-
-
-def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> Path:
-    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``.
-
-    The rename is atomic within one file system, so a reader sees the old file or the new one,
-    and a failure (a full disk, an interrupt, a bug while writing) leaves the old file whole and no
-    temporary behind. Text must already be printable (see ``printable``): it is encoded strictly.
-    """
-    target = Path(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    descriptor, temporary = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(payload)
-        # mkstemp makes 0600; a report is as readable as any file the user would create
-        os.chmod(temporary, 0o666 & ~_umask())
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return target

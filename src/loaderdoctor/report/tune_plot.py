@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from loaderdoctor.atomic import write_atomically
 from loaderdoctor.report.chart import Chart, layout, x_label, y_label
-from loaderdoctor.report.output import printable, write_atomically
+from loaderdoctor.report.output import printable
 from loaderdoctor.report.tune_html import charts, format_html, format_svg
 from loaderdoctor.tune.model import TuneReport
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from loaderdoctor.atomic import write_json_atomically
 from loaderdoctor.runner import protocol
 from loaderdoctor.runner.lifeline import parent_death_signal
 from loaderdoctor.runner.memory import MemorySampler
@@ -404,13 +405,7 @@ def process_summaries(
 
 def write_report(report: RunReport, report_dir: str | os.PathLike[str]) -> Path:
     """``DIR/report.json``, replaced whole (a temporary file per writer, then a rename)."""
-    report_dir = Path(report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
-    path = report_dir / REPORT_NAME
-    temporary = report_dir / f".{REPORT_NAME}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps(report.to_json(), indent=2, default=repr) + "\n")
-    os.replace(temporary, path)
-    return path
+    return write_json_atomically(Path(report_dir) / REPORT_NAME, report.to_json(), indent=2)
 
 
 def load_report(report_dir: Path) -> RunReport:

@@ -84,12 +84,9 @@ def append_incident(directory: str, pid: int, record: dict[str, Any]) -> None:
 
 def write_json(path: str, document: dict[str, Any]) -> None:
     """Replace ``path`` (temporary file, then rename): a reader never sees half a file."""
-    import json
+    from loaderdoctor.atomic import write_json_atomically
 
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w") as handle:
-        json.dump(document, handle, default=repr)
-    os.replace(temporary, path)
+    write_json_atomically(path, document)
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -11,14 +11,10 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from loaderdoctor.atomic import write_json_atomically
 from loaderdoctor.jsonshape import json_kind
 from loaderdoctor.scan.model import BadSample
-from loaderdoctor.supervise.quarantine import (
-    InvalidIndex,
-    json_text,
-    sample_index,
-    write_json_atomically,
-)
+from loaderdoctor.supervise.quarantine import InvalidIndex, json_text, sample_index
 
 CHECKPOINT_SCHEMA = 1
 

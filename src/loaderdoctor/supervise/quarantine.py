@@ -9,14 +9,14 @@ start of every epoch. One JSON document, replaced atomically so a crash never le
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from loaderdoctor.atomic import write_json_atomically
 
 SCHEMA = 1
 
@@ -176,33 +176,6 @@ def write_quarantine(path: str | os.PathLike[str], entries: dict[int, Quarantine
         "quarantine": [asdict(entries[index]) for index in sorted(entries)],
     }
     write_json_atomically(path, document, indent=2)
-
-
-def write_json_atomically(
-    path: str | os.PathLike[str], document: Any, indent: int | None = None
-) -> None:
-    """Write to a temporary file beside ``path``, then rename it over ``path``: all or nothing.
-
-    A symlink is followed (the file it names is replaced, the link kept), and only a regular
-    file is replaced: renaming over ``/dev/null`` as root would replace the device.
-    """
-    path = os.path.realpath(path)
-    if os.path.exists(path) and not os.path.isfile(path):
-        raise OSError(errno.EINVAL, "not a regular file", path)
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=".loaderdoctor-", dir=directory)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=indent)
-            handle.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
 
 
 def now() -> str:
