@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -113,7 +115,13 @@ def test_user_timeout_becomes_a_hang_verdict_with_the_stack() -> None:
     assert not any(worker.is_alive() for worker in iterator._workers)
 
 
-def test_killed_parent_leaks_no_shared_memory_and_no_worker() -> None:
+def test_killed_parent_leaks_no_shared_memory_and_no_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A temp folder of this test's own: any supervised iterator on the machine (another test run)
+    # prunes the log folders of dead owners it finds in the shared one.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = shm_entries()
     script = (
         "import time, torch, loaderdoctor\n"
@@ -133,6 +141,8 @@ def test_killed_parent_leaks_no_shared_memory_and_no_worker() -> None:
     )
     try:
         assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 120)
+        assert ready, "the child did not start loading within 120 s"
         assert process.stdout.readline().strip() == "running"
         workers = psutil.Process(process.pid).children()
         assert len(workers) == 2
@@ -147,8 +157,6 @@ def test_killed_parent_leaks_no_shared_memory_and_no_worker() -> None:
             pass
     assert {name for name in shm_entries() - before if "torch" in name} == set()
     # The dead parent could not remove its log directory; the next supervised iterator does.
-    import tempfile
-
     leftovers = list(Path(tempfile.gettempdir()).glob(f"loaderdoctor-{process.pid}-*"))
     assert leftovers, "the killed parent's log directory was expected to remain"
     iterator = iter(loaderdoctor.DataLoader(Faulty("key"), batch_size=4, num_workers=1))
