@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 SCHEMA = 1
 RunStatus = Literal["ok", "crashed", "healed"]
-HEALING_ACTIONS = frozenset({"skipped", "replaced", "quarantined", "respawned", "backed-off"})
+HEALING_ACTIONS = frozenset(
+    {"skipped", "replaced", "quarantined", "respawned", "backed-off", "fell-back"}
+)
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
