@@ -41,7 +41,6 @@ EXCEPTION_IGNORED = "Exception ignored in"
 
 # --- 1. workers of a dropped iterator stop at once, as torch's do -------------------------
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=ISSUE_1)
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_dropped_iterator_workers_exit_with_gc_disabled(method: str) -> None:
     result = run_python([str(DROPIN / "dropped_iterator.py"), method], timeout=240)
@@ -62,7 +61,6 @@ def live_workers_after_30_epochs(impl: str) -> tuple[list[str], str]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=ISSUE_1)
 def test_loader_per_epoch_leaves_as_many_workers_as_torch() -> None:
     stock, _ = live_workers_after_30_epochs("torch")
     assert stock == ["live workers: 2"]  # the last loader's, which the script still holds
@@ -72,7 +70,6 @@ def test_loader_per_epoch_leaves_as_many_workers_as_torch() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=ISSUE_1)
 def test_forked_child_never_runs_a_dropped_iterators_shutdown() -> None:
     for impl in ("torch", "loaderdoctor"):
         result = run_python([str(DROPIN / "forked_child_gc.py"), impl], timeout=120)
@@ -82,7 +79,6 @@ def test_forked_child_never_runs_a_dropped_iterators_shutdown() -> None:
 
 
 # --- 2. DataLoader[T] ------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason=ISSUE_2, raises=TypeError)
 def test_subscripting_works_like_torch() -> None:
     stock = TorchLoader[list[torch.Tensor]]
     ours = OurLoader[list[torch.Tensor]]
@@ -167,7 +163,6 @@ START_FAILURES: dict[str, Callable[[str], dict[str, Any]]] = {
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=ISSUE_3)
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 @pytest.mark.parametrize("case", sorted(START_FAILURES))
 def test_unpicklable_start_raises_torchs_type_with_torchs_warning(case: str, method: str) -> None:
@@ -188,7 +183,6 @@ class _CannotForkContext(multiprocessing.context.ForkContext):
     Process = _CannotForkProcess  # type: ignore[assignment]
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_3)
 def test_fork_failure_raises_torchs_oserror() -> None:
     ours = assert_same_failure(
         lambda: {
@@ -300,7 +294,6 @@ def test_unknown_keyword_raises_torchs_typeerror() -> None:
     assert str(ours.value) == str(stock.value)
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_5, raises=TypeError)
 def test_a_newer_torch_keyword_reaches_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     """A torch release that adds ``worker_method=`` (simulated): ours must pass it through."""
     original = TorchLoader.__init__

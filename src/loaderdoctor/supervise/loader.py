@@ -230,7 +230,7 @@ def _warn_once(loader: Any, message: str) -> None:
     if message in _warned:
         return
     _warned.add(message)
-    warnings.warn(message, RuntimeWarning, stacklevel=4)
+    warnings.warn(message, RuntimeWarning, stacklevel=5)  # at the user's `for ... in loader`
 
 
 def _announce(step: Any) -> bool:
