@@ -80,8 +80,9 @@ def test_unpicklable_sample_is_a_verdict_not_a_silent_hang() -> None:
 def test_lambda_collate_fn_under_spawn_is_unpicklable() -> None:
     out = verdict("lambda", "spawn")
     assert out["cause"] == "unpicklable"
-    assert out["error_type"] == "WorkerStartError"
-    assert "collate_fn" in out["message"]
+    # torch raises AttributeError here; so does loaderdoctor, with the verdict as a note
+    assert out["error_type"] == "AttributeError"
+    assert "cannot be pickled for spawn: collate_fn" in out["message"]
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])

@@ -8,12 +8,73 @@ release moves one of them.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
+import torch
 import torch.utils.data.dataloader as _dataloader
 from torch._utils import ExceptionWrapper, KeyErrorMessage
 from torch.utils.data import _utils
 from torch.utils.data._utils import worker as _worker
+
+
+def _release(text: str) -> tuple[int, ...]:
+    """``"2.13.0+cpu"`` -> ``(2, 13, 0)``: the numeric release, local and pre-release parts dropped."""
+    numbers = []
+    for part in text.split("+", 1)[0].split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        numbers.append(int(digits.group(0)))
+    while len(numbers) > 1 and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers)
+
+
+_COMPARE = {
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+
+
+def in_range(version: str, specifier: str) -> bool:
+    """Whether ``version`` meets a plain specifier such as ``">=2.4,<2.15"`` (no wildcards)."""
+    have = _release(version)
+    for clause in filter(None, (c.strip() for c in specifier.split(","))):
+        match = re.fullmatch(r"(>=|<=|==|!=|>|<)\s*([\w.]+)", clause)
+        if match is None:
+            return True  # a form this check does not know: trust the installer
+        if not _COMPARE[match.group(1)](have, _release(match.group(2))):
+            return False
+    return True
+
+
+def _declared_torch_range() -> tuple[str, bool]:
+    """The torch requirement of the installed loaderdoctor, and whether this torch meets it.
+
+    The range is declared once, in ``pyproject.toml``; outside it the supervised loader runs as
+    plain torch with one warning, never a crash (issue 13).
+    """
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        requirements = requires("loaderdoctor") or []
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "", True
+    for line in requirements:
+        match = re.fullmatch(r"torch\s*([^;]*)", line.strip())
+        if match:
+            specifier = match.group(1).strip().strip("()")
+            return specifier, in_range(torch.__version__, specifier)
+    return "", True
+
+
+TORCH_VERSION = torch.__version__
+SUPPORTED_RANGE, SUPPORTED = _declared_torch_range()
 
 MultiProcessingIter = _dataloader._MultiProcessingDataLoaderIter
 SingleProcessIter = _dataloader._SingleProcessDataLoaderIter
@@ -98,6 +159,9 @@ __all__ = [
     "ITERATOR_ATTRIBUTES",
     "MP_STATUS_CHECK_INTERVAL",
     "PRIVATE_NAMES",
+    "SUPPORTED",
+    "SUPPORTED_RANGE",
+    "TORCH_VERSION",
     "DatasetKind",
     "ExceptionWrapper",
     "IterableDatasetStopIteration",

@@ -431,6 +431,29 @@ CAUSES: dict[str, Cause] = {
                 "Objective-C runtime's fork-safety check, whose message names `fork()`."
             ),
         ),
+        Cause(
+            id="internal-error",
+            title="loaderdoctor's own machinery failed (not your job's fault)",
+            explanation=(
+                "An exception was raised inside loaderdoctor's own code (a wrapper around your "
+                "dataset, collate_fn or worker_init_fn, the flight recorder, an import it needs), "
+                "not in your dataset, collate_fn or worker_init_fn. It says nothing about your "
+                "data or your training job: it is a bug in loaderdoctor, please report it."
+            ),
+            fixes=(
+                "Please report it to the loaderdoctor maintainers with the traceback shown under "
+                "the evidence and the versions of loaderdoctor, torch and Python.",
+                "Keep training meanwhile: with heal=True (or `loaderdoctor run --heal`) the loader "
+                "falls back to plain torch loading and says so once.",
+                "Or use torch.utils.data.DataLoader directly until it is fixed.",
+            ),
+            symptoms=("an exception whose innermost frame is in loaderdoctor's own source files",),
+            proof=(
+                "The innermost frame of the exception's traceback lies in loaderdoctor's own "
+                "package (a wrapper, the recorder, an import it needs), not in the user's "
+                "dataset, collate_fn or worker_init_fn, nor in torch code they called."
+            ),
+        ),
     )
 }
 

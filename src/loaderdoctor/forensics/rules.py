@@ -82,6 +82,16 @@ def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MiB"
 
 
+def internal_error(ev: Evidence) -> Finding | None:
+    if ev.internal_origin is None:
+        return None
+    return Finding(
+        "internal-error",
+        0.99,
+        (f"the exception was raised in loaderdoctor's own code: {ev.internal_origin}",),
+    )
+
+
 def exception_signature(ev: Evidence) -> Finding | None:
     if ev.kind not in ("exception", "start"):
         return None
@@ -223,6 +233,7 @@ def hang(ev: Evidence) -> Finding | None:
 
 
 RULES: tuple[Rule, ...] = (
+    internal_error,
     exception_signature,
     python_exception,
     start_failure,
@@ -289,6 +300,9 @@ def evidence_lines(ev: Evidence) -> list[str]:
     if ev.shm_free_bytes is not None and ev.shm_total_bytes:
         lines.append(f"/dev/shm now: {_mib(ev.shm_free_bytes)} free of {_mib(ev.shm_total_bytes)}")
     lines.extend(ev.notes)
+    if ev.internal_origin is not None and ev.traceback:
+        lines.append("traceback (please include it in the report):")
+        lines.extend(f"  {line}" for line in ev.traceback.strip().splitlines()[-30:])
     return lines
 
 

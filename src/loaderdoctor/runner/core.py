@@ -27,7 +27,6 @@ from typing import Any, NoReturn
 
 from loaderdoctor.atomic import write_json_atomically
 from loaderdoctor.runner import protocol
-from loaderdoctor.runner.lifeline import parent_death_signal
 from loaderdoctor.runner.memory import MemorySampler
 from loaderdoctor.runner.model import (
     Delivered,
@@ -37,6 +36,7 @@ from loaderdoctor.runner.model import (
     RunReport,
     run_status,
 )
+from loaderdoctor.runner.pdeathsig import parent_death_signal
 from loaderdoctor.runner.protocol import (
     BOOT_DIR,
     HANG_TIMEOUT_ENV,

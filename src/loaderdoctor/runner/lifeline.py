@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 
+from loaderdoctor.runner.pdeathsig import PR_SET_PDEATHSIG, libc_prctl
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,38 +30,10 @@ if TYPE_CHECKING:
 # torchrun's agent, and Kubernetes, give a process 30 s between SIGTERM and SIGKILL.
 GRACE_S = 30.0
 POLL_S = 0.5
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 # Called (in this order) before the report is written: ``patch`` flushes its delivered counts.
 BEFORE_REPORT: list[Callable[[], None]] = []
 _armed: list[threading.Thread] = []
-
-
-def libc_prctl() -> Callable[..., int] | None:
-    """libc's ``prctl`` on Linux, looked up before a fork (nothing to import in the child)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-def parent_death_signal(number: int) -> Callable[[], None] | None:
-    """A ``preexec_fn``: the child gets signal ``number`` when its parent (us) dies."""
-    prctl = libc_prctl()
-    if prctl is None:
-        return None
-    parent = os.getpid()
-
-    def in_the_child() -> None:
-        prctl(PR_SET_PDEATHSIG, number, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os.kill(os.getpid(), number)
-
-    return in_the_child
 
 
 def arm() -> None:

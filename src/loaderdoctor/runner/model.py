@@ -15,7 +15,9 @@ from loaderdoctor.jsonshape import ShapeError, check_shape, json_kind
 SCHEMA = 1
 RunStatus = Literal["ok", "crashed", "healed"]
 SupervisorFate = Literal["finished", "died"]
-HEALING_ACTIONS = frozenset({"skipped", "replaced", "quarantined", "respawned", "backed-off"})
+HEALING_ACTIONS = frozenset(
+    {"skipped", "replaced", "quarantined", "respawned", "backed-off", "fell-back"}
+)
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:

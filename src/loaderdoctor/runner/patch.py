@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+import types
 import weakref
 from typing import Any
 
@@ -201,7 +202,11 @@ class RunDataLoader(supervised.DataLoader):
         _write_state(force=True)
         if not getattr(iterator, "_ld_run_counting", False):
             try:
-                iterator._ld_run_loader = self
+                # What _count reads, not the loader: iterator -> loader would be a reference
+                # cycle with persistent workers (issue 13).
+                iterator._ld_run_loader = types.SimpleNamespace(
+                    batch_size=self.batch_size, batch_sampler=self.batch_sampler
+                )
                 iterator.__class__ = _counting_class(type(iterator))
             except (TypeError, AttributeError):
                 pass  # an iterator type that cannot be extended: not counted

@@ -1,4 +1,7 @@
-"""The exceptions a supervised DataLoader raises. All subclass RuntimeError, like torch's own."""
+"""The exceptions a supervised DataLoader raises of its own. All subclass RuntimeError, as torch's
+do; where torch raises another type (a worker's exception, a pickling error at start) the user gets
+that type with the verdict attached as ``.diagnosis`` (``attach``).
+"""
 
 from __future__ import annotations
 
@@ -22,4 +25,11 @@ class WorkerHangError(WorkerDiedError):
 
 
 class WorkerStartError(LoaderError):
-    """Workers could not be started (unpicklable arguments, spawn bootstrapping)."""
+    """Workers could not be started with a RuntimeError (other start failures keep their type)."""
+
+
+def attach(error: BaseException, diagnosis: Diagnosis) -> None:
+    try:
+        error.diagnosis = diagnosis  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # an exception type with __slots__
+        pass

@@ -1,83 +1,220 @@
-"""What a healing worker works with: its policy, the stand-ins for the batches it drops, and the
-test that finds the odd samples of a batch that would not collate.
+"""What healing does about a failure: a pure decision, from the verdict and the loader's situation.
+
+``HealPolicy.decide`` takes data and returns data (an ``Action``); the iterator carries it out. It
+never touches a process, so every rule is tested from a table (``tests/test_heal_policy.py``).
+The back-off ladder is here too: down one rung after an environmental failure, back up one rung
+after a healthy stretch, never below one worker process after a process-killing cause unless the
+user allowed in-process loading.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import enum
+from dataclasses import dataclass, replace
+
+from loaderdoctor.forensics.evidence import Diagnosis
+
+# Causes that say "this machine, now" rather than "this sample": back off rather than blame.
+ENVIRONMENTAL = frozenset({"oom-killed", "shm-exhausted", "killed-by-signal", "fd-exhausted"})
+# Deaths whose sample in flight is worth re-trying alone before it is quarantined.
+SAMPLE_DEATHS = frozenset(
+    {"native-crash", "oom-killed", "shm-exhausted", "worker-exit", "killed-by-signal"}
+)
+MAX_RESPAWNS = 8
+# A rung is climbed back after this many batches delivered without an environmental failure, or
+# at the start of an epoch when the whole previous epoch was healthy, whichever comes first.
+CLIMB_AFTER_BATCHES = 1000
+
+
+class ActionKind(enum.Enum):
+    RAISE = "raised"  # hand the failure to the user
+    PROBE = "probe"  # re-try the sample in flight alone in a fresh worker, then decide again
+    RESPAWN = "respawned"  # a fresh pool, same size, with every owed batch sent again
+    QUARANTINE = "quarantined"  # the sample in flight is bad: remember it, then respawn
+    BACK_OFF = "backed-off"  # the machine is short: one rung down the ladder, then respawn
+    FALL_BACK = "fell-back"  # loaderdoctor itself failed: plain torch loading takes over
 
 
 @dataclass(frozen=True)
+class Action:
+    kind: ActionKind
+    num_workers: int
+    prefetch_factor: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What the iterator knows when a failure arrives, besides the verdict."""
+
+    heal: bool
+    iterable: bool  # a stream cannot be resumed in a fresh pool
+    respawns: int
+    num_workers: int
+    prefetch_factor: int
+    kind: str  # Evidence.kind: death, exception, hang, start
+    stage: str | None = None
+    reached_worker_init: bool | None = None
+    culprit: object = None  # the sample in flight
+    probe_failed_again: bool | None = None  # None: not probed yet
+    in_process_allowed: bool = False  # the user's allow_in_process
+
+
+def process_killing(cause: str, kind: str) -> bool:
+    """A cause that killed a process: a sample must then never run in the training process."""
+    return kind in ("death", "hang") or cause in ("native-crash", "oom-killed", "killed-by-signal")
+
+
+def ladder(num_workers: int, prefetch_factor: int, floor: int) -> list[tuple[int, int]]:
+    """The rungs from the user's settings down to ``floor`` workers: prefetch 1, then halving."""
+    rungs = [(num_workers, prefetch_factor)]
+    if prefetch_factor > 1:
+        rungs.append((num_workers, 1))
+    workers = num_workers
+    while workers > max(floor, 1):
+        workers = max(workers // 2, 1)
+        rungs.append((workers, 1))
+    if floor == 0 and num_workers > 0:
+        rungs.append((0, 1))
+    return rungs
+
+
+def step_down(num_workers: int, prefetch_factor: int, floor: int) -> tuple[int, int] | None:
+    """One rung below ``(num_workers, prefetch_factor)``; None at the floor."""
+    if prefetch_factor > 1:
+        return num_workers, 1
+    if num_workers > max(floor, 1):
+        return max(num_workers // 2, 1), 1
+    if num_workers == 1 and floor == 0:
+        return 0, 1
+    return None
+
+
 class HealPolicy:
-    """How a worker treats a sample that raises (travels to the workers with the dataset)."""
+    """Decides what to do about one failure. Pure: no processes, no I/O, no clock."""
 
-    on_error: str  # "skip" or "replace" ("raise" never builds a policy)
-    retries: int
-    quarantined: frozenset[Any]
-    drop_last: bool
-    dataset_len: int | None
+    def decide(self, diagnosis: Diagnosis, at: Situation) -> Action:
+        keep = Action(ActionKind.RESPAWN, at.num_workers, at.prefetch_factor)
+        raise_it = replace(keep, kind=ActionKind.RAISE)
+        cause = diagnosis.cause
+        if not at.heal or at.iterable:
+            return raise_it  # healing off, or a stream that cannot be resumed elsewhere
+        if cause == "internal-error":
+            return replace(keep, kind=ActionKind.FALL_BACK)
+        if at.respawns >= MAX_RESPAWNS:
+            return raise_it
+        if at.kind == "exception" and at.stage == "send":
+            # A batch that cannot be sent fails again from any worker: load it in-process.
+            return Action(
+                ActionKind.BACK_OFF, 0, 1, "the rest of the epoch loads in the main process"
+            )
+        if at.kind == "death" and at.reached_worker_init is False:
+            return raise_it  # the workers cannot start at all: nothing to respawn into
+        if at.kind == "exception":
+            # Out of shared memory or descriptors: the batch is still owed; back off. Any other
+            # exception is the user's to see (sample errors heal inside the workers).
+            return self._back_off(diagnosis, at, "") if cause in ENVIRONMENTAL else raise_it
+        if cause == "worker-hang" and at.culprit is not None:
+            return replace(keep, kind=ActionKind.QUARANTINE)
+        if cause in SAMPLE_DEATHS and at.culprit is not None:
+            if at.probe_failed_again is None:
+                return replace(keep, kind=ActionKind.PROBE)
+            if at.probe_failed_again:
+                return replace(
+                    keep,
+                    kind=ActionKind.QUARANTINE,
+                    note=f"sample {at.culprit!r} failed again alone in a fresh worker",
+                )
+            if cause in ENVIRONMENTAL:
+                return self._back_off(
+                    diagnosis,
+                    at,
+                    f"sample {at.culprit!r} loaded fine alone: the machine, not the sample",
+                )
+            return replace(keep, note=f"sample {at.culprit!r} loaded fine alone: not reproducible")
+        if cause in ENVIRONMENTAL:
+            return self._back_off(diagnosis, at, "")
+        return keep
+
+    def _back_off(self, diagnosis: Diagnosis, at: Situation, note: str) -> Action:
+        floor = 1 if process_killing(diagnosis.cause, at.kind) and not at.in_process_allowed else 0
+        lower = step_down(at.num_workers, at.prefetch_factor, floor)
+        if lower is None:
+            # At the floor already: keep one worker process (a process-killing sample must not
+            # take the training process with it) and try again.
+            extra = "at the lowest safe setting already (allow_in_process=True to go lower)"
+            return Action(
+                ActionKind.RESPAWN,
+                at.num_workers,
+                at.prefetch_factor,
+                f"{note}; {extra}" if note else extra,
+            )
+        return Action(ActionKind.BACK_OFF, lower[0], lower[1], note)
 
 
-class SkippedBatch:
-    """Stands in for a batch whose every sample was skipped (or, with drop_last, left short)."""
+@dataclass
+class Backoff:
+    """Where the loader stands on its ladder, and how long it has been healthy there."""
 
-    def __init__(self, indices: list[Any], reason: str) -> None:
-        self.indices = indices
-        self.reason = reason
+    num_workers: int
+    prefetch_factor: int
+    base_workers: int
+    base_prefetch: int
+    healthy_batches: int = 0
+    clean_epoch_done: bool = False  # the last epoch that finished had no failure
+    this_epoch_clean: bool = False
 
-    def __repr__(self) -> str:
-        return f"SkippedBatch({self.indices!r}, {self.reason!r})"
+    @property
+    def lowered(self) -> bool:
+        return (self.num_workers, self.prefetch_factor) != (self.base_workers, self.base_prefetch)
+
+    def moved_to(self, num_workers: int, prefetch_factor: int) -> None:
+        self.num_workers, self.prefetch_factor = num_workers, prefetch_factor
+        self.healthy_batches = 0
+        self.clean_epoch_done = self.this_epoch_clean = False
+
+    def failed(self) -> None:
+        self.healthy_batches = 0
+        self.this_epoch_clean = False
+
+    def delivered(self) -> None:
+        self.healthy_batches += 1
+
+    def epoch_started(self) -> None:
+        self.this_epoch_clean = True
+
+    def epoch_finished(self) -> None:
+        self.clean_epoch_done = self.this_epoch_clean
+
+    def climb_due(self, at_epoch_start: bool) -> bool:
+        if not self.lowered:
+            return False
+        if self.healthy_batches >= CLIMB_AFTER_BATCHES:
+            return True
+        return at_epoch_start and self.clean_epoch_done
+
+    def rung_up(self) -> tuple[int, int] | None:
+        """The rung above the current one (None at the user's own settings)."""
+        if not self.lowered:
+            return None
+        rungs = ladder(self.base_workers, self.base_prefetch, 0)
+        here = (self.num_workers, self.prefetch_factor)
+        if here in rungs and rungs.index(here) > 0:
+            return rungs[rungs.index(here) - 1]
+        return self.base_workers, self.base_prefetch
 
 
-class DroppedSamples(list[Any]):
-    """What a healing ``__getitems__`` returns for a batch that must not be collated."""
-
-
-def _structure(sample: Any) -> Any:
-    """A hashable description of a sample's shape and types, to find the odd one in a batch."""
-    shape = getattr(sample, "shape", None)
-    dtype = getattr(sample, "dtype", None)
-    if shape is not None and dtype is not None:
-        return (type(sample).__name__, tuple(shape), str(dtype))
-    if isinstance(sample, dict):
-        return ("dict", tuple(sorted((str(k), _structure(v)) for k, v in sample.items())))
-    if isinstance(sample, (list, tuple)):
-        return (type(sample).__name__, tuple(_structure(v) for v in sample))
-    if isinstance(sample, (str, bytes)):
-        return type(sample).__name__
-    return type(sample).__name__
-
-
-def _safe_structure(sample: Any) -> Any:
-    try:
-        return _structure(sample)
-    except Exception:
-        return None
-
-
-def odd_samples(samples: Any, indices: list[Any], reference: Any = None) -> list[Any]:
-    """Indices whose structure differs from the rest of the batch (empty when undecidable).
-
-    ``reference`` is the structure of a sample known to be good (from an earlier batch or a
-    reference sample): when some samples match it, the others are the odd ones, whatever their
-    number. Without it the majority decides, and a tie decides nothing.
-    """
-    if not isinstance(samples, (list, tuple)) or len(samples) != len(indices) or len(samples) < 2:
-        return []
-    try:
-        structures = [_structure(s) for s in samples]
-    except Exception:
-        return []
-    if len(set(structures)) < 2:
-        return []
-    if reference is not None and reference in structures:
-        return [index for index, s in zip(indices, structures) if s != reference]
-    counts: dict[Any, int] = {}
-    for structure in structures:
-        counts[structure] = counts.get(structure, 0) + 1
-    ranked = sorted(counts.values(), reverse=True)
-    if ranked[0] == ranked[1]:
-        return []
-    majority = max(counts, key=lambda s: counts[s])
-    return [index for index, s in zip(indices, structures) if s != majority]
+__all__ = [
+    "CLIMB_AFTER_BATCHES",
+    "ENVIRONMENTAL",
+    "MAX_RESPAWNS",
+    "SAMPLE_DEATHS",
+    "Action",
+    "ActionKind",
+    "Backoff",
+    "HealPolicy",
+    "Situation",
+    "ladder",
+    "process_killing",
+    "step_down",
+]

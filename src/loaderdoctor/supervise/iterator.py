@@ -1,13 +1,17 @@
 """The supervised multiprocessing iterator: torch's own iterator with a watch on every worker.
 
-A clean run takes exactly torch's code path (same sampler draws, same seeds, same batches); the
-supervisor adds a flight recorder, a short poll that notices a dead or stuck worker within
-``POLL_S``, and the evidence collection that turns a death into a ``Diagnosis``.
+A clean run takes exactly torch's code path (same sampler draws, same seeds, same batches). The
+class is thin: it overrides the torch hooks it must and delegates to named parts:
 
-This module holds torch's overrides and the failure path; the rest comes from mixins, each in its
-own module: the watch and hang watchdog (``worker_watch``), batches lost in transfer
-(``lost_batches``), worker exceptions (``worker_exceptions``), start-up failures
-(``start_failure``) and healing (``heal``). num_workers=0 is ``single_process``.
+* ``Ledger``: the batches handed to workers and not yet delivered (``ledger``);
+* ``WorkerWatch.poll() -> Evidence | None``: a dead, stuck or mute worker (``worker_watch``);
+* ``HealPolicy.decide(diagnosis, situation) -> Action``: what to do about it, pure (``heal_policy``);
+* ``Pool``: the worker processes, their liveness and a fast stop (``pool``);
+* ``Supervision``: what the loader and its iterators share: the append-only ``IncidentLog``, the
+  counts, the quarantine, the back-off ladder (``supervision``).
+
+Its state is an ``IterState``. A rebuilt pool is a new iterator (a successor) that serves the rest
+of the epoch; torch's ``__init__`` never runs twice on one object.
 """
 
 from __future__ import annotations
@@ -19,31 +23,44 @@ import shutil
 import time
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, NoReturn
+from dataclasses import replace
+from typing import Any, NoReturn
+
+import torch
 
 from loaderdoctor import torch_compat
-from loaderdoctor.forensics import Evidence, diagnose
-from loaderdoctor.recorder import FlightRecorder
-from loaderdoctor.report.text import format_death_headline, format_verdict
+from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
+from loaderdoctor.forensics.origin import origin_of
+from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
+from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import collect
-from loaderdoctor.supervise.errors import LoaderError, WorkerDiedError, WorkerHangError
-from loaderdoctor.supervise.heal import ENVIRONMENTAL, HealingMixin
-from loaderdoctor.supervise.heal_policy import SkippedBatch
-from loaderdoctor.supervise.loader_view import _LoaderView, wrap_dataset
-from loaderdoctor.supervise.lost_batches import LostBatchMixin
-from loaderdoctor.supervise.start_failure import StartFailureMixin
+from loaderdoctor.supervise.errors import LoaderError, WorkerDiedError, WorkerHangError, attach
+from loaderdoctor.supervise.events import EventReader
+from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of
+from loaderdoctor.supervise.heal_policy import (
+    ENVIRONMENTAL,
+    Action,
+    ActionKind,
+    HealPolicy,
+    Situation,
+)
+from loaderdoctor.supervise.ledger import Ledger, count_delivered
+from loaderdoctor.supervise.loader_view import wrap_dataset
+from loaderdoctor.supervise.pool import Pool
+from loaderdoctor.supervise.sample_policy import SkippedBatch
+from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter, internal_evidence
+from loaderdoctor.supervise.start_failure import start_diagnosis, start_error
+from loaderdoctor.supervise.supervision import IterState, LoaderSnapshot, Settings, Supervision
 from loaderdoctor.supervise.worker_collate import SupervisedCollate
-from loaderdoctor.supervise.worker_exceptions import WorkerExceptionMixin
+from loaderdoctor.supervise.worker_exceptions import worker_exception
 from loaderdoctor.supervise.worker_hooks import BOOTSTRAP_DIR_ENV, SupervisedWorkerInit
-from loaderdoctor.supervise.worker_watch import WorkerWatchMixin
-
-if TYPE_CHECKING:
-    from loaderdoctor.supervise.loader import DataLoader
+from loaderdoctor.supervise.worker_watch import WorkerWatch
 
 # How often the main process looks at its workers while it waits for a batch. torch checks every
 # MP_STATUS_CHECK_INTERVAL (5 s) and relies on a SIGCHLD handler for the rest.
 POLL_S = 0.1
-SHUTDOWN_GRACE_S = 2.0
+PROBE_TIMEOUT_S = 60.0
+POLICY = HealPolicy()
 
 
 def start_method_of(loader: Any) -> str:
@@ -52,75 +69,119 @@ def start_method_of(loader: Any) -> str:
     return method or multiprocessing.get_all_start_methods()[0]
 
 
-class _PoolRestarted(Exception):
-    """Internal: the worker pool was rebuilt after a failure; fetch the next batch again."""
+class _PoolFailure(Exception):
+    """Internal: a worker failed. Carries the evidence out of torch's ``_next_data`` loop to
+    ``SupervisedMultiProcessingIter._next_data``, where the policy decides."""
+
+    def __init__(
+        self,
+        evidence: Evidence,
+        error: BaseException | None = None,
+        diagnosis: Diagnosis | None = None,
+    ) -> None:
+        super().__init__(evidence.kind)
+        self.evidence = evidence
+        self.error = error  # the worker's own exception, rebuilt (kind == "exception")
+        self.diagnosis = diagnosis
 
 
-class SupervisedMultiProcessingIter(
-    HealingMixin,
-    StartFailureMixin,
-    WorkerWatchMixin,
-    LostBatchMixin,
-    WorkerExceptionMixin,
-    torch_compat.MultiProcessingIter,
-):
-    def __init__(self, loader: DataLoader) -> None:
-        self._ld_loader = loader
-        self._ld_failed: LoaderError | None = None
-        self._ld_batch_indices: dict[int, Any] = {}
+def _remove_log_dir(path: str, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:  # never from a forked child that inherited the finalizer
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
+    def __init__(self, snapshot: LoaderSnapshot, supervision: Supervision, respawns: int = 0):
+        self._ld_sup = supervision
+        self._ld_snapshot = snapshot  # the user's loader as it was, for successors and probes
+        self._ld_state = IterState.RUNNING
+        # (message, verdict) of the failure that stopped it; not the exception, whose traceback
+        # would hold this iterator in a reference cycle
+        self._ld_failure: tuple[str, Diagnosis | None] = ("", None)
+        self._ld_successor: Any = None
+        self._ld_respawns = respawns
+        self._ld_epoch = supervision.epoch
+        self._ld_ledger = Ledger()
         self._ld_last_index: Any = None
-        self._ld_epoch = loader._ld_epoch
-        self._ld_hang_timeout = loader.hang_timeout
-        self._ld_start_method = start_method_of(loader)
-        self._ld_iterable = loader._dataset_kind == torch_compat.DatasetKind.Iterable
+        self._ld_raising: BaseException | None = None
+        self._ld_start_method = start_method_of(snapshot)
+        self._ld_iterable = snapshot._dataset_kind == torch_compat.DatasetKind.Iterable
         self._ld_log_dir = collect.make_log_dir()
-        self._ld_cleanup = weakref.finalize(
-            self, shutil.rmtree, self._ld_log_dir, ignore_errors=True
-        )
-        self._ld_keep_log_dir = False
-        self._ld_baseline = collect.read_baseline()
-        self._ld_init_healing(loader)
-        try:
-            self._ld_start_pool(_LoaderView(loader, **self._ld_pool_overrides(loader.num_workers)))
-        except Exception as error:
-            self._ld_abort_start()
-            if not self._ld_heal_start_failure(error):
-                start_error = self._ld_start_failure(error)
-                assert start_error.diagnosis is not None
-                loader._ld_record(start_error.diagnosis, "raised")
-                raise start_error from error
-
-    def _ld_pool_overrides(self, num_workers: int) -> dict[str, Any]:
-        loader = self._ld_loader
+        self._ld_cleanup = weakref.finalize(self, _remove_log_dir, self._ld_log_dir, os.getpid())
+        self._ld_events = EventReader(self._ld_log_dir, supervision.take_event)
+        generator = snapshot.generator if snapshot.generator is not None else None
+        # Replayed by a successor so that its pool draws the same base seed as this one without
+        # consuming the user's generator (which would shift every later epoch).
+        self._ld_generator_state = (generator or torch.default_generator).get_state()
+        num_workers = snapshot.num_workers
         self._ld_recorder = FlightRecorder(num_workers)
         for worker_id in range(num_workers):
             self._ld_recorder.reset_slot(worker_id)
-        policy = loader._ld_policy()
-        return {
-            "dataset": wrap_dataset(loader.dataset, loader._dataset_kind, policy),
-            "collate_fn": SupervisedCollate(loader.collate_fn, heal=policy is not None),
-            "worker_init_fn": SupervisedWorkerInit(
-                loader.worker_init_fn, self._ld_recorder, self._ld_log_dir, loader.dataset
+        policy = supervision.sample_policy(snapshot.drop_last)
+        view = snapshot.with_overrides(
+            dataset=wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy),
+            collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
+            worker_init_fn=SupervisedWorkerInit(
+                snapshot.worker_init_fn, self._ld_recorder, self._ld_log_dir, snapshot.dataset
             ),
-            "num_workers": num_workers,
-        }
-
-    def _ld_start_pool(self, view: _LoaderView) -> None:
+        )
         previous = os.environ.get(BOOTSTRAP_DIR_ENV)
         os.environ[BOOTSTRAP_DIR_ENV] = self._ld_log_dir
         try:
-            with warnings.catch_warnings():
-                # torch's generic hint; the verdict names the part that cannot be pickled.
-                warnings.filterwarnings("ignore", message="Got pickle error when attempting")
-                torch_compat.MultiProcessingIter.__init__(self, view)
+            super().__init__(view)
+        except Exception as error:
+            self._ld_start_failed(error)
+            return
         finally:
             if previous is None:
                 os.environ.pop(BOOTSTRAP_DIR_ENV, None)
             else:
                 os.environ[BOOTSTRAP_DIR_ENV] = previous
+        self._ld_pool = Pool(
+            self._workers, self._index_queues, self._workers_done_event, self._ld_log_dir
+        )
+        self._ld_watch = WorkerWatch(
+            self._ld_pool,
+            self._ld_recorder,
+            self._ld_ledger,
+            dataset=snapshot.dataset,
+            start_method=self._ld_start_method,
+            iterable=self._ld_iterable,
+            hang_timeout=supervision.settings.hang_timeout,
+            epoch=self._ld_epoch,
+        )
         torch_compat.stop_sigchld_checks(self)
 
-    # --- bookkeeping of what each batch holds ---------------------------------------------
+    # --- start-up failure -------------------------------------------------------------------
+    def _ld_start_failed(self, error: Exception) -> None:
+        Pool(getattr(self, "_workers", []), [], None, self._ld_log_dir).kill_all()
+        vars(self)["_shutdown"] = True
+        self._ld_cleanup()
+        sup = self._ld_sup
+        diagnosis = start_diagnosis(error, self._ld_snapshot, self._ld_start_method)
+        if not sup.settings.heal:
+            sup.record(diagnosis, "raised")
+            try:
+                raise start_error(error, diagnosis)
+            finally:
+                error = None  # type: ignore[assignment]  # no cycle through the traceback
+        # Workers that cannot start (pickling, spawn bootstrapping): load in-process, loudly.
+        diagnosis.evidence.append("the epoch loads in the main process instead (num_workers=0)")
+        sup.record(diagnosis, "backed-off")
+        sup.workers_cannot_start = True
+        warnings.warn(
+            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> loading in the main "
+            "process (num_workers=0)",
+            HealWarning,
+            stacklevel=4,
+        )
+        self._ld_successor = SupervisedSingleProcessIter(
+            self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
+            sup,
+        )
+        self._ld_state = IterState.HANDED_OVER
+
+    # --- bookkeeping of what each batch holds -------------------------------------------------
     def _next_index(self) -> Any:
         index = super()._next_index()
         self._ld_last_index = index
@@ -130,12 +191,23 @@ class SupervisedMultiProcessingIter(
         sent = self._send_idx
         super()._try_put_index()
         if self._send_idx != sent:
-            self._ld_batch_indices[sent] = self._ld_last_index
+            self._ld_ledger.owe(sent, self._ld_last_index)
 
     def _reset(self, loader: Any, first_iter: bool = False) -> None:
         if not first_iter:
-            self._ld_epoch = getattr(loader, "_ld_epoch", self._ld_epoch)
-            self._ld_batch_indices.clear()
+            self._ld_epoch = self._ld_watch.epoch = self._ld_sup.epoch
+            self._ld_ledger.clear()
+            failure: _PoolFailure | None = None
+            try:
+                super()._reset(loader, first_iter)
+            except _PoolFailure as caught:  # a persistent worker died between epochs
+                failure = caught
+            if failure is not None:
+                try:
+                    self._ld_handle(failure)
+                finally:
+                    failure = None  # no reference cycle through its traceback
+            return
         super()._reset(loader, first_iter)
 
     # --- waiting for data, watching the workers -------------------------------------------
@@ -151,10 +223,20 @@ class SupervisedMultiProcessingIter(
             except Exception as error:
                 receive_error = error
             if receive_error is not None:
-                # Handled outside the except block: a verdict raised here must not arrive
-                # chained under the EOFError/ConnectionResetError of the dead sender.
-                self._ld_on_receive_error(receive_error)
-            self._ld_check_workers()
+                # Outside the except block: the verdict must not arrive chained under the
+                # EOFError/ConnectionResetError of the dead sender.
+                try:
+                    found = self._ld_watch.receive_error(
+                        receive_error, self._workers_status, self._task_info
+                    )
+                    if found is None:
+                        raise receive_error
+                    raise _PoolFailure(found)
+                finally:
+                    receive_error = None  # no reference cycle through its traceback
+            evidence = self._ld_watch.poll(self._workers_status, self._task_info)
+            if evidence is not None:
+                raise _PoolFailure(evidence)
             if time.monotonic() >= deadline:
                 return (False, None)
 
@@ -165,121 +247,298 @@ class SupervisedMultiProcessingIter(
                 return data
             info = self._task_info.get(self._rcvd_idx)
             worker_id = info[0] if info else 0
-            self._ld_hang(worker_id, f"DataLoader timed out after {self._timeout} seconds")
+            message = f"DataLoader timed out after {self._timeout} seconds"
+            raise _PoolFailure(self._ld_watch.hang(worker_id, self._task_info, message))
         return super()._get_data()
 
-    def _next_data(self) -> Any:
-        while True:
-            if self._ld_failed is not None:
-                first = self._ld_failed
-                raise LoaderError(
-                    f"this DataLoader iterator stopped after an earlier failure: {first.args[0]}",
-                    first.diagnosis,
-                )
-            try:
-                if self._ld_delegate is not None:
-                    data = self._ld_delegate._next_data()
-                else:
-                    self._ld_healing_allowed = True
-                    try:
-                        data = super()._next_data()
-                    finally:
-                        self._ld_healing_allowed = False
-            except _PoolRestarted:
-                continue
-            except StopIteration:
-                self._ld_drain_events()
-                raise
-            if isinstance(data, SkippedBatch):
-                self._ld_dropped_batches += 1
-                continue
-            return data
-
     def _process_data(self, data: Any, worker_idx: int) -> Any:
-        # The batch being handed over is the one torch just popped from _task_info.
-        batch: int | None = None
-        indices: Any = None
-        for task in [t for t in self._ld_batch_indices if t not in self._task_info]:
-            batch, indices = task, self._ld_batch_indices.pop(task)
-        self._ld_drain_events_if_any()
+        task, indices = self._ld_ledger.settle_handed_over(self._task_info)
+        self._ld_events.drain_if_new(self._ld_recorder.total(Field.EVENTS))
         if torch_compat.is_exception_wrapper(data):
             self._workers_num_tasks[worker_idx] -= 1
             self._try_put_index()
-            error = self._ld_worker_exception(data, worker_idx, batch, indices)
-            diagnosis = getattr(error, "diagnosis", None)
-            if (
-                self._ld_loader.heal
-                and diagnosis is not None
-                and diagnosis.cause in ENVIRONMENTAL
-                and batch is not None
-                and self._ld_healing_allowed
-            ):
-                # Out of shared memory or descriptors: the batch is still owed; back off.
-                self._ld_batch_indices[batch] = indices
-                if self._ld_heal_environment(diagnosis):
-                    raise _PoolRestarted()
-            if diagnosis is not None:
-                self._ld_loader._ld_record(diagnosis, "raised")
-            raise error
-        if batch is not None and not isinstance(data, SkippedBatch):
-            self._ld_count_delivered(indices)
+            ev = self._ld_watch.base("exception", worker_idx)
+            ev.batch = task
+            error, diagnosis = worker_exception(data, ev, indices, self._ld_snapshot.dataset)
+            healable = diagnosis.cause in ENVIRONMENTAL or diagnosis.cause == "internal-error"
+            try:
+                if self._ld_sup.settings.heal and healable and task is not None:
+                    self._ld_ledger.owe(task, indices)  # still owed to the user
+                    raise _PoolFailure(ev, error, diagnosis)
+                self._ld_sup.record(diagnosis, "raised")
+                self._ld_raising = error  # raised on purpose: the user's, not an internal error
+                raise error
+            finally:
+                error = None  # type: ignore[assignment]  # no cycle via its traceback
+        if task is not None and not isinstance(data, SkippedBatch):
+            count_delivered(self._ld_sup.counts, indices)
+            if self._ld_sup.backoff is not None:
+                self._ld_sup.backoff.delivered()
         return super()._process_data(data, worker_idx)
 
-    def _shutdown_workers(self) -> None:
-        super()._shutdown_workers()
-        cleanup = getattr(self, "_ld_cleanup", None)
-        keep = getattr(self, "_ld_keep_log_dir", False)
-        if cleanup is not None and getattr(self, "_shutdown", False) and not keep:
-            self._ld_drain_events()
-            cleanup()
-
-    # --- failures -------------------------------------------------------------------------
-    def _ld_fail(self, ev: Evidence) -> NoReturn:
-        diagnosis = diagnose(ev)
-        if self._ld_healing_allowed and self._ld_heal_failure(ev, diagnosis):
-            raise _PoolRestarted()
-        self._ld_loader._ld_record(diagnosis, "raised")
-        message = f"{format_death_headline(diagnosis)}\n{format_verdict(diagnosis)}"
-        error_type = WorkerHangError if ev.kind == "hang" else WorkerDiedError
-        error = error_type(message, diagnosis)
-        self._ld_failed = error
-        self._ld_shutdown_now()
-        raise error
-
-    def _ld_shutdown_now(self) -> None:
-        """Stop every worker within SHUTDOWN_GRACE_S, healthy ones cleanly, stuck ones by force.
-
-        torch's own shutdown joins each worker with a 5 s timeout in turn; a worker blocked on a
-        lock that a dead worker held (the result queue's) would cost 5 s each.
-        """
-        self._workers_done_event.set()
-        for worker_id, index_queue in enumerate(self._index_queues):
-            if self._workers_status[worker_id]:
+    # --- the decision point ---------------------------------------------------------------
+    def _next_data(self) -> Any:
+        while True:
+            if self._ld_state is IterState.FAILED:
+                message, diagnosis = self._ld_failure
+                raise LoaderError(
+                    f"this DataLoader iterator stopped after an earlier failure: {message}",
+                    diagnosis,
+                )
+            if self._ld_state is IterState.HANDED_OVER:
+                data = self._ld_from_successor()
+            else:
+                failure: _PoolFailure | None = None
+                internal: BaseException | None = None
                 try:
-                    index_queue.put(None)
-                except (OSError, ValueError):
-                    pass
-        deadline = time.monotonic() + SHUTDOWN_GRACE_S
-        for process in self._workers:
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-        for process in self._workers:
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=5)
-        self._ld_remove_worker_temp_dirs()
+                    data = super()._next_data()
+                except _PoolFailure as caught:
+                    failure = caught
+                except StopIteration:
+                    self._ld_epoch_done()
+                    raise
+                except Exception as error:
+                    deliberate = error is self._ld_raising
+                    self._ld_raising = None  # holding it would be a cycle through its frames
+                    if deliberate or origin_of(error) is None:
+                        raise  # the user's (or torch's) exception, with its verdict
+                    internal = error
+                if internal is not None:
+                    failure = _PoolFailure(internal_evidence(internal, self._ld_epoch), internal)
+                if failure is not None:
+                    try:
+                        self._ld_handle(failure)
+                    finally:
+                        # An exception kept in a local of this frame holds the frame (and so
+                        # this iterator) in a reference cycle through its traceback.
+                        failure = internal = None
+                    continue
+                if self._ld_climb_due():
+                    self._ld_climb()
+            if isinstance(data, SkippedBatch):
+                continue
+            return data
+
+    def _ld_from_successor(self) -> Any:
+        successor = self._ld_successor
+        try:
+            data = successor._next_data()
+        except StopIteration:
+            self._ld_epoch_done()
+            raise
+        finally:
+            # A successor that handed over in turn: follow the chain to the live one.
+            # (detached first: a dropped iterator shuts its successor down with it).
+            while getattr(successor, "_ld_state", None) is IterState.HANDED_OVER:
+                successor._ld_successor, successor = None, successor._ld_successor
+            self._ld_successor = successor
+        return data
+
+    def _ld_epoch_done(self) -> None:
+        self._ld_events.drain()
+        if self._ld_sup.backoff is not None:
+            self._ld_sup.backoff.epoch_finished()
+
+    def _ld_handle(self, failure: _PoolFailure) -> None:
+        """Decide about a failure, then carry the decision out (raise, or heal and hand over)."""
+        ev = failure.evidence
+        diagnosis = failure.diagnosis or diagnose(ev)
+        sup = self._ld_sup
+        at = Situation(
+            heal=sup.settings.heal,
+            iterable=self._ld_iterable,
+            respawns=self._ld_respawns,
+            num_workers=self._num_workers,
+            prefetch_factor=self._prefetch_factor,
+            kind=ev.kind,
+            stage=ev.stage,
+            reached_worker_init=ev.reached_worker_init,
+            culprit=ev.in_flight_index,
+            in_process_allowed=sup.settings.allow_in_process,
+        )
+        action = POLICY.decide(diagnosis, at)
+        if action.kind is ActionKind.PROBE:
+            failed_again = probe(self._ld_snapshot, ev.in_flight_index)
+            action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
+        if sup.backoff is not None:
+            sup.backoff.failed()
+        if action.kind is ActionKind.RAISE:
+            self._ld_raise(failure, diagnosis)
+        self._ld_heal(diagnosis, action, ev.in_flight_index)
+
+    def _ld_raise(self, failure: _PoolFailure, diagnosis: Diagnosis) -> NoReturn:
+        self._ld_sup.record(diagnosis, "raised")
+        error, failure.error = failure.error, None
+        if error is None:
+            message = f"{format_death_headline(diagnosis)}\n{format_verdict(diagnosis)}"
+            error_type = WorkerHangError if failure.evidence.kind == "hang" else WorkerDiedError
+            error = error_type(message, diagnosis)
+            self._ld_failure = (message, diagnosis)
+            self._ld_state = IterState.FAILED
+            self._ld_stop()
+        elif diagnosis.cause == "internal-error":
+            attach(error, diagnosis)
+            error.add_note(format_verdict(diagnosis, include_stack=False))
+        try:
+            raise error
+        finally:
+            error = None  # a raised exception kept in a local is a cycle through its frame
+
+    def _ld_heal(self, diagnosis: Diagnosis, action: Action, culprit: Any) -> None:
+        sup = self._ld_sup
+        if action.note:
+            diagnosis.evidence.append(action.note)
+        detail = f" (sample {culprit!r})" if culprit is not None else ""
+        if action.kind is ActionKind.QUARANTINE:
+            sup.quarantine_add(culprit, diagnosis)
+        elif action.kind is ActionKind.BACK_OFF:
+            diagnosis.evidence.append(
+                f"continuing with num_workers={action.num_workers}, "
+                f"prefetch={action.prefetch_factor}"
+            )
+            self._ld_step("down", action.num_workers, action.prefetch_factor, diagnosis.cause)
+            detail = (
+                f" (num_workers={action.num_workers}, prefetch_factor={action.prefetch_factor})"
+            )
+        elif action.kind is ActionKind.FALL_BACK:
+            diagnosis.evidence.append(
+                "plain torch loading takes over for the rest of this loader's life"
+            )
+            sup.plain_torch = True
+        sup.record(diagnosis, action.kind.value)
+        if action.kind is ActionKind.FALL_BACK:
+            warnings.warn(
+                "loaderdoctor's own machinery failed (internal-error, please report it); this "
+                "DataLoader continues as a plain torch DataLoader, without supervision.\n"
+                + format_verdict(diagnosis),
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        else:
+            warnings.warn(
+                f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> "
+                f"{action.kind.value}{detail}",
+                HealWarning,
+                stacklevel=4,
+            )
+        self._ld_hand_over(
+            action.num_workers, action.prefetch_factor, plain=action.kind is ActionKind.FALL_BACK
+        )
+
+    def _ld_step(self, direction: str, num_workers: int, prefetch_factor: int, reason: str) -> None:
+        self._ld_sup.step(direction, num_workers, prefetch_factor, reason)
+
+    def _ld_climb_due(self) -> bool:
+        backoff = self._ld_sup.backoff
+        return backoff is not None and backoff.climb_due(at_epoch_start=False)
+
+    def _ld_climb(self) -> None:
+        backoff = self._ld_sup.backoff
+        assert backoff is not None
+        rung = backoff.rung_up()
+        if rung is None:
+            return
+        reason = f"{backoff.healthy_batches} batches without an environmental failure"
+        self._ld_step("up", rung[0], rung[1], reason)
+        warnings.warn(
+            f"loaderdoctor: {reason}; back up to num_workers={rung[0]}, prefetch_factor={rung[1]}",
+            HealWarning,
+            stacklevel=4,
+        )
+        self._ld_hand_over(rung[0], rung[1])
+
+    # --- acting ---------------------------------------------------------------------------
+    def _ld_hand_over(self, num_workers: int, prefetch_factor: int, plain: bool = False) -> None:
+        """Stop this pool; a successor serves what is owed, then the rest of the epoch."""
+        owed = self._ld_ledger.owed_in_order()
+        self._ld_sup.counts["resent_batches"] += len(owed)
+        remaining = self._sampler_iter
+        self._ld_stop()
+        self._ld_ledger.clear()
+        generator = torch.Generator()
+        generator.set_state(self._ld_generator_state)
+        snapshot = self._ld_snapshot.with_overrides(
+            _index_sampler=ResumeSampler(owed, remaining, length_of(self._index_sampler)),
+            generator=generator,
+            persistent_workers=False,
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor if num_workers else None,
+        )
+        if num_workers == 0:
+            snapshot = snapshot.with_overrides(timeout=0)
+        successor: Any
+        if plain:
+            successor = (
+                torch_compat.MultiProcessingIter(snapshot)
+                if num_workers
+                else torch_compat.SingleProcessIter(snapshot)
+            )
+        elif num_workers == 0:
+            successor = SupervisedSingleProcessIter(snapshot, self._ld_sup)
+        else:
+            successor = SupervisedMultiProcessingIter(
+                snapshot, self._ld_sup, respawns=self._ld_respawns + 1
+            )
+        self._ld_successor = successor
+        self._ld_state = IterState.HANDED_OVER
+
+    def _ld_stop(self) -> None:
+        self._ld_pool.stop(self._workers_status)
         self._shutdown_workers()
 
-    def _ld_remove_worker_temp_dirs(self) -> None:
-        """A killed worker leaves its multiprocessing temp dir behind; remove those that remain."""
-        try:
-            names = [n for n in os.listdir(self._ld_log_dir) if n.startswith("tempdir-")]
-        except OSError:
+    def _ld_drain(self) -> None:
+        """Read the events written so far (``loader.report`` asks, mid-epoch)."""
+        if self._ld_state is IterState.RUNNING and not getattr(self, "_shutdown", True):
+            self._ld_events.drain()
+        successor = self._ld_successor
+        if isinstance(successor, SupervisedMultiProcessingIter):
+            successor._ld_drain()
+
+    def _shutdown_workers(self) -> None:
+        pool = getattr(self, "_ld_pool", None)
+        if pool is not None and not pool.owned_here():
+            # A forked child inherited this iterator: its workers are not this process's
+            # children, so there is nothing to stop (and torch's join would raise here).
+            vars(self)["_shutdown"] = True
             return
-        for name in names:
-            try:
-                with open(os.path.join(self._ld_log_dir, name)) as handle:
-                    temp_dir = handle.read().strip()
-            except OSError:
-                continue
-            if os.path.basename(temp_dir).startswith("pymp-"):
-                shutil.rmtree(temp_dir, ignore_errors=True)
+        successor = getattr(self, "_ld_successor", None)
+        if successor is not None and hasattr(successor, "_shutdown_workers"):
+            successor._shutdown_workers()
+        was_shut = getattr(self, "_shutdown", True)
+        super()._shutdown_workers()
+        if not was_shut and getattr(self, "_shutdown", False):
+            self._ld_events.drain()
+            self._ld_cleanup()
+            if self._ld_state is IterState.RUNNING:
+                self._ld_state = IterState.CLOSED
+
+
+def probe(snapshot: LoaderSnapshot, index: Any) -> bool:
+    """Load ``index`` alone in a fresh worker: True when it fails again."""
+    loader = torch.utils.data.DataLoader(
+        snapshot.dataset,
+        batch_size=None,
+        sampler=[index],
+        num_workers=1,
+        worker_init_fn=snapshot.worker_init_fn,
+        multiprocessing_context=snapshot.multiprocessing_context,
+    )
+    settings = Settings(
+        hang_timeout=PROBE_TIMEOUT_S,
+        heal=False,
+        on_error="raise",
+        retries=0,
+        quarantine_path=None,
+        allow_in_process=False,
+    )
+    supervision = Supervision(settings, snapshot.dataset, lambda: None)
+    supervision.log.quiet = True  # an isolated re-try: the loader it serves reports the outcome
+    try:
+        for _ in SupervisedMultiProcessingIter(LoaderSnapshot(loader), supervision):
+            pass
+    except Exception:
+        return True
+    return False
+
+
+__all__ = ["POLL_S", "SupervisedMultiProcessingIter", "probe", "start_method_of"]

@@ -1,47 +1,58 @@
-"""num_workers=0 (and healing's last resort): torch's in-process iterator, supervised."""
+"""num_workers=0 (and healing's in-process rung): torch's in-process iterator, supervised."""
 
 from __future__ import annotations
 
 import os
-import traceback
-from typing import TYPE_CHECKING, Any
+import warnings
+from typing import Any
 
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Evidence, diagnose
-from loaderdoctor.report.text import format_verdict
+from loaderdoctor.forensics.origin import format_traceback, origin_of
+from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise import collect
+from loaderdoctor.supervise.errors import attach
 from loaderdoctor.supervise.exception_tags import MARKER, read_tags
-from loaderdoctor.supervise.heal_policy import SkippedBatch
-from loaderdoctor.supervise.loader_view import _LoaderView, wrap_dataset
+from loaderdoctor.supervise.heal import ResumeSampler, length_of
+from loaderdoctor.supervise.loader_view import wrap_dataset
+from loaderdoctor.supervise.sample_policy import SkippedBatch
 from loaderdoctor.supervise.samples import sample_file
+from loaderdoctor.supervise.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.worker_collate import SupervisedCollate
-from loaderdoctor.supervise.worker_exceptions import attach
 
-if TYPE_CHECKING:
-    from loaderdoctor.supervise.loader import DataLoader
+
+def internal_evidence(error: BaseException, epoch: int | None) -> Evidence:
+    """Evidence of a failure of loaderdoctor's own code in this process."""
+    return Evidence(
+        kind="exception",
+        pid=os.getpid(),
+        epoch=epoch,
+        exception_type=type(error).__name__,
+        exception_message=f"{type(error).__name__}: {error}",
+        traceback=format_traceback(error),
+        internal_origin=origin_of(error),
+    )
 
 
 class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
     """num_workers=0: no process to watch, but every exception still names its sample.
 
-    Also the last resort of healing: in-process loading of the rest of an epoch
-    (``index_sampler`` then resumes where the worker pool stopped).
+    Also healing's in-process rung: loading the rest of an epoch in this process (the snapshot's
+    ``_index_sampler`` then resumes where the worker pool stopped).
     """
 
-    def __init__(self, loader: DataLoader, index_sampler: Any = None) -> None:
-        self._ld_loader = loader
-        policy = loader._ld_policy()
-        overrides: dict[str, Any] = {
-            "dataset": wrap_dataset(loader.dataset, loader._dataset_kind, policy),
-            "collate_fn": SupervisedCollate(loader.collate_fn, heal=policy is not None),
-            "num_workers": 0,
-            "timeout": 0,
-        }
-        if index_sampler is not None:
-            overrides["_index_sampler"] = index_sampler
-        super().__init__(_LoaderView(loader, **overrides))
-        if index_sampler is not None:
-            self._index_sampler = loader._index_sampler  # later epochs use the real sampler
+    def __init__(self, snapshot: LoaderSnapshot, supervision: Supervision) -> None:
+        self._ld_sup = supervision
+        self._ld_snapshot = snapshot
+        self._ld_last_index: Any = None
+        self._ld_plain: Any = None  # plain torch after an internal error, with healing on
+        policy = supervision.sample_policy(snapshot.drop_last)
+        super().__init__(
+            snapshot.with_overrides(
+                dataset=wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy),
+                collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
+            )
+        )
 
     def _next_index(self) -> Any:
         index = super()._next_index()
@@ -49,44 +60,86 @@ class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
         return index
 
     def _next_data(self) -> Any:
-        loader = self._ld_loader
+        sup = self._ld_sup
         while True:
+            if self._ld_plain is not None:
+                return self._ld_plain._next_data()
             data = self._ld_next_data()
-            loader._ld_take_in_process_events()
+            sup.take_in_process_events()
             if isinstance(data, SkippedBatch):
                 continue
-            stats = loader._ld_stats
-            stats["batches"] += 1
-            index = getattr(self, "_ld_last_index", None)
-            stats["samples"] += len(index) if isinstance(index, list) else 1
+            index = self._ld_last_index
+            sup.counts["batches"] += 1
+            sup.counts["samples"] += len(index) if isinstance(index, list) else 1
+            if sup.backoff is not None:
+                sup.backoff.delivered()
             return data
 
     def _ld_next_data(self) -> Any:
         try:
             return super()._next_data()
         except StopIteration:
+            if self._ld_sup.backoff is not None:
+                self._ld_sup.backoff.epoch_finished()
             raise
         except Exception as error:
             notes = list(getattr(error, "__notes__", []))
             tags = read_tags("\n".join(notes))
             if not tags:
+                if origin_of(error) is not None:
+                    return self._ld_internal_error(error)
                 raise
             ev = Evidence(
                 kind="exception",
                 pid=os.getpid(),
-                epoch=self._ld_loader._ld_epoch,
+                epoch=self._ld_sup.epoch,
                 exception_type=type(error).__name__,
                 exception_message=f"{type(error).__name__}: {error}",
-                traceback="".join(traceback.format_exception(error)),
+                traceback=format_traceback(error),
             )
             if isinstance(error, OSError):
                 ev.errno = error.errno
             collect.facts_from_tags(ev, tags)
             ev.worker_id = None
-            ev.sample_file = sample_file(self._ld_loader.dataset, ev.in_flight_index)
+            ev.sample_file = sample_file(self._ld_snapshot.dataset, ev.in_flight_index)
             diagnosis = diagnose(ev)
-            self._ld_loader._ld_record(diagnosis, "raised")
+            self._ld_sup.record(diagnosis, "raised")
             error.__notes__ = [n for n in notes if not n.startswith(MARKER)]
             error.add_note(format_verdict(diagnosis, include_stack=False))
             attach(error, diagnosis)
             raise
+
+    def _ld_internal_error(self, error: Exception) -> Any:
+        """loaderdoctor's own code failed: never a verdict about the user's job."""
+        sup = self._ld_sup
+        diagnosis = diagnose(internal_evidence(error, sup.epoch))
+        attach(error, diagnosis)
+        if not sup.settings.heal:
+            sup.record(diagnosis, "raised")
+            error.add_note(format_verdict(diagnosis, include_stack=False))
+            try:
+                raise error
+            finally:
+                error = None  # type: ignore[assignment]  # no cycle through the traceback
+        diagnosis.evidence.append(
+            "plain torch loading takes over for the rest of this loader's life"
+        )
+        sup.record(diagnosis, "fell-back")
+        sup.plain_torch = True
+        warnings.warn(
+            "loaderdoctor's own machinery failed (internal-error, please report it); this "
+            "DataLoader continues as a plain torch DataLoader, without supervision.\n"
+            + format_verdict(diagnosis),
+            RuntimeWarning,
+            stacklevel=5,
+        )
+        # The batch in flight is loaded again, by torch alone, then the rest of the epoch.
+        pending = [self._ld_last_index] if self._ld_last_index is not None else []
+        self._ld_plain = torch_compat.SingleProcessIter(
+            self._ld_snapshot.with_overrides(
+                _index_sampler=ResumeSampler(
+                    pending, self._sampler_iter, length_of(self._index_sampler)
+                )
+            )
+        )
+        return self._ld_plain._next_data()

@@ -1,51 +1,41 @@
-"""Workers that could not start: clean up, and say which part of the loader would not pickle."""
+"""Workers that could not start: which part of the loader would not pickle, and what to raise."""
 
 from __future__ import annotations
 
-import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from loaderdoctor.forensics import Evidence, diagnose
-from loaderdoctor.report.text import format_verdict
-from loaderdoctor.supervise.errors import LoaderError, WorkerStartError
-
-if TYPE_CHECKING:
-    from loaderdoctor.supervise.loader import DataLoader
+from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
+from loaderdoctor.forensics.origin import format_traceback
+from loaderdoctor.forensics.verdict_text import format_verdict
+from loaderdoctor.supervise.errors import WorkerStartError, attach
 
 
-class StartFailureMixin:
-    """For SupervisedMultiProcessingIter: the verdict when the worker pool fails to start."""
+def start_diagnosis(error: BaseException, loader: Any, start_method: str) -> Diagnosis:
+    ev = Evidence(
+        kind="start",
+        start_method=start_method,
+        exception_type=type(error).__name__,
+        exception_message=str(error),
+        traceback=format_traceback(error),
+    )
+    if start_method != "fork":
+        ev.unpicklable_parts = unpicklable_parts(loader)
+    return diagnose(ev)
 
-    _shutdown: Any
-    _ld_loader: DataLoader
-    _ld_start_method: str
-    _ld_cleanup: Any
 
-    def _ld_abort_start(self) -> None:
-        for process in getattr(self, "_workers", []):
-            if process.is_alive():
-                process.kill()
-            process.join(timeout=5)
-        self._shutdown = True
-        self._ld_cleanup()
-
-    def _ld_start_failure(self, error: Exception) -> LoaderError:
-        loader = self._ld_loader
-        ev = Evidence(
-            kind="start",
-            start_method=self._ld_start_method,
-            exception_type=type(error).__name__,
-            exception_message=str(error),
-            traceback="".join(traceback.format_exception(error)),
+def start_error(error: BaseException, diagnosis: Diagnosis) -> BaseException:
+    """What the user catches: torch's own exception (AttributeError, PicklingError, ...) with the
+    verdict attached; a RuntimeError becomes a ``WorkerStartError``, which is one."""
+    verdict = format_verdict(diagnosis)
+    if isinstance(error, RuntimeError) and not isinstance(error, WorkerStartError):
+        wrapped = WorkerStartError(
+            f"DataLoader workers could not start (RuntimeError: {error}).\n{verdict}", diagnosis
         )
-        if self._ld_start_method != "fork":
-            ev.unpicklable_parts = unpicklable_parts(loader)
-        diagnosis = diagnose(ev)
-        message = (
-            f"DataLoader workers could not start ({type(error).__name__}: {error}).\n"
-            + format_verdict(diagnosis)
-        )
-        return WorkerStartError(message, diagnosis)
+        wrapped.__cause__ = error
+        return wrapped
+    attach(error, diagnosis)
+    error.add_note(verdict)
+    return error
 
 
 def unpicklable_parts(loader: Any) -> list[str]:
@@ -65,3 +55,6 @@ def unpicklable_parts(loader: Any) -> list[str]:
         except Exception as error:
             parts.append(f"{name} ({type(error).__name__}: {error})")
     return parts
+
+
+__all__ = ["start_diagnosis", "start_error", "unpicklable_parts"]

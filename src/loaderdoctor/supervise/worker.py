@@ -15,9 +15,9 @@ from torch.utils.data import Dataset, IterableDataset
 
 from loaderdoctor.recorder import _FETCH, _INDEX, _SAMPLES, _SINCE, _STAGE, NO_INDEX, Stage
 from loaderdoctor.supervise.exception_tags import tag_exception
-from loaderdoctor.supervise.heal_policy import (
+from loaderdoctor.supervise.sample_policy import (
     DroppedSamples,
-    HealPolicy,
+    SamplePolicy,
     SkippedBatch,
     _safe_structure,
 )
@@ -34,7 +34,7 @@ class SupervisedMapDataset(Dataset[Any]):
     writes and a clock read, with no extra Python call layer (it matters for tiny samples).
     """
 
-    def __init__(self, dataset: Any, policy: HealPolicy | None = None) -> None:
+    def __init__(self, dataset: Any, policy: SamplePolicy | None = None) -> None:
         self.dataset = dataset
         self.policy = policy
 
@@ -127,7 +127,7 @@ class SupervisedMapDataset(Dataset[Any]):
                     return False, _failure(error, index, attempt + 1, "fetch")
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _substitute(self, index: Any, policy: HealPolicy) -> tuple[Any, Any] | None:
+    def _substitute(self, index: Any, policy: SamplePolicy) -> tuple[Any, Any] | None:
         """A deterministic healthy stand-in: the next index (cyclically) that loads."""
         if not isinstance(index, int) or not policy.dataset_len:
             return None
@@ -237,7 +237,7 @@ class SupervisedBatchedMapDataset(SupervisedMapDataset):
 
 
 class _SupervisedIterator:
-    def __init__(self, iterator: Iterator[Any], policy: HealPolicy | None = None) -> None:
+    def __init__(self, iterator: Iterator[Any], policy: SamplePolicy | None = None) -> None:
         self.iterator = iterator
         self.policy = policy
         self.position = 0
@@ -276,7 +276,7 @@ class _SupervisedIterator:
 class SupervisedIterableDataset(IterableDataset[Any]):
     """Forwards to the user's IterableDataset and records the position in each worker's stream."""
 
-    def __init__(self, dataset: Any, policy: HealPolicy | None = None) -> None:
+    def __init__(self, dataset: Any, policy: SamplePolicy | None = None) -> None:
         self.dataset = dataset
         self.policy = policy
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from loaderdoctor.recorder import Stage
 from loaderdoctor.supervise.exception_tags import tag_exception
-from loaderdoctor.supervise.heal_policy import (
+from loaderdoctor.supervise.sample_policy import (
     DroppedSamples,
     SkippedBatch,
     _safe_structure,

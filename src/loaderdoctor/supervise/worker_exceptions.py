@@ -1,26 +1,27 @@
-"""A Python exception raised in a worker, re-raised in the main process with its verdict."""
+"""A Python exception raised in a worker, re-raised in the main process with its verdict.
+
+The re-raised exception has the type torch would raise (the worker's own type, rebuilt as torch's
+``ExceptionWrapper`` does); the verdict rides along as ``.diagnosis`` and in the message.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
-from loaderdoctor.report.text import format_verdict
+from loaderdoctor.forensics.origin import origin_in_text
+from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise import collect
-from loaderdoctor.supervise.errors import LoaderError
+from loaderdoctor.supervise.errors import LoaderError, attach
 from loaderdoctor.supervise.exception_tags import read_tags, strip_tags
 from loaderdoctor.supervise.samples import sample_file
-
-if TYPE_CHECKING:
-    from loaderdoctor.supervise.loader import DataLoader
 
 ERRNO_PATTERN = re.compile(r"\[Errno (\d+)\]")
 
 
-def _exception_line(traceback_text: str) -> str:
+def exception_line(traceback_text: str) -> str:
     lines = [line for line in traceback_text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
 
@@ -36,52 +37,49 @@ def build_exception(exc_type: type[BaseException], message: str) -> BaseExceptio
             return LoaderError(message)
     try:
         return exc_type(message)
-    except Exception:
+    except Exception:  # torch raises RuntimeError(msg) here; LoaderError is one
         return LoaderError(message)
 
 
-def attach(error: BaseException, diagnosis: Diagnosis) -> None:
-    try:
-        error.diagnosis = diagnosis  # type: ignore[attr-defined]
-    except (AttributeError, TypeError):  # an exception type with __slots__
-        pass
+def worker_exception(
+    data: Any, ev: Evidence, indices: Any, dataset: Any
+) -> tuple[BaseException, Diagnosis]:
+    """The exception to raise for an ``ExceptionWrapper`` a worker sent, and its verdict.
 
-
-class WorkerExceptionMixin:
-    """For SupervisedMultiProcessingIter: the verdict on an exception a worker sent back."""
-
-    _ld_loader: DataLoader
-    _ld_base_evidence: Callable[[Any, int], Evidence]
-
-    def _ld_worker_exception(
-        self, data: Any, worker_idx: int, batch: int | None, indices: Any
-    ) -> BaseException:
-        text = data.exc_msg
-        original = strip_tags(text)
-        ev = self._ld_base_evidence("exception", worker_idx)
-        ev.batch = batch
-        ev.exception_type = data.exc_type.__name__
-        ev.exception_message = _exception_line(original)
-        ev.traceback = original
-        match = ERRNO_PATTERN.search(ev.exception_message)
-        if match:
-            ev.errno = int(match.group(1))
-        collect.facts_from_tags(ev, read_tags(text))
-        if ev.batch_indices is None and isinstance(indices, list):
-            ev.batch_indices = list(indices)
-        culprit = ev.in_flight_index
-        if culprit is None and ev.odd_indices and len(ev.odd_indices) == 1:
-            culprit = ev.odd_indices[0]
-        ev.sample_file = sample_file(self._ld_loader.dataset, culprit)
+    ``ev`` is the base evidence (worker, pid, epoch, batch) the caller filled in.
+    """
+    text = data.exc_msg
+    tags = read_tags(text)
+    original = strip_tags(text)
+    ev.exception_type = data.exc_type.__name__
+    ev.exception_message = exception_line(original)
+    ev.traceback = original
+    match = ERRNO_PATTERN.search(ev.exception_message)
+    if match:
+        ev.errno = int(match.group(1))
+    collect.facts_from_tags(ev, tags)
+    if not tags:
+        # Not raised by the user's dataset, collate_fn or worker_init_fn (those are tagged where
+        # loaderdoctor calls them): when its innermost frame is ours, it is our own bug.
+        ev.internal_origin = origin_in_text(original)
+    if ev.batch_indices is None and isinstance(indices, list):
+        ev.batch_indices = list(indices)
+    culprit = ev.in_flight_index
+    if culprit is None and ev.odd_indices and len(ev.odd_indices) == 1:
+        culprit = ev.odd_indices[0]
+    ev.sample_file = sample_file(dataset, culprit)
+    diagnosis = diagnose(ev)
+    if diagnosis.cause == "shm-exhausted":
+        collect.add_machine_evidence(ev, None)
         diagnosis = diagnose(ev)
-        if diagnosis.cause == "shm-exhausted":
-            collect.add_machine_evidence(ev, None)
-            diagnosis = diagnose(ev)
-        message = (
-            f"Caught {ev.exception_type} {data.where}.\n"
-            f"{format_verdict(diagnosis, include_stack=False)}\n"
-            f"Original {original}"
-        )
-        error = build_exception(data.exc_type, message)
-        attach(error, diagnosis)
-        return error
+    message = (
+        f"Caught {ev.exception_type} {data.where}.\n"
+        f"{format_verdict(diagnosis, include_stack=False)}\n"
+        f"Original {original}"
+    )
+    error = build_exception(data.exc_type, message)
+    attach(error, diagnosis)
+    return error, diagnosis
+
+
+__all__ = ["ERRNO_PATTERN", "build_exception", "exception_line", "worker_exception"]

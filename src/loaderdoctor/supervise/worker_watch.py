@@ -1,129 +1,137 @@
-"""The watch on each worker: notice a dead or stuck one, and gather the evidence of what it did.
+"""The watch on each worker: notice a dead, stuck or mute one, and gather the evidence of what it did.
 
-The main process polls every ``POLL_S`` while it waits for a batch; a stuck worker's Python stack is
-dumped by faulthandler (``STACK_DUMP_SIGNAL``) before it is killed.
+``WorkerWatch.poll()`` is called every ``POLL_S`` while the main process waits for a batch and
+returns ``Evidence`` of a failure, or None. A stuck worker's Python stack is dumped by faulthandler
+(``STACK_DUMP_SIGNAL``) before it is killed. Batches lost between a worker and the main process
+(not sent: the worker's feeder thread failed; not received: the sender died, or a process ran out
+of file descriptors) are told apart here too.
 """
 
 from __future__ import annotations
 
+import errno as errno_module
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from loaderdoctor.forensics import Evidence
+from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise import collect
+from loaderdoctor.supervise.ledger import Ledger
+from loaderdoctor.supervise.pool import Pool
 from loaderdoctor.supervise.samples import sample_file
-from loaderdoctor.supervise.worker_hooks import STACK_DUMP_SIGNAL
-
-if TYPE_CHECKING:
-    from loaderdoctor.supervise.loader import DataLoader
+from loaderdoctor.supervise.worker_exceptions import ERRNO_PATTERN, exception_line
+from loaderdoctor.supervise.worker_hooks import SEND_ERROR_HEADER, STACK_DUMP_SIGNAL
+from loaderdoctor.system.limits import process_open_files
 
 STACK_DUMP_WAIT_S = 1.0
+RECEIVE_ERROR_GRACE_S = 1.0
 
 
-class WorkerWatchMixin:
-    """For SupervisedMultiProcessingIter: the poll, the hang watchdog, and death evidence."""
+class WorkerWatch:
+    def __init__(
+        self,
+        pool: Pool,
+        recorder: FlightRecorder,
+        ledger: Ledger,
+        *,
+        dataset: Any,
+        start_method: str,
+        iterable: bool,
+        hang_timeout: float | None,
+        epoch: int,
+    ) -> None:
+        self.pool = pool
+        self.recorder = recorder
+        self.ledger = ledger
+        self.dataset = dataset
+        self.start_method = start_method
+        self.iterable = iterable
+        self.hang_timeout = hang_timeout
+        self.epoch = epoch
+        self.baseline = collect.read_baseline()
 
-    _workers: Any
-    _workers_status: Any
-    _task_info: Any
-    _ld_loader: DataLoader
-    _ld_batch_indices: dict[int, Any]
-    _ld_log_dir: str
-    _ld_iterable: bool
-    _ld_start_method: str
-    _ld_recorder: Any
-    _ld_epoch: int
-    _ld_hang_timeout: float | None
-    _ld_baseline: Any
-    _ld_fail: Callable[[Evidence], NoReturn]
-    _ld_send_error_evidence: Callable[[int], Evidence]
-
-    def _ld_check_workers(self) -> None:
-        for worker_id, process in enumerate(self._workers):
-            if self._workers_status[worker_id] and not process.is_alive():
-                self._ld_fail(self._ld_death_evidence(worker_id))
-        for worker_id in range(len(self._workers)):
-            if self._ld_recorder.snapshot(worker_id).send_errors:
-                self._ld_fail(self._ld_send_error_evidence(worker_id))
-        if self._ld_hang_timeout:
-            for worker_id in range(len(self._workers)):
-                if not self._workers_status[worker_id]:
+    # --- the poll -------------------------------------------------------------------------
+    def poll(self, busy: Sequence[bool], tasks: Mapping[int, Any]) -> Evidence | None:
+        """Evidence of the first worker found dead, unable to send, or stuck; else None."""
+        for worker_id in range(len(self.pool)):
+            if busy[worker_id] and not self.pool.is_alive(worker_id):
+                return self.death(worker_id, tasks)
+        for worker_id in range(len(self.pool)):
+            if self.recorder.snapshot(worker_id).send_errors:
+                return self.send_error(worker_id, tasks)
+        if self.hang_timeout:
+            for worker_id in range(len(self.pool)):
+                if not busy[worker_id]:
                     continue
-                snapshot = self._ld_recorder.snapshot(worker_id)
-                busy = snapshot.stage in ("fetch", "collate", "init")
-                if busy and snapshot.stage_age_s > self._ld_hang_timeout:
-                    self._ld_hang(worker_id, None)
+                snapshot = self.recorder.snapshot(worker_id)
+                stuck = snapshot.stage in ("fetch", "collate", "init")
+                if stuck and snapshot.stage_age_s > self.hang_timeout:
+                    return self.hang(worker_id, tasks, None)
+        return None
 
-    def _ld_base_evidence(self, kind: Any, worker_id: int) -> Evidence:
-        process = self._workers[worker_id]
+    def base(self, kind: Any, worker_id: int) -> Evidence:
         return Evidence(
             kind=kind,
             worker_id=worker_id,
-            pid=process.pid,
-            start_method=self._ld_start_method,
-            epoch=self._ld_epoch,
+            pid=self.pool.pid(worker_id),
+            start_method=self.start_method,
+            epoch=self.epoch,
         )
 
-    def _ld_batch_of(self, worker_id: int, index: Any) -> tuple[int | None, list[Any] | None]:
+    def batch_of(
+        self, worker_id: int, index: Any, tasks: Mapping[int, Any]
+    ) -> tuple[int | None, list[Any] | None]:
         """The outstanding batch of ``worker_id`` that holds ``index`` (else its oldest one)."""
-        mine = sorted(
-            task
-            for task, info in self._task_info.items()
-            if len(info) == 1 and info[0] == worker_id
-        )
+        mine = sorted(t for t, info in tasks.items() if len(info) == 1 and info[0] == worker_id)
         for task in mine:
-            indices = self._ld_batch_indices.get(task)
+            indices = self.ledger.indices_of(task)
             if index is not None and isinstance(indices, list) and index in indices:
                 return task, list(indices)
         if not mine:
             return None, None
-        indices = self._ld_batch_indices.get(mine[0])
+        indices = self.ledger.indices_of(mine[0])
         return mine[0], (list(indices) if isinstance(indices, list) else None)
 
-    def _ld_death_evidence(self, worker_id: int) -> Evidence:
-        process = self._workers[worker_id]
-        ev = self._ld_base_evidence("death", worker_id)
-        code = process.exitcode
-        if code is not None and code < 0:
-            ev.signal = collect.signal_name(-code)
-        else:
-            ev.exit_code = code
-        self._ld_fill_worker_facts(ev, worker_id)
-        ev.python_stack = collect.read_stack_log(self._ld_log_dir, worker_id, process.pid)
+    def death(self, worker_id: int, tasks: Mapping[int, Any]) -> Evidence:
+        ev = self.base("death", worker_id)
+        ev.signal, ev.exit_code = self.pool.how_it_ended(worker_id)
+        self._worker_facts(ev, worker_id, tasks)
+        ev.python_stack = collect.read_stack_log(self.pool.log_dir, worker_id, ev.pid)
         if not ev.reached_worker_init:
-            ev.bootstrap_marker = collect.read_bootstrap_markers(self._ld_log_dir)
-            if self._ld_start_method != "fork":
+            ev.bootstrap_marker = collect.read_bootstrap_markers(self.pool.log_dir)
+            if self.start_method != "fork":
                 ev.main_script, ev.main_guard_missing = collect.main_script_unguarded()
-        collect.add_machine_evidence(ev, self._ld_baseline)
+        collect.add_machine_evidence(ev, self.baseline)
         return ev
 
-    def _ld_fill_worker_facts(self, ev: Evidence, worker_id: int) -> None:
-        snapshot = self._ld_recorder.snapshot(worker_id)
-        collect.from_snapshot(ev, snapshot, self._ld_iterable)
-        ev.batch, ev.batch_indices = self._ld_batch_of(worker_id, ev.in_flight_index)
+    def _worker_facts(self, ev: Evidence, worker_id: int, tasks: Mapping[int, Any]) -> None:
+        snapshot = self.recorder.snapshot(worker_id)
+        collect.from_snapshot(ev, snapshot, self.iterable)
+        ev.batch, ev.batch_indices = self.batch_of(worker_id, ev.in_flight_index, tasks)
         if ev.in_flight_index is None and ev.batch_indices and len(ev.batch_indices) == 1:
             ev.in_flight_index = ev.batch_indices[0]
-        ev.sample_file = sample_file(self._ld_loader.dataset, ev.in_flight_index)
+        ev.sample_file = sample_file(self.dataset, ev.in_flight_index)
 
-    def _ld_hang(self, worker_id: int, timeout_message: str | None) -> NoReturn:
-        process = self._workers[worker_id]
-        ev = self._ld_base_evidence("hang", worker_id)
-        self._ld_fill_worker_facts(ev, worker_id)
-        ev.seconds_without_progress = self._ld_recorder.snapshot(worker_id).stage_age_s
-        if process.is_alive():
-            ev.python_stack = self._ld_dump_stack(worker_id, process.pid)
-            process.kill()
-            process.join(timeout=5)
+    def hang(
+        self, worker_id: int, tasks: Mapping[int, Any], timeout_message: str | None
+    ) -> Evidence:
+        """Evidence of a stuck worker, with its Python stack; the worker is killed."""
+        ev = self.base("hang", worker_id)
+        self._worker_facts(ev, worker_id, tasks)
+        ev.seconds_without_progress = self.recorder.snapshot(worker_id).stage_age_s
+        if self.pool.is_alive(worker_id):
+            ev.python_stack = self._dump_stack(worker_id, ev.pid)
+            self.pool.kill(worker_id)
         if timeout_message:
             ev.notes.append(timeout_message)
-        self._ld_fail(ev)
+        return ev
 
-    def _ld_dump_stack(self, worker_id: int, pid: int | None) -> str | None:
+    def _dump_stack(self, worker_id: int, pid: int | None) -> str | None:
         if pid is None:
             return None
-        path = os.path.join(self._ld_log_dir, f"worker-{worker_id}-{pid}.log")
+        path = os.path.join(self.pool.log_dir, f"worker-{worker_id}-{pid}.log")
         try:
             offset = os.path.getsize(path)
             os.kill(pid, STACK_DUMP_SIGNAL)
@@ -143,3 +151,104 @@ class WorkerWatchMixin:
                 return handle.read().strip() or None
         except OSError:
             return None
+
+    # --- batches lost in transfer ---------------------------------------------------------
+    def send_error(self, worker_id: int, tasks: Mapping[int, Any]) -> Evidence:
+        ev = self.base("exception", worker_id)
+        ev.stage = "send"
+        log = collect.read_stack_log(self.pool.log_dir, worker_id, ev.pid) or ""
+        text = log.split(SEND_ERROR_HEADER, 1)[-1].strip()
+        ev.traceback = text
+        ev.exception_message = exception_line(text)
+        ev.exception_type = ev.exception_message.split(":", 1)[0] or None
+        match = ERRNO_PATTERN.search(ev.exception_message)
+        if match:
+            ev.errno = int(match.group(1))
+        ev.notes.append(
+            f"worker {worker_id} finished a batch but could not send it to the main process; "
+            "stock PyTorch waits for that batch forever"
+        )
+        if ev.errno == errno_module.EMFILE and ev.pid:
+            usage = process_open_files(ev.pid)
+            if usage:
+                ev.notes.append(
+                    f"worker {worker_id} has {usage[0]} open files, its limit is {usage[1]}"
+                )
+        if ev.errno == errno_module.ENOSPC:
+            collect.add_machine_evidence(ev, None)
+        return ev
+
+    def receive_error(
+        self, error: Exception, busy: Sequence[bool], tasks: Mapping[int, Any]
+    ) -> Evidence | None:
+        """A batch could not be received: evidence of why, or None when nothing explains it."""
+        if isinstance(error, OSError) and error.errno == errno_module.EMFILE:
+            return self.poll(busy, tasks) or self._main_process_out_of_files(error)
+        # A killed process closes its sockets before it becomes reapable, so the parent can see
+        # the connection reset (the tensor's file descriptor was to come from the dead worker's
+        # resource-sharer thread) a moment before ``is_alive()`` turns false. Give it that moment.
+        deadline = time.monotonic() + RECEIVE_ERROR_GRACE_S
+        while True:
+            found = self.poll(busy, tasks)
+            if found is not None:
+                return found
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        return self._descriptors_exhausted(error)
+
+    def _descriptors_exhausted(self, error: Exception) -> Evidence | None:
+        """Name the process that ran out of descriptors, if any.
+
+        With the ``file_descriptor`` sharing strategy each tensor crosses as a descriptor served
+        by the sender's resource-sharer thread; when the worker is at its RLIMIT_NOFILE the
+        parent only sees EOFError or ConnectionRefusedError (PyTorch issues #11201, #973).
+        """
+        exhausted: list[tuple[int | None, int, int, int]] = []
+        for worker_id in range(len(self.pool)):
+            pid = self.pool.pid(worker_id)
+            usage = process_open_files(pid) if pid else None
+            if pid and usage and usage[0] >= usage[1] * 0.95:
+                exhausted.append((worker_id, pid, *usage))
+        usage = process_open_files(os.getpid())
+        if usage and usage[0] >= usage[1] * 0.95:
+            exhausted.append((None, os.getpid(), *usage))
+        if not exhausted:
+            return None
+        first_worker = exhausted[0][0]
+        ev = (
+            self.base("exception", first_worker)
+            if first_worker is not None
+            else Evidence(kind="exception", pid=os.getpid(), epoch=self.epoch)
+        )
+        ev.start_method = self.start_method
+        ev.errno = errno_module.EMFILE
+        ev.notes.append(f"the main process got {type(error).__name__} receiving a batch")
+        for wid, pid, count, limit in exhausted:
+            who = "the main process" if wid is None else f"worker {wid}"
+            ev.notes.append(f"{who} (pid {pid}) has {count} open files, its limit is {limit}")
+        ev.notes.append("receiving a batch failed: the sender could not pass file descriptors")
+        return ev
+
+    def _main_process_out_of_files(self, error: OSError) -> Evidence:
+        ev = Evidence(
+            kind="exception",
+            pid=os.getpid(),
+            start_method=self.start_method,
+            epoch=self.epoch,
+            exception_type=type(error).__name__,
+            exception_message=str(error),
+            errno=error.errno,
+        )
+        try:
+            import resource
+
+            ev.open_files_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            ev.notes.append(f"open-file limit of the main process: {ev.open_files_limit}")
+        except (ImportError, OSError, ValueError):
+            pass
+        ev.notes.append("the main process ran out of file descriptors receiving a batch")
+        return ev
+
+
+__all__ = ["RECEIVE_ERROR_GRACE_S", "STACK_DUMP_WAIT_S", "WorkerWatch"]

@@ -1,0 +1,171 @@
+"""What a supervised loader saw and did: an append-only log of incidents, and the report built on it.
+
+``loader.report``, the ``INCIDENT_SINKS`` (``loaderdoctor run`` registers one) and ``loader.incidents``
+all read this one log; nothing else records an incident.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from loaderdoctor.forensics.evidence import Diagnosis
+
+# Callables told of every incident of every supervised loader in this process, as it happens:
+# ``sink(loader, incident)``. ``loaderdoctor run`` registers one that appends to the run's report;
+# a sink must not raise (one that does is ignored: a report writer never breaks training).
+INCIDENT_SINKS: list[Callable[[Any, Incident], None]] = []
+
+# Actions after which the loader carried on: the run is "healed", not "crashed".
+HEALED_ACTIONS = frozenset(
+    {"skipped", "replaced", "quarantined", "respawned", "backed-off", "fell-back"}
+)
+
+
+@dataclass
+class Incident:
+    """One failure seen by a loader and what was done about it."""
+
+    diagnosis: Diagnosis
+    # "raised"; healing adds skipped, replaced, quarantined, respawned, backed-off, and
+    # "fell-back" (loaderdoctor's own machinery failed: plain torch loading took over).
+    action: str
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.diagnosis
+        return {
+            "cause": d.cause,
+            "worker_id": d.worker_id,
+            "pid": d.pid,
+            "signal": d.signal,
+            "exit_code": d.exit_code,
+            "indices": list(d.indices),
+            "epoch": d.epoch,
+            "batch": d.batch,
+            "action": self.action,
+            "evidence": list(d.evidence),
+            "fixes": list(d.fixes),
+            "diagnosis": d.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class BackoffStep:
+    """The loader moved down (after an environmental death) or back up (after a healthy stretch)."""
+
+    direction: str  # "down" | "up"
+    num_workers: int
+    prefetch_factor: int
+    epoch: int
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "direction": self.direction,
+            "num_workers": self.num_workers,
+            "prefetch_factor": self.prefetch_factor,
+            "epoch": self.epoch,
+            "reason": self.reason,
+        }
+
+
+class IncidentLog(Sequence[Incident]):
+    """Append-only. ``owner`` is told to the sinks (a callable that returns the loader, or None)."""
+
+    def __init__(self, owner: Callable[[], Any] = lambda: None) -> None:
+        self._incidents: list[Incident] = []
+        self._owner = owner
+        self.steps: list[BackoffStep] = []
+        self.quiet = False  # an isolated re-try made by healing: its parent reports the outcome
+
+    def append(self, diagnosis: Diagnosis, action: str) -> Incident:
+        incident = Incident(diagnosis, action)
+        self._incidents.append(incident)
+        if not self.quiet:
+            owner = self._owner()
+            for sink in list(INCIDENT_SINKS):
+                try:
+                    sink(owner, incident)
+                except Exception:  # a report writer must never break the training loop
+                    pass
+        return incident
+
+    def step(self, step: BackoffStep) -> None:
+        self.steps.append(step)
+
+    @overload
+    def __getitem__(self, index: int) -> Incident: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Incident]: ...
+    def __getitem__(self, index: Any) -> Any:
+        return self._incidents[index]
+
+    def __len__(self) -> int:
+        return len(self._incidents)
+
+    def __iter__(self) -> Iterator[Incident]:
+        return iter(list(self._incidents))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IncidentLog):
+            return self._incidents == other._incidents
+        if isinstance(other, list):
+            return self._incidents == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"IncidentLog({self._incidents!r})"
+
+
+@dataclass
+class LoaderReport:
+    status: str  # "ok" | "healed" | "crashed"
+    incidents: list[Incident]
+    quarantine: list[int]
+    delivered: dict[str, int]
+    counts: dict[str, int]
+    backoff: list[BackoffStep] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": 1,
+            "status": self.status,
+            "incidents": [incident.to_json() for incident in self.incidents],
+            "quarantine": list(self.quarantine),
+            "delivered": dict(self.delivered),
+            "counts": dict(self.counts),
+            "backoff": [step.to_json() for step in self.backoff],
+        }
+
+
+def build_report(log: IncidentLog, quarantine: list[int], counts: dict[str, int]) -> LoaderReport:
+    incidents = list(log)
+    actions = {i.action for i in incidents}
+    if not incidents:
+        status = "ok"
+    elif actions <= HEALED_ACTIONS:
+        status = "healed"
+    else:
+        status = "crashed"
+    return LoaderReport(
+        status=status,
+        incidents=incidents,
+        quarantine=quarantine,
+        delivered={"batches": counts["batches"], "samples": counts["samples"]},
+        counts=dict(counts),
+        backoff=list(log.steps),
+    )
+
+
+__all__ = [
+    "HEALED_ACTIONS",
+    "INCIDENT_SINKS",
+    "BackoffStep",
+    "Incident",
+    "IncidentLog",
+    "LoaderReport",
+    "build_report",
+]

@@ -1,0 +1,61 @@
+"""The ledger of one worker pool: every batch handed to a worker is owed until it is delivered.
+
+When a pool is rebuilt, every owed batch is sent again, in order, before the sampler continues, so
+each healthy sample arrives exactly once: nothing delivered is sent twice, nothing owed is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from typing import Any
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self._owed: dict[int, Any] = {}  # task number -> the indices of that batch
+
+    def owe(self, task: int, indices: Any) -> None:
+        self._owed[task] = indices
+
+    def settle_handed_over(self, outstanding: Container[int]) -> tuple[int | None, Any]:
+        """The batch torch just took off its books (no longer in ``outstanding``): (task, indices).
+
+        torch pops a task from ``_task_info`` just before it processes the data; the owed task
+        that is not outstanding any more is the one being handed over.
+        """
+        task: int | None = None
+        indices: Any = None
+        for owed_task in [t for t in self._owed if t not in outstanding]:
+            task, indices = owed_task, self._owed.pop(owed_task)
+        return task, indices
+
+    def indices_of(self, task: int) -> Any:
+        return self._owed.get(task)
+
+    def owed_in_order(self) -> list[Any]:
+        return [self._owed[task] for task in sorted(self._owed)]
+
+    def clear(self) -> None:
+        self._owed.clear()
+
+    def __len__(self) -> int:
+        return len(self._owed)
+
+
+def count_delivered(counts: dict[str, int], indices: Any) -> None:
+    counts["batches"] += 1
+    counts["samples"] += len(indices) if isinstance(indices, list) else 1
+
+
+def new_counts() -> dict[str, int]:
+    return {
+        "batches": 0,
+        "samples": 0,
+        "skipped": 0,
+        "replaced": 0,
+        "dropped": 0,
+        "resent_batches": 0,
+    }
+
+
+__all__ = ["Ledger", "count_delivered", "new_counts"]

@@ -1,0 +1,108 @@
+"""The worker processes of one supervised iterator: liveness, a fast stop, what dead ones leave.
+
+torch's iterator starts the processes (so a clean run takes torch's own code path); the ``Pool``
+owns them from then on: the supervisor asks it who is alive and how a worker ended, and it stops
+them. Each worker is addressed by its ``worker_id``, so that replacing one worker (rather than the
+whole pool) is a method on this object, not a change to its callers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from typing import Any
+
+from loaderdoctor.supervise import collect
+
+SHUTDOWN_GRACE_S = 2.0
+
+
+class Pool:
+    def __init__(self, workers: list[Any], index_queues: list[Any], done_event: Any, log_dir: str):
+        # The very lists torch's iterator keeps (torch appends to them, never rebinds them).
+        self._workers = workers
+        self._index_queues = index_queues
+        self._done_event = done_event
+        self.log_dir = log_dir
+        self.owner_pid = os.getpid()
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def owned_here(self) -> bool:
+        """False in a forked child that inherited this object: its workers are not its children."""
+        return os.getpid() == self.owner_pid
+
+    def pid(self, worker_id: int) -> int | None:
+        return self._workers[worker_id].pid
+
+    def pids(self) -> set[int]:
+        return {process.pid for process in self._workers if process.pid}
+
+    def is_alive(self, worker_id: int) -> bool:
+        return bool(self._workers[worker_id].is_alive())
+
+    def how_it_ended(self, worker_id: int) -> tuple[str | None, int | None]:
+        """(signal name, None) for a killed worker, (None, exit code) for one that exited."""
+        code = self._workers[worker_id].exitcode
+        if code is not None and code < 0:
+            return collect.signal_name(-code), None
+        return None, code
+
+    def kill(self, worker_id: int) -> None:
+        process = self._workers[worker_id]
+        if process.is_alive():
+            process.kill()
+        process.join(timeout=5)
+
+    def stop(self, busy: list[bool], grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        """Stop every worker within ``grace_s``, healthy ones cleanly, stuck ones by force.
+
+        torch's own shutdown joins each worker with a 5 s timeout in turn; a worker blocked on a
+        lock that a dead worker held (the result queue's) would cost 5 s each.
+        """
+        if not self.owned_here():
+            return
+        self._done_event.set()
+        for worker_id, index_queue in enumerate(self._index_queues):
+            if worker_id < len(busy) and busy[worker_id]:
+                try:
+                    index_queue.put(None)
+                except (OSError, ValueError):
+                    pass
+        deadline = time.monotonic() + grace_s
+        for process in self._workers:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+        for process in self._workers:
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+        self.remove_temp_dirs()
+
+    def kill_all(self) -> None:
+        """Workers that did start when the pool as a whole could not: kill and reap them."""
+        if not self.owned_here():
+            return
+        for process in self._workers:
+            if process.is_alive():
+                process.kill()
+            process.join(timeout=5)
+
+    def remove_temp_dirs(self) -> None:
+        """A killed worker leaves its multiprocessing temp dir behind; remove those that remain."""
+        try:
+            names = [n for n in os.listdir(self.log_dir) if n.startswith("tempdir-")]
+        except OSError:
+            return
+        for name in names:
+            try:
+                with open(os.path.join(self.log_dir, name)) as handle:
+                    temp_dir = handle.read().strip()
+            except OSError:
+                continue
+            if os.path.basename(temp_dir).startswith("pymp-"):
+                shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+__all__ = ["SHUTDOWN_GRACE_S", "Pool"]

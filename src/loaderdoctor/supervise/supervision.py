@@ -1,0 +1,223 @@
+"""What a supervised loader and its iterators share, without either holding the other.
+
+The loader holds a ``Supervision``; each iterator holds the same ``Supervision`` and a
+``LoaderSnapshot`` (what torch's iterator reads from a loader), never the loader itself: an
+iterator that held its loader would, with persistent workers, form a reference cycle, and its
+workers would outlive a dropped loader until a cyclic garbage collection (issue 13).
+"""
+
+from __future__ import annotations
+
+import enum
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loaderdoctor.forensics.evidence import Diagnosis
+from loaderdoctor.supervise.heal_policy import Backoff
+from loaderdoctor.supervise.incidents import BackoffStep, IncidentLog, LoaderReport, build_report
+from loaderdoctor.supervise.ledger import new_counts
+from loaderdoctor.supervise.quarantine import (
+    QuarantineEntry,
+    dataset_length,
+    read_quarantine,
+    write_quarantine,
+)
+from loaderdoctor.supervise.quarantine import now as quarantine_now
+from loaderdoctor.supervise.sample_policy import SamplePolicy
+
+
+class IterState(enum.Enum):
+    """Where a supervised multiprocessing iterator stands (replaces a handful of flags)."""
+
+    RUNNING = "running"  # its own worker pool serves the batches
+    HANDED_OVER = "handed-over"  # a successor serves the rest of the epoch (respawn, back-off)
+    FAILED = "failed"  # a failure was raised; every later next() says so
+    CLOSED = "closed"  # shut down
+
+
+@dataclass(frozen=True)
+class Settings:
+    hang_timeout: float | None
+    heal: bool
+    on_error: str
+    retries: int
+    quarantine_path: str | None
+    allow_in_process: bool
+
+
+class LoaderSnapshot:
+    """The loader as torch's iterator reads it, without the loader (nor its ``_iterator``).
+
+    Holds the loader's instance attributes as they are now; the loader's properties
+    (``_index_sampler``, ``_auto_collation``, ``multiprocessing_context``, ...) are evaluated on
+    the snapshot, so any attribute a torch release reads is there. ``overrides`` replace values
+    (the wrapped dataset, a resumed sampler, fewer workers).
+    """
+
+    def __init__(self, loader: Any, **overrides: Any) -> None:
+        if isinstance(loader, LoaderSnapshot):
+            values = dict(loader.__dict__)
+        else:
+            values = {k: v for k, v in vars(loader).items() if k not in ("_iterator", "_ld")}
+            values["_snapshot_of"] = type(loader)
+        values.update(overrides)
+        self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> Any:
+        cls = self.__dict__.get("_snapshot_of")
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        attribute = getattr(cls, name)  # AttributeError when the loader has none either
+        binder = getattr(attribute, "__get__", None)
+        # a property or method of the loader's class, evaluated on (bound to) the snapshot
+        return binder(self, cls) if binder is not None else attribute
+
+    def with_overrides(self, **overrides: Any) -> LoaderSnapshot:
+        return LoaderSnapshot(self, **overrides)
+
+
+class Supervision:
+    """The state of one supervised loader that outlives its iterators."""
+
+    def __init__(self, settings: Settings, dataset: Any, owner: Callable[[], Any]) -> None:
+        self.settings = settings
+        self.dataset = dataset
+        self.log = IncidentLog(owner)
+        self.counts = new_counts()
+        self.quarantine: dict[int, QuarantineEntry] = {}
+        if settings.quarantine_path is not None:
+            self.quarantine = read_quarantine(settings.quarantine_path, dataset_length(dataset))
+        self.epoch = -1
+        # The user's (num_workers, prefetch_factor): the top of the back-off ladder.
+        self.base_settings = (0, 0)
+        self.backoff: Backoff | None = None  # set at the first step down
+        # Workers cannot start at all (unpicklable, spawn bootstrapping) and healing is on.
+        self.workers_cannot_start = False
+        # loaderdoctor's own machinery failed and healing is on: plain torch loading from now on
+        self.plain_torch = False
+
+    @classmethod
+    def of(cls, loader: Any, settings: Settings) -> Supervision:
+        return cls(settings, loader.dataset, weakref.ref(loader))
+
+    # --- recording -------------------------------------------------------------------------
+    def record(self, diagnosis: Diagnosis, action: str) -> None:
+        self.log.append(diagnosis, action)
+
+    def step(self, direction: str, num_workers: int, prefetch_factor: int, reason: str) -> None:
+        """One rung down or up the back-off ladder, recorded in the log's steps."""
+        if self.backoff is None:
+            self.backoff = Backoff(num_workers, prefetch_factor, *self.base_settings)
+        self.backoff.moved_to(num_workers, prefetch_factor)
+        self.log.step(BackoffStep(direction, num_workers, prefetch_factor, self.epoch, reason))
+
+    def climb_at_epoch_start(self) -> BackoffStep | None:
+        """Back up one rung when the last epoch was healthy; the step taken, or None."""
+        backoff = self.backoff
+        if backoff is None:
+            return None
+        step = None
+        if backoff.climb_due(at_epoch_start=True):
+            rung = backoff.rung_up()
+            if rung is not None:
+                self.step("up", rung[0], rung[1], "a whole epoch without an incident")
+                step = self.log.steps[-1]
+        backoff.epoch_started()
+        return step
+
+    def quarantine_add(self, index: Any, diagnosis: Diagnosis) -> None:
+        if not isinstance(index, int) or index in self.quarantine:
+            return
+        self.quarantine[index] = QuarantineEntry(
+            index=index,
+            cause=diagnosis.cause,
+            evidence=list(diagnosis.evidence)[:8],
+            file=diagnosis.sample_file,
+            when=quarantine_now(),
+        )
+        path = self.settings.quarantine_path
+        if path is not None:
+            write_quarantine(path, self.quarantine)
+
+    def take_event(self, event: dict[str, Any]) -> None:
+        """A skip or replace decided in a worker (or in this process) enters the counts and log."""
+        from loaderdoctor.forensics import Evidence, diagnose
+        from loaderdoctor.supervise.samples import sample_file
+
+        action = event.get("action", "skipped")
+        counts = self.counts
+        if action == "replaced":
+            counts["replaced"] += 1
+        elif event.get("dropped"):
+            counts["dropped"] += 1
+        else:
+            counts["skipped"] += 1
+            counts["samples"] -= 1
+        if event.get("stage") == "quarantined":
+            return  # known bad from an earlier incident or the quarantine file: no new verdict
+        index = event.get("index")
+        ev = Evidence(
+            kind="exception",
+            worker_id=event.get("worker"),
+            epoch=self.epoch,
+            stage="collate" if event.get("stage") == "collate" else "fetch",
+            in_flight_index=index,
+            iterable_position=event.get("position"),
+            exception_type=event.get("exception_type"),
+            exception_message=event.get("message"),
+            traceback=event.get("traceback"),
+            errno=event.get("errno"),
+            sample_file=sample_file(self.dataset, index),
+        )
+        if ev.stage == "collate" and index is not None:
+            ev.odd_indices = [index]
+        attempts = event.get("attempts") or 1
+        if attempts > 1:
+            ev.notes.append(f"failed {attempts} times in a row")
+        if action == "replaced":
+            ev.notes.append(f"replaced by sample {event.get('substitute')!r}")
+        diagnosis = diagnose(ev)
+        self.record(diagnosis, action)
+        self.quarantine_add(index, diagnosis)
+
+    def take_in_process_events(self) -> None:
+        from loaderdoctor.supervise.worker_state import STATE
+
+        while STATE.events:
+            self.take_event(STATE.events.pop(0))
+
+    # --- what workers are told ---------------------------------------------------------------
+    def sample_policy(self, drop_last: bool) -> SamplePolicy | None:
+        settings = self.settings
+        if settings.on_error == "raise" and not self.quarantine:
+            return None
+        on_error = settings.on_error
+        if on_error == "skip" and _distributed():
+            # Under DistributedSampler every rank must yield the same number of batches or the
+            # next collective deadlocks: keep batches full instead of short or dropped.
+            on_error = "replace"
+        try:
+            length: int | None = len(self.dataset)
+        except TypeError:
+            length = None
+        return SamplePolicy(
+            on_error=on_error,
+            retries=settings.retries,
+            quarantined=frozenset(self.quarantine),
+            drop_last=drop_last,
+            dataset_len=length,
+        )
+
+    def report(self) -> LoaderReport:
+        return build_report(self.log, sorted(self.quarantine), self.counts)
+
+
+def _distributed() -> bool:
+    import torch.distributed
+
+    return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
+
+
+__all__ = ["IterState", "LoaderSnapshot", "Settings", "Supervision"]

@@ -1,0 +1,114 @@
+"""The healing decision is pure data in, data out: every rule from a table, no processes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from loaderdoctor.forensics import Diagnosis
+from loaderdoctor.supervise.heal_policy import (
+    MAX_RESPAWNS,
+    ActionKind,
+    Backoff,
+    HealPolicy,
+    Situation,
+    ladder,
+    step_down,
+)
+
+R, P, Q, B, F, S = (
+    ActionKind.RAISE,
+    ActionKind.PROBE,
+    ActionKind.QUARANTINE,
+    ActionKind.BACK_OFF,
+    ActionKind.FALL_BACK,
+    ActionKind.RESPAWN,
+)
+BASE = Situation(
+    heal=True, iterable=False, respawns=0, num_workers=4, prefetch_factor=2, kind="death"
+)
+
+
+def verdict(cause: str) -> Diagnosis:
+    return Diagnosis(cause, cause, 0.9, 0, 1, None, None, [], [], [])
+
+
+TABLE = [
+    # cause, situation changes, expected (kind, workers, prefetch)
+    ("native-crash", {"heal": False, "culprit": 3}, (R, 4, 2)),
+    ("native-crash", {"iterable": True, "culprit": 3}, (R, 4, 2)),
+    ("native-crash", {"respawns": MAX_RESPAWNS, "culprit": 3}, (R, 4, 2)),
+    ("native-crash", {"culprit": 3}, (P, 4, 2)),
+    ("native-crash", {"culprit": 3, "probe_failed_again": True}, (Q, 4, 2)),
+    ("native-crash", {"culprit": 3, "probe_failed_again": False}, (S, 4, 2)),
+    ("native-crash", {}, (S, 4, 2)),
+    ("oom-killed", {"culprit": 3, "probe_failed_again": False}, (B, 4, 1)),
+    ("oom-killed", {"culprit": 3, "probe_failed_again": False, "prefetch_factor": 1}, (B, 2, 1)),
+    ("oom-killed", {"prefetch_factor": 1, "num_workers": 2}, (B, 1, 1)),
+    # a process-killing cause never moves loading into the training process ...
+    ("oom-killed", {"prefetch_factor": 1, "num_workers": 1}, (S, 1, 1)),
+    ("killed-by-signal", {"prefetch_factor": 1, "num_workers": 1}, (S, 1, 1)),
+    # ... unless the user allowed it
+    ("oom-killed", {"prefetch_factor": 1, "num_workers": 1, "in_process_allowed": True}, (B, 0, 1)),
+    # an exception that says "out of shared memory" may go in-process (no shm needed there)
+    ("shm-exhausted", {"kind": "exception", "prefetch_factor": 1, "num_workers": 1}, (B, 0, 1)),
+    ("fd-exhausted", {"kind": "exception"}, (B, 4, 1)),
+    ("sample-error", {"kind": "exception"}, (R, 4, 2)),
+    ("batch-lost", {"kind": "exception", "stage": "send"}, (B, 0, 1)),
+    ("worker-exit", {"reached_worker_init": False}, (R, 4, 2)),
+    ("worker-hang", {"kind": "hang", "culprit": 7}, (Q, 4, 2)),
+    ("worker-hang", {"kind": "hang"}, (S, 4, 2)),
+    ("internal-error", {"kind": "exception"}, (F, 4, 2)),
+    ("internal-error", {"kind": "exception", "heal": False}, (R, 4, 2)),
+    ("internal-error", {"kind": "exception", "iterable": True}, (R, 4, 2)),
+    ("internal-error", {"kind": "exception", "respawns": MAX_RESPAWNS}, (F, 4, 2)),
+]
+
+
+@pytest.mark.parametrize(("cause", "changes", "expected"), TABLE)
+def test_decide(cause: str, changes: dict, expected: tuple) -> None:
+    action = HealPolicy().decide(verdict(cause), replace(BASE, **changes))
+    assert (action.kind, action.num_workers, action.prefetch_factor) == expected
+
+
+def test_the_ladder_halves_workers_after_prefetch() -> None:
+    assert ladder(8, 4, floor=1) == [(8, 4), (8, 1), (4, 1), (2, 1), (1, 1)]
+    assert ladder(8, 4, floor=0) == [(8, 4), (8, 1), (4, 1), (2, 1), (1, 1), (0, 1)]
+    assert step_down(3, 1, floor=1) == (1, 1)
+    assert step_down(1, 1, floor=1) is None
+
+
+def test_backoff_climbs_one_rung_after_a_clean_epoch() -> None:
+    backoff = Backoff(4, 2, base_workers=4, base_prefetch=2)
+    backoff.moved_to(2, 1)  # two rungs down, in the middle of an epoch
+    backoff.epoch_finished()
+    assert not backoff.climb_due(at_epoch_start=True)  # the failing epoch was not clean
+    backoff.epoch_started()
+    backoff.epoch_finished()
+    assert backoff.climb_due(at_epoch_start=True)
+    assert backoff.rung_up() == (4, 1)
+    backoff.moved_to(4, 1)
+    backoff.epoch_started()
+    backoff.failed()  # an incident in the epoch: no climb after it
+    backoff.epoch_finished()
+    assert not backoff.climb_due(at_epoch_start=True)
+    backoff.epoch_started()
+    backoff.epoch_finished()
+    assert backoff.rung_up() == (4, 2)
+    backoff.moved_to(4, 2)
+    assert not backoff.lowered and backoff.rung_up() is None
+
+
+def test_backoff_climbs_mid_epoch_after_enough_healthy_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loaderdoctor.supervise import heal_policy
+
+    monkeypatch.setattr(heal_policy, "CLIMB_AFTER_BATCHES", 3)
+    backoff = Backoff(2, 1, base_workers=2, base_prefetch=2)
+    for _ in range(2):
+        backoff.delivered()
+    assert not backoff.climb_due(at_epoch_start=False)
+    backoff.delivered()
+    assert backoff.climb_due(at_epoch_start=False)
