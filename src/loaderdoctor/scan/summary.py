@@ -8,9 +8,10 @@ worker's peak memory) crosses processes: the dataset is wrapped so that ``__geti
 from __future__ import annotations
 
 import os
-import resource
 import time
 from typing import Any
+
+from loaderdoctor.system.memory import peak_rss_bytes
 
 MAX_LISTED_ITEMS = 16  # longer sequences are described by length and first element
 
@@ -25,19 +26,19 @@ class SummarizingDataset:
         return len(self.inner)
 
     def __getitem__(self, index: int) -> tuple[int, float, str, int]:
-        baseline_kib = _reset_peak_rss()
+        baseline = _reset_peak_rss()
         start = time.perf_counter()
         sample = self.inner[index]
         seconds = time.perf_counter() - start
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return index, seconds, describe(sample), max(0, peak_kib - baseline_kib) * 1024
+        peak = peak_rss_bytes() or 0
+        return index, seconds, describe(sample), max(0, peak - baseline)
 
 
 _clear_refs: dict[int, int] = {}  # pid -> descriptor of /proc/self/clear_refs (-1: not writable)
 
 
 def _reset_peak_rss() -> int:
-    """Reset this process's peak RSS to its current RSS (Linux >= 4.0); return it in KiB.
+    """Reset this process's peak RSS to its current RSS (Linux >= 4.0); return it in bytes.
 
     Writing "5" to ``/proc/self/clear_refs`` resets the high-water mark that ``ru_maxrss``
     reports, so the peak after loading one sample is that sample's own (about 3 us in all). Where
@@ -56,7 +57,7 @@ def _reset_peak_rss() -> int:
             os.write(descriptor, b"5")
         except OSError:
             _clear_refs[pid] = -1
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak_rss_bytes() or 0
 
 
 def keep_summary(summary: Any) -> Any:
