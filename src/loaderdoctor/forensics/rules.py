@@ -204,6 +204,18 @@ def exited(ev: Evidence) -> Finding | None:
         if ev.unpicklable_parts:
             parts = ", ".join(ev.unpicklable_parts)
             return Finding("unpicklable", 0.85, (f"cannot be unpickled in the worker: {parts}",))
+        if ev.fileless_main_parts:
+            parts = ", ".join(ev.fileless_main_parts)
+            return Finding(
+                "unpicklable",
+                0.9,
+                (
+                    f"the worker exited with code {ev.exit_code} while starting under "
+                    f"{ev.start_method}",
+                    f"defined in a __main__ that has no file (a notebook cell, python -c or "
+                    f"stdin), which a {ev.start_method} worker cannot import: {parts}",
+                ),
+            )
         return Finding(
             "worker-exit",
             0.6,

@@ -150,6 +150,11 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             iterable=self._ld_iterable,
             hang_timeout=supervision.settings.hang_timeout,
             epoch=self._ld_epoch,
+            parts=(
+                ("dataset", snapshot.dataset),
+                ("collate_fn", snapshot.collate_fn),
+                ("worker_init_fn", snapshot.worker_init_fn),
+            ),
         )
         torch_compat.stop_sigchld_checks(self)
 

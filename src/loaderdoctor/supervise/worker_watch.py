@@ -47,6 +47,7 @@ class WorkerWatch:
         iterable: bool,
         hang_timeout: float | None,
         epoch: int,
+        parts: Sequence[tuple[str, Any]] = (),
     ) -> None:
         self.pool = pool
         self.recorder = recorder
@@ -56,6 +57,7 @@ class WorkerWatch:
         self.iterable = iterable
         self.hang_timeout = hang_timeout
         self.epoch = epoch
+        self.parts = parts  # ("dataset", ...), ("collate_fn", ...): what a worker unpickles
         self.baseline = collect.read_baseline()
 
     # --- the poll -------------------------------------------------------------------------
@@ -109,6 +111,7 @@ class WorkerWatch:
             ev.bootstrap_marker = collect.read_bootstrap_markers(self.pool.log_dir)
             if self.start_method != "fork":
                 ev.main_script, ev.main_guard_missing = collect.main_script_unguarded()
+                ev.fileless_main_parts = collect.defined_in_fileless_main(self.parts)
         collect.add_machine_evidence(ev, self.baseline)
         return ev
 
