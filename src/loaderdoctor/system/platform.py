@@ -29,6 +29,9 @@ class Capability:
     name: str
     available: bool
     reason: str | None = None  # why not, when not available
+    # True when the platform has no such thing at all (macOS has no cgroups), False when it
+    # has one that cannot be read here (a /proc/self/cgroup this process may not open)
+    absent: bool = False
 
     def __bool__(self) -> bool:
         return self.available
@@ -43,28 +46,30 @@ def _have(name: str) -> Capability:
     return Capability(name, True)
 
 
-def _lack(name: str, reason: str) -> Capability:
-    return Capability(name, False, reason)
+def _lack(name: str, reason: str, absent: bool = False) -> Capability:
+    return Capability(name, False, reason, absent)
 
 
 def _linux_only(name: str) -> Capability | None:
     if sys.platform.startswith("linux"):
         return None
-    return _lack(name, f"it is Linux-only and this is {platform_name()}")
+    return _lack(name, f"it is Linux-only and this is {platform_name()}", absent=True)
 
 
 def realtime_signals() -> Capability:
     name = "real-time signals"
     if hasattr(signal, "SIGRTMIN"):
         return _have(name)
-    return _lack(name, f"signal.SIGRTMIN does not exist on {platform_name()}")
+    return _lack(name, f"signal.SIGRTMIN does not exist on {platform_name()}", absent=True)
 
 
 def faulthandler_register() -> Capability:
     name = "faulthandler.register"
     if hasattr(faulthandler, "register"):
         return _have(name)
-    return _lack(name, f"faulthandler cannot dump on a user signal on {platform_name()}")
+    return _lack(
+        name, f"faulthandler cannot dump on a user signal on {platform_name()}", absent=True
+    )
 
 
 def resource_module() -> Capability:
@@ -72,7 +77,7 @@ def resource_module() -> Capability:
     try:
         importlib.import_module("resource")
     except ImportError:
-        return _lack(name, f"Python has no resource module on {platform_name()}")
+        return _lack(name, f"Python has no resource module on {platform_name()}", absent=True)
     return _have(name)
 
 
@@ -101,12 +106,12 @@ def proc_filesystem() -> Capability:
 def dev_shm() -> Capability:
     name = "/dev/shm"
     if sys.platform == "win32":
-        return _lack(name, "Windows shares tensors through file mappings, not /dev/shm")
+        return _lack(name, "Windows shares tensors through file mappings, not /dev/shm", True)
     try:
         os.statvfs("/dev/shm")
     except OSError as error:
         if sys.platform == "darwin":
-            return _lack(name, "macOS keeps POSIX shared memory in the kernel, not in /dev/shm")
+            return _lack(name, "macOS keeps POSIX shared memory in the kernel, not /dev/shm", True)
         return _lack(name, f"/dev/shm cannot be measured ({error.strerror or error})")
     return _have(name)
 
