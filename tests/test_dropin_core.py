@@ -231,3 +231,21 @@ def test_the_declared_range_is_the_installed_requirement() -> None:
     (line,) = [r for r in requires("loaderdoctor") or [] if r.startswith("torch")]
     assert line.replace(" ", "") == "torch" + torch_compat.SUPPORTED_RANGE.replace(" ", "")
     assert torch_compat.SUPPORTED  # CI runs the pinned release, inside the range
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("heal", [False, True])
+def test_a_failed_or_healed_iterator_is_freed_by_refcount(heal: bool, gc_disabled: None) -> None:
+    loader = loaderdoctor.DataLoader(Faulty("segv"), batch_size=2, num_workers=2, heal=heal)
+    iterator = iter(loader)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            for _ in iterator:
+                pass
+        except loaderdoctor.WorkerDiedError:
+            assert not heal
+    assert [i.action for i in loader.incidents] == (["quarantined"] if heal else ["raised"])
+    dropped = weakref.ref(iterator)
+    del iterator, loader
+    assert dropped() is None

@@ -95,12 +95,15 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_sup = supervision
         self._ld_snapshot = snapshot  # the user's loader as it was, for successors and probes
         self._ld_state = IterState.RUNNING
-        self._ld_failure: LoaderError | None = None
+        # (message, verdict) of the failure that stopped it; not the exception, whose traceback
+        # would hold this iterator in a reference cycle
+        self._ld_failure: tuple[str, Diagnosis | None] = ("", None)
         self._ld_successor: Any = None
         self._ld_respawns = respawns
         self._ld_epoch = supervision.epoch
         self._ld_ledger = Ledger()
         self._ld_last_index: Any = None
+        self._ld_raising: BaseException | None = None
         self._ld_start_method = start_method_of(snapshot)
         self._ld_iterable = snapshot._dataset_kind == torch_compat.DatasetKind.Iterable
         self._ld_log_dir = collect.make_log_dir()
@@ -167,7 +170,10 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         diagnosis = start_diagnosis(error, self._ld_snapshot, self._ld_start_method)
         if not sup.settings.heal:
             sup.record(diagnosis, "raised")
-            raise start_error(error, diagnosis)
+            try:
+                raise start_error(error, diagnosis)
+            finally:
+                error = None  # type: ignore[assignment]  # no cycle through the traceback
         # Workers that cannot start (pickling, spawn bootstrapping): load in-process, loudly.
         diagnosis.evidence.append("the epoch loads in the main process instead (num_workers=0)")
         sup.record(diagnosis, "backed-off")
@@ -200,10 +206,16 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if not first_iter:
             self._ld_epoch = self._ld_watch.epoch = self._ld_sup.epoch
             self._ld_ledger.clear()
+            failure: _PoolFailure | None = None
             try:
                 super()._reset(loader, first_iter)
-            except _PoolFailure as failure:  # a persistent worker died between epochs
-                self._ld_handle(failure)
+            except _PoolFailure as caught:  # a persistent worker died between epochs
+                failure = caught
+            if failure is not None:
+                try:
+                    self._ld_handle(failure)
+                finally:
+                    failure = None  # no reference cycle through its traceback
             return
         super()._reset(loader, first_iter)
 
@@ -222,12 +234,15 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             if receive_error is not None:
                 # Outside the except block: the verdict must not arrive chained under the
                 # EOFError/ConnectionResetError of the dead sender.
-                found = self._ld_watch.receive_error(
-                    receive_error, self._workers_status, self._task_info
-                )
-                if found is None:
-                    raise receive_error
-                raise _PoolFailure(found)
+                try:
+                    found = self._ld_watch.receive_error(
+                        receive_error, self._workers_status, self._task_info
+                    )
+                    if found is None:
+                        raise receive_error
+                    raise _PoolFailure(found)
+                finally:
+                    receive_error = None  # no reference cycle through its traceback
             evidence = self._ld_watch.poll(self._workers_status, self._task_info)
             if evidence is not None:
                 raise _PoolFailure(evidence)
@@ -255,11 +270,15 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             ev.batch = task
             error, diagnosis = worker_exception(data, ev, indices, self._ld_snapshot.dataset)
             healable = diagnosis.cause in ENVIRONMENTAL or diagnosis.cause == "internal-error"
-            if self._ld_sup.settings.heal and healable and task is not None:
-                self._ld_ledger.owe(task, indices)  # still owed to the user
-                raise _PoolFailure(ev, error, diagnosis)
-            self._ld_sup.record(diagnosis, "raised")
-            raise error
+            try:
+                if self._ld_sup.settings.heal and healable and task is not None:
+                    self._ld_ledger.owe(task, indices)  # still owed to the user
+                    raise _PoolFailure(ev, error, diagnosis)
+                self._ld_sup.record(diagnosis, "raised")
+                self._ld_raising = error  # raised on purpose: the user's, not an internal error
+                raise error
+            finally:
+                error = None  # type: ignore[assignment]  # no cycle via its traceback
         if task is not None and not isinstance(data, SkippedBatch):
             count_delivered(self._ld_sup.counts, indices)
             if self._ld_sup.backoff is not None:
@@ -270,11 +289,10 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
     def _next_data(self) -> Any:
         while True:
             if self._ld_state is IterState.FAILED:
-                first = self._ld_failure
-                assert first is not None
+                message, diagnosis = self._ld_failure
                 raise LoaderError(
-                    f"this DataLoader iterator stopped after an earlier failure: {first.args[0]}",
-                    first.diagnosis,
+                    f"this DataLoader iterator stopped after an earlier failure: {message}",
+                    diagnosis,
                 )
             if self._ld_state is IterState.HANDED_OVER:
                 data = self._ld_from_successor()
@@ -289,13 +307,20 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                     self._ld_epoch_done()
                     raise
                 except Exception as error:
-                    if getattr(error, "diagnosis", None) is not None or origin_of(error) is None:
-                        raise  # the user's (or torch's) exception, already with its verdict
+                    deliberate = error is self._ld_raising
+                    self._ld_raising = None  # holding it would be a cycle through its frames
+                    if deliberate or origin_of(error) is None:
+                        raise  # the user's (or torch's) exception, with its verdict
                     internal = error
                 if internal is not None:
                     failure = _PoolFailure(internal_evidence(internal, self._ld_epoch), internal)
                 if failure is not None:
-                    self._ld_handle(failure)
+                    try:
+                        self._ld_handle(failure)
+                    finally:
+                        # An exception kept in a local of this frame holds the frame (and so
+                        # this iterator) in a reference cycle through its traceback.
+                        failure = internal = None
                     continue
                 if self._ld_climb_due():
                     self._ld_climb()
@@ -312,8 +337,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             raise
         finally:
             # A successor that handed over in turn: follow the chain to the live one.
+            # (detached first: a dropped iterator shuts its successor down with it).
             while getattr(successor, "_ld_state", None) is IterState.HANDED_OVER:
-                successor = successor._ld_successor
+                successor._ld_successor, successor = None, successor._ld_successor
             self._ld_successor = successor
         return data
 
@@ -351,18 +377,21 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
 
     def _ld_raise(self, failure: _PoolFailure, diagnosis: Diagnosis) -> NoReturn:
         self._ld_sup.record(diagnosis, "raised")
-        if failure.error is not None:
-            if diagnosis.cause == "internal-error":
-                attach(failure.error, diagnosis)
-                failure.error.add_note(format_verdict(diagnosis, include_stack=False))
-            raise failure.error
-        message = f"{format_death_headline(diagnosis)}\n{format_verdict(diagnosis)}"
-        error_type = WorkerHangError if failure.evidence.kind == "hang" else WorkerDiedError
-        error = error_type(message, diagnosis)
-        self._ld_failure = error
-        self._ld_state = IterState.FAILED
-        self._ld_stop()
-        raise error
+        error, failure.error = failure.error, None
+        if error is None:
+            message = f"{format_death_headline(diagnosis)}\n{format_verdict(diagnosis)}"
+            error_type = WorkerHangError if failure.evidence.kind == "hang" else WorkerDiedError
+            error = error_type(message, diagnosis)
+            self._ld_failure = (message, diagnosis)
+            self._ld_state = IterState.FAILED
+            self._ld_stop()
+        elif diagnosis.cause == "internal-error":
+            attach(error, diagnosis)
+            error.add_note(format_verdict(diagnosis, include_stack=False))
+        try:
+            raise error
+        finally:
+            error = None  # a raised exception kept in a local is a cycle through its frame
 
     def _ld_heal(self, diagnosis: Diagnosis, action: Action, culprit: Any) -> None:
         sup = self._ld_sup
@@ -481,6 +510,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             # children, so there is nothing to stop (and torch's join would raise here).
             vars(self)["_shutdown"] = True
             return
+        successor = getattr(self, "_ld_successor", None)
+        if successor is not None and hasattr(successor, "_shutdown_workers"):
+            successor._shutdown_workers()
         was_shut = getattr(self, "_shutdown", True)
         super()._shutdown_workers()
         if not was_shut and getattr(self, "_shutdown", False):

@@ -117,7 +117,10 @@ class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
         if not sup.settings.heal:
             sup.record(diagnosis, "raised")
             error.add_note(format_verdict(diagnosis, include_stack=False))
-            raise error
+            try:
+                raise error
+            finally:
+                error = None  # type: ignore[assignment]  # no cycle through the traceback
         diagnosis.evidence.append(
             "plain torch loading takes over for the rest of this loader's life"
         )

@@ -62,10 +62,12 @@ class LoaderSnapshot:
 
     def __getattr__(self, name: str) -> Any:
         cls = self.__dict__.get("_snapshot_of")
-        attribute = getattr(cls, name, None) if cls is not None else None
-        if isinstance(attribute, property) and attribute.fget is not None:
-            return attribute.fget(self)
-        raise AttributeError(name)
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        attribute = getattr(cls, name)  # AttributeError when the loader has none either
+        binder = getattr(attribute, "__get__", None)
+        # a property or method of the loader's class, evaluated on (bound to) the snapshot
+        return binder(self, cls) if binder is not None else attribute
 
     def with_overrides(self, **overrides: Any) -> LoaderSnapshot:
         return LoaderSnapshot(self, **overrides)
