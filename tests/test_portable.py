@@ -25,7 +25,9 @@ pytestmark = pytest.mark.portable
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FAULTY = str(FIXTURES / "faults" / "faulty.py")
+HEALING = str(FIXTURES / "faults" / "healing.py")
 HARNESS = str(FIXTURES / "portable")
+MACOS_HARNESS = str(FIXTURES / "portable_macos")  # the harness with what macOS has put back
 LINUX = sys.platform.startswith("linux")
 WINDOWS = sys.platform == "win32"
 # Where the stuck worker's stack comes from its own faulthandler timer, not from a signal:
@@ -33,11 +35,13 @@ WINDOWS = sys.platform == "win32"
 TIMER_DUMP = LINUX or WINDOWS
 
 
-def run_portable(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_portable(
+    args: list[str], timeout: float = 120, harness: str = HARNESS
+) -> subprocess.CompletedProcess[str]:
     """``python ARGS`` with the harness on Linux; on timeout or failure the whole tree is killed."""
     env = dict(os.environ)
     if LINUX:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (HARNESS, env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (harness, env.get("PYTHONPATH")) if p)
     env["PYTHONIOENCODING"] = "utf-8"
     process = subprocess.Popen(
         [sys.executable, *args],
@@ -62,8 +66,8 @@ def run_portable(args: list[str], timeout: float = 120) -> subprocess.CompletedP
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
 
-def verdict(*args: str, timeout: float = 120) -> dict:
-    result = run_portable(list(args), timeout=timeout)
+def verdict(*args: str, timeout: float = 120, harness: str = HARNESS) -> dict:
+    result = run_portable(list(args), timeout=timeout, harness=harness)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     assert lines, f"no verdict\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-3000:]}"
     return json.loads(lines[-1])
@@ -233,6 +237,26 @@ def test_hang_under_spawn_has_the_stuck_workers_stack() -> None:
         )
     else:
         assert dumped_by == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="the macOS harness imitates macOS on Linux")
+def test_hang_on_macos_dumps_the_stack_on_sigusr2() -> None:
+    out = verdict(FAULTY, "hang", "spawn", timeout=90, harness=MACOS_HARNESS)
+    assert (out["cause"], out["indices"]) == ("worker-hang", [21])
+    # faulthandler's dump on a signal: the thread that took it (the worker's main thread)
+    assert out["python_stack"].split("Current thread ", 1)[1].count("in __getitem__") == 1
+    assert [line for line in out["evidence"] if line.startswith("the stuck worker's")] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "cause"), [("segv", "native-crash"), ("hang", "worker-hang")])
+def test_healing_under_spawn_finishes_the_epoch(mode: str, cause: str) -> None:
+    out = verdict(HEALING, mode, "spawn", "21", timeout=150)
+    assert sorted(out["delivered"]) == [i for i in range(48) if i != 21]
+    report = out["report"]
+    assert (report["status"], report["quarantine"]) == ("healed", [21])
+    assert [(i["cause"], i["action"]) for i in report["incidents"]] == [(cause, "quarantined")]
 
 
 NOTEBOOK_CELL = textwrap.dedent(
