@@ -319,6 +319,19 @@ def test_env_reports_what_it_can_and_says_what_it_cannot() -> None:
 
 
 @pytest.mark.slow
+def test_run_supervises_an_unmodified_command(tmp_path: Path) -> None:
+    report_dir = tmp_path / "report"
+    command = [sys.executable, FAULTY, "segv", "spawn"]
+    result = run_portable(
+        ["-m", "loaderdoctor", "run", "--report-dir", str(report_dir), "--", *command], timeout=150
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["status"] == "crashed"
+    assert [(i["cause"], i["indices"]) for i in report["incidents"]] == [("native-crash", [21])]
+
+
+@pytest.mark.slow
 def test_lint_works(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(
