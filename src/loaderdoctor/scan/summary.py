@@ -48,7 +48,8 @@ def _reset_peak_rss() -> int:
     descriptor = _clear_refs.get(pid)
     if descriptor is None:  # first sample in this process (a fork does not share the dict's fd)
         try:
-            descriptor = os.open("/proc/self/clear_refs", os.O_WRONLY | os.O_CLOEXEC)
+            flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)  # Windows has no O_CLOEXEC
+            descriptor = os.open("/proc/self/clear_refs", flags)
         except OSError:
             descriptor = -1
         _clear_refs[pid] = descriptor

@@ -66,6 +66,14 @@ def _host_memory_from_psutil(why: str | None) -> HostMemory:
     )
 
 
+def own_rss_bytes() -> int | None:
+    """This process's resident set, from psutil (for platforms without /proc/self/statm)."""
+    try:
+        return int(psutil.Process().memory_info().rss)
+    except (psutil.Error, OSError):
+        return None
+
+
 def peak_rss_bytes() -> int | None:
     """This process's peak resident set (``ru_maxrss``; the peak working set on Windows)."""
     try:

@@ -26,6 +26,8 @@ def shm_usage(path: str = "/dev/shm") -> ShmUsage:
         available = dev_shm()
         if not available:
             return ShmUsage(path, None, None, None, available.why_not)
+    if not hasattr(os, "statvfs"):
+        return ShmUsage(path, None, None, None, "os.statvfs does not exist on Windows")
     try:
         stats = os.statvfs(path)
     except FileNotFoundError:
