@@ -162,6 +162,66 @@ def test_windows_crash_status_is_a_native_crash(code: int) -> None:
     assert diagnosis.evidence[0].startswith(f"the worker ended with Windows status 0x{code:08X} (")
 
 
+def _machine(cgroups: object, kernel_log_absent: bool) -> object:
+    from loaderdoctor.preflight_facts import Machine
+    from loaderdoctor.system.cgroup import MemoryCgroup
+    from loaderdoctor.system.container import ContainerInfo
+    from loaderdoctor.system.cpu import CpuInfo
+    from loaderdoctor.system.kmsg import KernelLog
+    from loaderdoctor.system.limits import OpenFiles
+    from loaderdoctor.system.memory import HostMemory
+    from loaderdoctor.system.platform import Capability
+    from loaderdoctor.system.shm import ShmUsage
+
+    GiB = 1 << 30
+    kernel = Capability("the kernel log (/dev/kmsg, dmesg)", False, "it is Linux-only", True)
+    return Machine(
+        ShmUsage("/dev/shm", None, None, None, "gone"),
+        MemoryCgroup(None, None, None, None, None, None, None, "gone"),
+        HostMemory(16 * GiB, 12 * GiB, 0, 0),
+        OpenFiles(256, None, 20),
+        CpuInfo(8, None, None, 8),
+        ContainerInfo(None),
+        KernelLog([], False, "gone"),
+        (cgroups, *([kernel] if kernel_log_absent else [])),
+    )
+
+
+def test_env_checks_tell_a_platform_without_cgroups_from_unreadable_ones() -> None:
+    from loaderdoctor.preflight_limits import check_cpu
+    from loaderdoctor.preflight_memory import check_memory_limit
+    from loaderdoctor.preflight_runtime import check_kernel_log
+    from loaderdoctor.system.platform import Capability
+
+    macos = _machine(Capability("cgroups", False, "it is Linux-only and this is macOS", True), True)
+    memory = check_memory_limit(macos)
+    assert (memory.status, memory.value) == ("pass", 16 << 30)
+    assert memory.message == (
+        "host 16.0 GiB (12.0 GiB available); no cgroup limit: cgroups not available here, because "
+        "it is Linux-only and this is macOS, so the host's memory is the limit; swap 0 B"
+    )
+    cpu = check_cpu(macos, None)
+    assert (cpu.status, cpu.message) == (
+        "pass",
+        "8 cores, affinity None, cgroup quota none (no cgroups): 8 usable",
+    )
+    kernel = check_kernel_log(macos)
+    assert kernel.status == "unknown"
+    assert kernel.message == (
+        "the kernel log (/dev/kmsg, dmesg) not available here, because it is Linux-only: a worker "
+        "killed by SIGKILL cannot be told apart from an OOM kill here"
+    )
+    hidden = Capability("cgroups", False, "/proc/self/cgroup cannot be read (Permission denied)")
+    linux = _machine(hidden, False)
+    assert check_memory_limit(linux).status == "unknown"
+    assert check_memory_limit(linux).message.split("; ")[1] == (
+        "cgroup limit unknown: cgroups not available here, because /proc/self/cgroup cannot be "
+        "read (Permission denied)"
+    )
+    assert check_cpu(linux, None).status == "unknown"
+    assert check_kernel_log(linux).status == "warn"  # Linux: root or CAP_SYSLOG would read it
+
+
 # --- the package with the Linux-only pieces gone (subprocesses) ---------------------------
 
 

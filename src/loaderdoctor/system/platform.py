@@ -112,7 +112,7 @@ def dev_shm() -> Capability:
     except OSError as error:
         if sys.platform == "darwin":
             return _lack(name, "macOS keeps POSIX shared memory in the kernel, not /dev/shm", True)
-        return _lack(name, f"/dev/shm cannot be measured ({error.strerror or error})")
+        return _lack(name, f"it cannot be measured ({error.strerror or error})")
     return _have(name)
 
 
