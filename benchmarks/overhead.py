@@ -3,7 +3,11 @@
 Both loaders run in this one process, interleaved (stock, supervised, stock, ...) so that machine
 noise hits both alike; the figure is the ratio of median throughputs (supervised / stock).
 
-    python benchmarks/overhead.py [--repeats 7] [--workers 2]
+    python benchmarks/overhead.py [--repeats 7] [--workers 2] [--hang-timeout S]
+
+With ``--hang-timeout`` the supervised loader runs its hang watchdog. Run it with
+``tests/fixtures/portable`` on PYTHONPATH to measure the watchdog of a platform without a dump
+signal (Windows: a thread in each worker re-arms faulthandler's timer per stage, issue 18).
 
 Targets (issue 2): >= 0.98x on decode-heavy samples (~1 ms of real work each), >= 0.90x on tiny
 samples.
@@ -73,11 +77,22 @@ def time_epoch(factory: Callable[[], torch.utils.data.DataLoader]) -> tuple[floa
     return samples / (ended - started), steady
 
 
-def measure(name: str, dataset: Dataset, batch_size: int, workers: int, repeats: int) -> dict:
-    def factory(cls: type) -> Callable[[], torch.utils.data.DataLoader]:
-        return lambda: cls(dataset, batch_size=batch_size, num_workers=workers, shuffle=True)
+def measure(
+    name: str,
+    dataset: Dataset,
+    batch_size: int,
+    workers: int,
+    repeats: int,
+    hang_timeout: float | None = None,
+) -> dict:
+    def factory(cls: type, **extra: object) -> Callable[[], torch.utils.data.DataLoader]:
+        return lambda: cls(
+            dataset, batch_size=batch_size, num_workers=workers, shuffle=True, **extra
+        )
 
-    stock, supervised = factory(torch.utils.data.DataLoader), factory(loaderdoctor.DataLoader)
+    stock = factory(torch.utils.data.DataLoader)
+    watchdog = {"hang_timeout": hang_timeout} if hang_timeout else {}
+    supervised = factory(loaderdoctor.DataLoader, **watchdog)
     time_epoch(stock)  # warm-up: imports, page cache
     time_epoch(supervised)
     # Each round runs stock, supervised and a second stock epoch (the A/A control that shows the
@@ -111,6 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--hang-timeout", type=float, default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -119,8 +135,8 @@ def main() -> None:
     print(f"decode-heavy sample: {per_sample_ms(decode):.2f} ms of work in the main process")
     print(f"tiny sample: {per_sample_ms(tiny) * 1000:.1f} µs")
     rows = [
-        measure("decode-heavy (~1 ms)", decode, 32, args.workers, args.repeats),
-        measure("tiny", tiny, 64, args.workers, args.repeats),
+        measure("decode-heavy (~1 ms)", decode, 32, args.workers, args.repeats, args.hang_timeout),
+        measure("tiny", tiny, 64, args.workers, args.repeats, args.hang_timeout),
     ]
     print(
         f"\n{args.workers} workers, {args.repeats} rounds; ratio = median of per-round "

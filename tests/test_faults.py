@@ -25,7 +25,12 @@ def verdict(*args: str, **kwargs) -> dict:
     return json.loads(lines[-1])
 
 
-@pytest.mark.parametrize("method", ["fork", "forkserver"])
+# Every fault that can happen under spawn (Windows' only start method, macOS's default) is
+# provoked under it too, next to fork.
+FORK_AND_SPAWN = ["fork", "spawn"]
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
 def test_segfault_is_a_native_crash_with_the_python_stack(method: str) -> None:
     out = verdict("segv", method)
     assert out["cause"] == "native-crash"
@@ -34,28 +39,31 @@ def test_segfault_is_a_native_crash_with_the_python_stack(method: str) -> None:
     assert out["error_type"] == "WorkerDiedError"
 
 
-def test_sigkill_without_oom_evidence_is_killed_by_signal() -> None:
-    out = verdict("sigkill")
+@pytest.mark.parametrize("method", FORK_AND_SPAWN)
+def test_sigkill_without_oom_evidence_is_killed_by_signal(method: str) -> None:
+    out = verdict("sigkill", method)
     assert out["cause"] == "killed-by-signal"
     assert out["indices"] == [21]
 
 
-def test_exit_code() -> None:
-    out = verdict("exit")
+@pytest.mark.parametrize("method", FORK_AND_SPAWN)
+def test_exit_code(method: str) -> None:
+    out = verdict("exit", method)
     assert out["cause"] == "worker-exit" and out["indices"] == [21]
     assert "exited unexpectedly with code 3" in out["message"]
 
 
-def test_hang_is_killed_with_its_stack() -> None:
+@pytest.mark.parametrize("method", FORK_AND_SPAWN)
+def test_hang_is_killed_with_its_stack(method: str) -> None:
     started = time.monotonic()
-    out = verdict("hang", timeout=60)
+    out = verdict("hang", method, timeout=60)
     assert out["cause"] == "worker-hang" and out["indices"] == [21]
     assert out["error_type"] == "WorkerHangError"
-    assert "time.sleep" in out["python_stack"] or "in __getitem__" in out["python_stack"]
+    assert "in __getitem__" in out["python_stack"]
     assert time.monotonic() - started < 50  # the 600 s sleep was cut short by the watchdog
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("method", FORK_AND_SPAWN)
 def test_python_exception_keeps_its_type_and_names_the_index(method: str) -> None:
     out = verdict("raise", method)
     assert out["error_type"] == "ValueError"
@@ -64,15 +72,17 @@ def test_python_exception_keeps_its_type_and_names_the_index(method: str) -> Non
     assert "Original Traceback" in out["message"]
 
 
-def test_ragged_tensors_in_collate_name_the_odd_sample() -> None:
-    out = verdict("ragged", "default", "6")
+@pytest.mark.parametrize("method", FORK_AND_SPAWN)
+def test_ragged_tensors_in_collate_name_the_odd_sample(method: str) -> None:
+    out = verdict("ragged", method, "6")
     assert out["cause"] == "collate-error"
     assert out["indices"] == [6]
 
 
-def test_unpicklable_sample_is_a_verdict_not_a_silent_hang() -> None:
+@pytest.mark.parametrize("method", FORK_AND_SPAWN)
+def test_unpicklable_sample_is_a_verdict_not_a_silent_hang(method: str) -> None:
     # Stock torch prints the feeder thread's PicklingError in the worker and waits forever.
-    out = verdict("unpicklable-sample", timeout=60)
+    out = verdict("unpicklable-sample", method, timeout=60)
     assert out["cause"] == "unpicklable"
     assert any("could not send it" in line for line in out["evidence"])
 
@@ -93,11 +103,12 @@ def test_script_without_main_guard(method: str) -> None:
     assert json.loads(lines[-1])["cause"] == "main-guard-missing"
 
 
-def test_too_many_open_files() -> None:
+@pytest.mark.parametrize("method", FORK_AND_SPAWN)
+def test_too_many_open_files(method: str) -> None:
     def limit_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
 
-    out = verdict("emfile", preexec_fn=limit_files)
+    out = verdict("emfile", method, preexec_fn=limit_files)
     assert out["cause"] == "fd-exhausted"
     assert any("limit is 128" in line for line in out["evidence"])
 
@@ -111,8 +122,9 @@ def oom_cgroup() -> Iterator[Path]:
         yield group
 
 
-def test_oom_kill_in_a_memory_cgroup(oom_cgroup: Path) -> None:
-    out = verdict("oom", wrapper=in_cgroup(oom_cgroup))
+@pytest.mark.parametrize("method", FORK_AND_SPAWN)
+def test_oom_kill_in_a_memory_cgroup(oom_cgroup: Path, method: str) -> None:
+    out = verdict("oom", method, wrapper=in_cgroup(oom_cgroup))
     assert out["cause"] == "oom-killed"
     assert out["indices"] == [21]
     assert any("Killed process" in line for line in out["evidence"]) or any(
@@ -120,11 +132,14 @@ def test_oom_kill_in_a_memory_cgroup(oom_cgroup: Path) -> None:
     )
 
 
-def test_full_dev_shm_in_a_private_mount_namespace() -> None:
+@pytest.mark.parametrize("method", FORK_AND_SPAWN)
+def test_full_dev_shm_in_a_private_mount_namespace(method: str) -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1) for a private /dev/shm")
     mount = "mount -t tmpfs -o size=64M tmpfs /dev/shm"
-    out = verdict("shm", wrapper=["unshare", "-m", "sh", "-c", f'{mount} && exec "$@"', "sh"])
+    out = verdict(
+        "shm", method, wrapper=["unshare", "-m", "sh", "-c", f'{mount} && exec "$@"', "sh"]
+    )
     if out.get("cause") is None and "delivered" in out:
         pytest.fail(f"no failure with a 64 MiB /dev/shm: {out}")
     assert out["cause"] == "shm-exhausted"

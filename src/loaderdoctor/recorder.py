@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from loaderdoctor.system.memory import own_rss_bytes
+
 
 class Field(IntEnum):
     PID = 0
@@ -172,11 +174,11 @@ class WorkerSlot:
         self._flat = flat
         self._base = base
         self._monotonic_ns = time.monotonic_ns
-        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0  # Windows: none
         try:
             self._statm_fd: int | None = os.open("/proc/self/statm", os.O_RDONLY)
         except OSError:
-            self._statm_fd = None
+            self._statm_fd = None  # no /proc (macOS, Windows): psutil asks the kernel instead
         flat[base + Field.PID] = os.getpid()
         flat[base + _INDEX] = NO_INDEX
         self.stage(Stage.INIT)
@@ -217,6 +219,9 @@ class WorkerSlot:
 
     def sample_rss(self) -> None:
         if self._statm_fd is None:
+            rss = own_rss_bytes()
+            if rss is not None:
+                self._flat[self._base + _RSS] = rss
             return
         try:
             fields = os.pread(self._statm_fd, 128, 0).split()

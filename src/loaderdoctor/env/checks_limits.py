@@ -57,10 +57,15 @@ def check_cpu(inputs: Inputs) -> EnvCheck:
     if cpu.usable_cores is None:
         return make_check("cpu", "unknown", None, f"cannot count cores: {cpu.note}", details)
     quota = f"{cpu.quota_cores:g}" if cpu.quota_cores is not None else "none"
-    text = f"{cpu.logical_cores} cores, affinity {cpu.affinity_cores}, cgroup quota {quota}: {cpu.usable_cores} usable"
     status: Status = "pass"
+    lacking = machine.lacks("cgroups")
+    if cpu.quota_cores is None and lacking is not None:
+        quota = f"unknown ({lacking.why_not})" if not lacking.absent else "none (no cgroups)"
+        if not lacking.absent:
+            status = "unknown"  # a container's CPU quota may be hiding in the unread cgroup
+    text = f"{cpu.logical_cores} cores, affinity {cpu.affinity_cores}, cgroup quota {quota}: {cpu.usable_cores} usable"
     if num_workers is not None and num_workers > cpu.usable_cores:
-        status = "warn"
+        status = "warn"  # more workers than cores is too many, whatever the quota
         text += f"; num_workers={num_workers} is more than the usable cores"
     elif num_workers is None and cpu.logical_cores and cpu.usable_cores < cpu.logical_cores:
         text += (

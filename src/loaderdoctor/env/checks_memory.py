@@ -51,12 +51,19 @@ def check_memory_limit(inputs: Inputs) -> EnvCheck:
             f"cgroup v{cgroup.version} limit {format_bytes(cgroup.limit_bytes)}, "
             f"{format_bytes(cgroup.usage_bytes)} used"
         )
+    status: Status = "pass"
+    lacking = machine.lacks("cgroups")
+    if cgroup.limit_bytes is None and lacking is not None and not lacking.absent:
+        # Linux with cgroups this process cannot read: a container limit may be hiding there
+        status = "unknown"
+        parts.append(f"cgroup limit unknown: {lacking.why_not}")
+    elif lacking is not None:
+        parts.append(f"no cgroup limit: {lacking.why_not}, so the host's memory is the limit")
     else:
         parts.append(
             f"no cgroup memory limit ({cgroup.note})" if cgroup.note else "no cgroup memory limit"
         )
     parts.append(f"swap {format_bytes(host.swap_total_bytes)}")
-    status: Status = "pass"
     if available < 256 * MiB:
         status = "fail"
         parts.append(f"only {format_bytes(available)} left")

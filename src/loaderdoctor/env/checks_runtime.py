@@ -47,6 +47,13 @@ def check_kernel_log(inputs: Inputs) -> EnvCheck:
         "oom_kills": len(kills),
         "note": log.note,
     }
+    lacking = machine.lacks("the kernel log (/dev/kmsg, dmesg)")
+    if not log.readable and lacking is not None and lacking.absent:
+        text = (
+            f"{lacking.why_not}: a worker killed by SIGKILL cannot be told apart from an OOM "
+            "kill here"
+        )
+        return make_check("kernel-log", "unknown", None, text, details)
     if not log.readable:
         text = f"not readable: {log.note}"
         if cgroup.oom_kill_count is not None:

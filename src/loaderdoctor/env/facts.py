@@ -12,6 +12,7 @@ from loaderdoctor.system.cpu import CpuInfo, cpu_info
 from loaderdoctor.system.kmsg import KernelLog, read_kernel_log
 from loaderdoctor.system.limits import OpenFiles, open_files
 from loaderdoctor.system.memory import HostMemory, host_memory
+from loaderdoctor.system.platform import Capability, capabilities
 from loaderdoctor.system.shm import ShmUsage, shm_usage
 
 
@@ -24,6 +25,12 @@ class Machine:
     cpu: CpuInfo
     container: ContainerInfo
     kernel_log: KernelLog
+    # what this platform lets loaderdoctor read (system.platform); empty: all of it
+    capabilities: tuple[Capability, ...] = ()
+
+    def lacks(self, name: str) -> Capability | None:
+        """The probe named ``name`` when it is not available here."""
+        return next((c for c in self.capabilities if c.name == name and not c.available), None)
 
 
 @dataclass
@@ -70,6 +77,7 @@ def probe_machine() -> Machine:
         cpu_info(),
         detect_container(),
         read_kernel_log(),
+        tuple(capabilities()),
     )
 
 

@@ -268,9 +268,9 @@ CAUSES: dict[str, Cause] = {
                 "__getitem__ and collate_fn; apply callables inside the worker.",
                 "Open files, database and network handles lazily in __getitem__ (or in "
                 "worker_init_fn), not in __init__.",
-                "In a Jupyter notebook, move the Dataset class (and collate_fn) into a .py "
-                "module and import it: spawned workers cannot find classes defined in a cell "
-                "(`Can't get attribute ... on <module '__main__' (built-in)>`).",
+                "In a notebook (Jupyter, Colab) or a script run by `python -c` or from stdin, move "
+                "the Dataset, collate_fn and worker_init_fn into a .py file next to it and import "
+                "them from there: spawn workers cannot import what a cell defines in __main__.",
                 "Or choose fork explicitly: DataLoader(..., multiprocessing_context='fork') (Linux).",
             ),
             symptoms=(

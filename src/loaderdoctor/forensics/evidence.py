@@ -52,6 +52,8 @@ class Evidence:
     main_guard_missing: bool | None = None
     bootstrap_marker: str | None = None  # written by a worker that re-ran an unguarded script
     unpicklable_parts: list[str] = field(default_factory=list)
+    # parts that reference a class or function of a __main__ without a file (a notebook)
+    fileless_main_parts: list[str] = field(default_factory=list)
     # The innermost frame of the exception lies in loaderdoctor's own code (a bug of ours)
     internal_origin: str | None = None  # "file:line in function" of that frame
     notes: list[str] = field(default_factory=list)

@@ -16,6 +16,15 @@ from loaderdoctor.forensics.catalog import CAUSES
 from loaderdoctor.forensics.evidence import Diagnosis, Evidence
 
 FATAL_NATIVE_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGILL", "SIGFPE", "SIGSYS", "SIGTRAP"})
+# Windows has no fatal signals: a process that crashes in native code ends with an NTSTATUS as
+# its exit code, which multiprocessing reports as a large positive exitcode.
+WINDOWS_CRASH_STATUSES = {
+    0xC0000005: "STATUS_ACCESS_VIOLATION, the SIGSEGV of Windows",
+    0xC000001D: "STATUS_ILLEGAL_INSTRUCTION",
+    0xC0000094: "STATUS_INTEGER_DIVIDE_BY_ZERO",
+    0xC00000FD: "STATUS_STACK_OVERFLOW",
+    0xC0000409: "STATUS_STACK_BUFFER_OVERRUN, also how abort() ends a process",
+}
 # Below this much free space /dev/shm is "full" for the purpose of explaining a SIGBUS: one more
 # batch of a typical size would not fit.
 SHM_NEARLY_FULL_BYTES = 16 * 1024 * 1024
@@ -200,6 +209,12 @@ def other_signal(ev: Evidence) -> Finding | None:
 def exited(ev: Evidence) -> Finding | None:
     if ev.kind != "death" or ev.exit_code is None:
         return None
+    if ev.exit_code in WINDOWS_CRASH_STATUSES:
+        status = WINDOWS_CRASH_STATUSES[ev.exit_code]
+        reasons = [f"the worker ended with Windows status 0x{ev.exit_code:08X} ({status})"]
+        if ev.python_stack:
+            reasons.append("faulthandler captured the Python stack at the crash")
+        return Finding("native-crash", 0.95, tuple(reasons))
     if ev.bootstrap_marker:
         return Finding("main-guard-missing", 0.98, (ev.bootstrap_marker,))
     if ev.reached_worker_init is False:
@@ -216,6 +231,18 @@ def exited(ev: Evidence) -> Finding | None:
         if ev.unpicklable_parts:
             parts = ", ".join(ev.unpicklable_parts)
             return Finding("unpicklable", 0.85, (f"cannot be unpickled in the worker: {parts}",))
+        if ev.fileless_main_parts:
+            parts = ", ".join(ev.fileless_main_parts)
+            return Finding(
+                "unpicklable",
+                0.9,
+                (
+                    f"the worker exited with code {ev.exit_code} while starting under "
+                    f"{ev.start_method}",
+                    f"defined in a __main__ that has no file (a notebook cell, python -c or "
+                    f"stdin), which a {ev.start_method} worker cannot import: {parts}",
+                ),
+            )
         return Finding(
             "worker-exit",
             0.6,

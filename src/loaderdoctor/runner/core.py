@@ -50,7 +50,12 @@ from loaderdoctor.runner.protocol import (
 
 DEFAULT_REPORT_DIR = "loaderdoctor-report"
 DEFAULT_HANG_TIMEOUT_S = 300.0
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# Windows has no SIGHUP or SIGQUIT: forward those the platform has.
+FORWARDED_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
 PYTHON_NAMES = ("python", "python3")
 
 
@@ -139,7 +144,7 @@ def forwarding_signals(process: subprocess.Popen[bytes], interrupted: list[int])
 
     def forward(number: int, frame: FrameType | None) -> None:
         interrupted.append(number)
-        if number in (signal.SIGINT, signal.SIGQUIT) and _terminal_delivered_it():
+        if number in (signal.SIGINT, getattr(signal, "SIGQUIT", None)) and _terminal_delivered_it():
             return
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(number)

@@ -9,13 +9,13 @@ sample itself allocates.
 
 Where no memory cgroup can be created (not root, cgroup v2 without a delegated subtree), the cap
 falls back to ``RLIMIT_AS`` above the worker's address space at start: an allocation past it
-raises ``MemoryError`` in the worker, a sample error rather than a kill.
+raises ``MemoryError`` in the worker, a sample error rather than a kill. Where neither exists
+(Windows has no ``resource`` module), the scan runs uncapped and says so.
 """
 
 from __future__ import annotations
 
 import os
-import resource
 import time
 from dataclasses import dataclass
 
@@ -31,20 +31,27 @@ class MemoryCap:
     limit_bytes: int
     group_root: str | None  # the scan's cgroup directory; None: RLIMIT_AS
     cgroup_version: int | None = None
+    unavailable: str | None = None  # why there is no cap at all
 
     @property
     def how(self) -> str:
+        if self.unavailable is not None:
+            return f"no cap: {self.unavailable}"
         if self.group_root is None:
             return "RLIMIT_AS (no memory cgroup could be created)"
         return f"memory cgroup v{self.cgroup_version} per worker"
 
     def __call__(self, worker_id: int) -> None:
+        if self.unavailable is not None:
+            return
         if self.group_root is not None:
             try:
                 self._enter_cgroup()
                 return
             except OSError:
                 pass  # the cgroup went away or refused us: the address-space limit still caps
+        import resource  # create_cap checked that it exists
+
         limit = _address_space() + self.limit_bytes
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
@@ -70,11 +77,18 @@ class MemoryCap:
 
 def create_cap(limit_bytes: int) -> MemoryCap:
     """A cap in a fresh cgroup under this process's own memory cgroup, else ``RLIMIT_AS``."""
+    from loaderdoctor.system import platform
     from loaderdoctor.system.cgroup import memory_cgroup
 
     memory = memory_cgroup()
     parent = memory.directory
     if parent is None or memory.version is None or not os.access(parent, os.W_OK):
+        rlimit = platform.resource_module()
+        if not rlimit:
+            reasons = (
+                f"{platform.cgroups().why_not or 'no writable memory cgroup'}; {rlimit.why_not}"
+            )
+            return MemoryCap(limit_bytes, None, unavailable=reasons)
         return MemoryCap(limit_bytes, None)
     prune_stale_groups(parent)
     root = os.path.join(parent, f"{PREFIX}{os.getpid()}")
@@ -129,8 +143,7 @@ def remove_group(root: str, wait_s: float = 5.0) -> None:
 
 
 def _address_space() -> int:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    return int(psutil.Process().memory_info().vms)
 
 
 def _write(directory: str, name: str, value: object) -> None:

@@ -13,9 +13,10 @@ took beyond it is the worker's start-up, reported apart (``startup_seconds``; No
 from __future__ import annotations
 
 import os
-import resource
 import time
 from typing import Any
+
+from loaderdoctor.system.memory import peak_rss_bytes
 
 MAX_LISTED_ITEMS = 16  # longer sequences are described by length and first element
 
@@ -49,19 +50,19 @@ class SummarizingDataset:
     def _fetch(self, index: int) -> tuple[float, Any, int]:
         """``(seconds, sample, bytes)``: how long ``inner[index]`` took, and how far it raised
         the peak resident memory (from the resident memory just before)."""
-        baseline_kib = _reset_peak_rss()
+        baseline = _reset_peak_rss()
         start = time.perf_counter()
         sample = self.inner[index]
         seconds = time.perf_counter() - start
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return seconds, sample, max(0, peak_kib - baseline_kib) * 1024
+        peak = peak_rss_bytes() or 0
+        return seconds, sample, max(0, peak - baseline)
 
 
 _clear_refs: dict[int, int] = {}  # pid -> descriptor of /proc/self/clear_refs (-1: not writable)
 
 
 def _reset_peak_rss() -> int:
-    """Reset this process's peak RSS to its current RSS (Linux >= 4.0); return it in KiB.
+    """Reset this process's peak RSS to its current RSS (Linux >= 4.0); return it in bytes.
 
     Writing "5" to ``/proc/self/clear_refs`` resets the high-water mark that ``ru_maxrss``
     reports, so the peak after loading one sample is that sample's own (about 3 us in all). Where
@@ -71,7 +72,8 @@ def _reset_peak_rss() -> int:
     descriptor = _clear_refs.get(pid)
     if descriptor is None:  # first sample in this process (a fork does not share the dict's fd)
         try:
-            descriptor = os.open("/proc/self/clear_refs", os.O_WRONLY | os.O_CLOEXEC)
+            flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)  # Windows has no O_CLOEXEC
+            descriptor = os.open("/proc/self/clear_refs", flags)
         except OSError:
             descriptor = -1
         _clear_refs[pid] = descriptor
@@ -80,7 +82,7 @@ def _reset_peak_rss() -> int:
             os.write(descriptor, b"5")
         except OSError:
             _clear_refs[pid] = -1
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak_rss_bytes() or 0
 
 
 def keep_summary(summary: Any) -> Any:

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import ast
+import io
 import os
+import pickle
 import shutil
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from types import FunctionType
 from typing import Any
 
 import psutil
+import torch
 
 from loaderdoctor.forensics.evidence import Evidence
 from loaderdoctor.recorder import WorkerSnapshot
@@ -116,6 +121,55 @@ def main_script_unguarded() -> tuple[str | None, bool | None]:
         return path, bool(check_source(source, path, select=["LD101"]))
     except Exception:  # the linter is an aid here; fall back to the plain guard check
         return path, not _has_main_guard(source)
+
+
+def defined_in_fileless_main(parts: Sequence[tuple[str, Any]]) -> list[str]:
+    """Which of the worker's arguments need a class or function of a ``__main__`` with no file.
+
+    A spawned worker unpickles such a reference by re-importing the main module from its file. A
+    notebook's ``__main__`` (Jupyter, Colab) and that of ``python -c`` or a script on stdin have
+    none, so the worker dies with "Can't get attribute 'X' on <module '__main__' (built-in)>"
+    before it runs a line of ours; pickling succeeded in the parent, so only this tells why.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path and os.path.isfile(path):
+        return []
+    found = []
+    for name, value in parts:
+        if value is None:
+            continue
+        names = _main_references(value)
+        if names:
+            found.append(f"{name} ({', '.join(sorted(names))})")
+    return found
+
+
+class _MainReferenceFinder(pickle.Pickler):
+    """Pickles into nothing, noting each class or function it would reference in ``__main__``."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL)
+        self.found: set[str] = set()
+
+    def reducer_override(self, obj: Any) -> Any:
+        # Tensor and array contents do not matter here: do not copy them.
+        if isinstance(obj, torch.Tensor | torch.UntypedStorage | torch.TypedStorage):
+            return (tuple, ())
+        if type(obj).__name__ == "ndarray":
+            return (tuple, ())
+        if isinstance(obj, type | FunctionType) and getattr(obj, "__module__", None) == "__main__":
+            self.found.add(obj.__qualname__)
+        return NotImplemented
+
+
+def _main_references(value: Any) -> set[str]:
+    finder = _MainReferenceFinder()
+    try:
+        finder.dump(value)
+    except Exception:  # unpicklable for another reason: what was seen so far still counts
+        pass
+    return finder.found
 
 
 def _has_main_guard(source: str) -> bool:

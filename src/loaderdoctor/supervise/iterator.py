@@ -122,7 +122,11 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             dataset=wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy),
             collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
             worker_init_fn=SupervisedWorkerInit(
-                snapshot.worker_init_fn, self._ld_recorder, self._ld_log_dir, snapshot.dataset
+                snapshot.worker_init_fn,
+                self._ld_recorder,
+                self._ld_log_dir,
+                snapshot.dataset,
+                hang_timeout=supervision.settings.hang_timeout,
             ),
         )
         previous = os.environ.get(BOOTSTRAP_DIR_ENV)
@@ -149,6 +153,11 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             iterable=self._ld_iterable,
             hang_timeout=supervision.settings.hang_timeout,
             epoch=self._ld_epoch,
+            parts=(
+                ("dataset", snapshot.dataset),
+                ("collate_fn", snapshot.collate_fn),
+                ("worker_init_fn", snapshot.worker_init_fn),
+            ),
         )
         torch_compat.stop_sigchld_checks(self)
 

@@ -10,6 +10,8 @@ import faulthandler
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -18,11 +20,18 @@ from loaderdoctor import torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
 from loaderdoctor.supervise.exception_tags import tag_exception
 from loaderdoctor.supervise.worker_state import EVENTS_PREFIX, STATE
+from loaderdoctor.system import platform
 
-# The parent sends this to a stuck worker to make faulthandler dump every thread's Python stack.
-# A real-time signal: user code rarely installs handlers for those, unlike SIGUSR1/SIGUSR2.
-STACK_DUMP_SIGNAL = signal.SIGRTMIN + 6
 BOOTSTRAP_DIR_ENV = "LOADERDOCTOR_BOOTSTRAP_DIR"
+# Each worker says how the parent gets its stack when it is stuck (see ``platform.stack_dump``):
+# "signal N" (send N), "timer" (read ``HANG_LOG``), or "none: why".
+STACK_DUMP_FILE = "stackdump-{worker_id}-{pid}.txt"
+HANG_LOG = "hang-{worker_id}-{pid}.log"
+# Without a dump signal the worker dumps its own stack this far into a stage that has not ended,
+# so that the dump is written before the parent calls the stage a hang (at ``hang_timeout``).
+TIMER_DUMP_FRACTION = 0.8
+TIMER_POLL_S = 0.1
+STAGE_TIMER_FRAME = "in _stage_timer_loop"  # how the timer's own thread shows in its dump
 
 
 class SupervisedWorkerInit:
@@ -34,11 +43,13 @@ class SupervisedWorkerInit:
         recorder: FlightRecorder,
         log_dir: str,
         dataset: Any,
+        hang_timeout: float | None = None,
     ) -> None:
         self.user_init = user_init
         self.recorder = recorder
         self.log_dir = log_dir
         self.dataset = dataset
+        self.hang_timeout = hang_timeout
 
     def __call__(self, worker_id: int) -> None:
         STATE.worker_id = worker_id
@@ -47,7 +58,7 @@ class SupervisedWorkerInit:
         STATE.slot = slot
         try:
             # One file per worker process: faulthandler writes the Python stack of every thread
-            # into it at a fatal signal (SIGSEGV, SIGBUS, ...) and on STACK_DUMP_SIGNAL.
+            # into it at a fatal signal (SIGSEGV, SIGBUS, ...) and on the stack-dump signal.
             path = os.path.join(self.log_dir, f"worker-{worker_id}-{os.getpid()}.log")
             STATE.stack_log = open(path, "w")  # must outlive this call
             # A forked worker inherits "enabled" from a parent run under pytest or -X
@@ -55,11 +66,9 @@ class SupervisedWorkerInit:
             # handler in front. Disable first so faulthandler's handler is installed for real.
             faulthandler.disable()
             faulthandler.enable(file=STATE.stack_log, all_threads=True)
-            faulthandler.register(
-                STACK_DUMP_SIGNAL, file=STATE.stack_log, all_threads=True, chain=False
-            )
         except (OSError, RuntimeError, ValueError):
             pass  # no stack on a crash; every other piece of evidence still works
+        self._arm_stack_dump(worker_id)
         _report_lost_batches()
         _announce_temp_dir(self.log_dir, worker_id)
         try:
@@ -77,6 +86,74 @@ class SupervisedWorkerInit:
                 tag_exception(error, index=None, stage="init")
                 raise
         slot.stage(Stage.IDLE)
+
+    def _arm_stack_dump(self, worker_id: int) -> None:
+        """Make this worker's stack reachable when it is stuck, and tell the parent how."""
+        sigusr2 = getattr(signal, "SIGUSR2", None)
+        user_owns_sigusr2 = sigusr2 is not None and signal.getsignal(sigusr2) not in (
+            signal.SIG_DFL,
+            None,
+        )
+        dump = platform.stack_dump(user_owns_sigusr2)
+        how = "none: the stack log could not be opened"
+        try:
+            number = dump.signal_number
+            if dump.method == "signal" and number is not None and STATE.stack_log is not None:
+                faulthandler.register(  # type: ignore[attr-defined,unused-ignore]
+                    number, file=STATE.stack_log, all_threads=True, chain=False
+                )
+                how = f"signal {number}"
+            elif dump.method == "timer" and self.hang_timeout:
+                name = HANG_LOG.format(worker_id=worker_id, pid=os.getpid())
+                hang_log = open(
+                    os.path.join(self.log_dir, name), "w"
+                )  # the timer thread writes to it until the worker exits
+                _StageTimer(self.recorder, worker_id, hang_log, self.hang_timeout).start()
+                how = "timer"
+            elif dump.method == "timer":
+                how = "none: no hang_timeout to arm faulthandler.dump_traceback_later with"
+        except (OSError, RuntimeError, ValueError) as error:
+            how = f"none: {type(error).__name__}: {error}"
+        try:
+            name = STACK_DUMP_FILE.format(worker_id=worker_id, pid=os.getpid())
+            with open(os.path.join(self.log_dir, name), "w") as handle:
+                handle.write(f"{how}\n{dump.description}\n")
+        except OSError:
+            pass
+
+
+class _StageTimer(threading.Thread):
+    """Where no signal can ask for a stack (Windows, or no real-time signal and SIGUSR2 taken):
+    arm ``faulthandler.dump_traceback_later`` for each fetch/collate/init stage this worker starts.
+
+    faulthandler's own C thread writes the dump, so a main thread stuck in C code still gets one;
+    this thread only re-arms the timer when the recorder shows a new stage.
+    """
+
+    def __init__(
+        self, recorder: FlightRecorder, worker_id: int, log: Any, hang_timeout: float
+    ) -> None:
+        super().__init__(name="loaderdoctor-stage-timer", daemon=True)
+        self.recorder = recorder
+        self.worker_id = worker_id
+        self.log = log
+        self.dump_after_s = max(hang_timeout * TIMER_DUMP_FRACTION, 0.05)
+
+    def run(self) -> None:
+        self._stage_timer_loop()
+
+    def _stage_timer_loop(self) -> None:
+        armed_for: tuple[Any, ...] | None = None
+        while True:
+            snapshot = self.recorder.snapshot(self.worker_id)
+            key = (snapshot.stage, snapshot.samples_started, snapshot.batches_done)
+            if key != armed_for:
+                armed_for = key
+                faulthandler.cancel_dump_traceback_later()
+                if snapshot.stage in ("fetch", "collate", "init"):
+                    remaining = max(self.dump_after_s - snapshot.stage_age_s, 0.01)
+                    faulthandler.dump_traceback_later(remaining, repeat=False, file=self.log)
+            time.sleep(TIMER_POLL_S)
 
 
 def _announce_temp_dir(log_dir: str, worker_id: int) -> None:

@@ -2,7 +2,8 @@
 
 ``WorkerWatch.poll()`` is called every ``POLL_S`` while the main process waits for a batch and
 returns ``Evidence`` of a failure, or None. A stuck worker's Python stack is dumped by faulthandler
-(``STACK_DUMP_SIGNAL``) before it is killed. Batches lost between a worker and the main process
+before it is killed: on the signal the worker registered, or by the timer it armed where the
+platform has no such signal (``system.platform.stack_dump``). Batches lost between a worker and the main process
 (not sent: the worker's feeder thread failed; not received: the sender died, or a process ran out
 of file descriptors) are told apart here too.
 """
@@ -22,8 +23,13 @@ from loaderdoctor.supervise.ledger import Ledger
 from loaderdoctor.supervise.pool import Pool
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.worker_exceptions import ERRNO_PATTERN, exception_line
-from loaderdoctor.supervise.worker_hooks import SEND_ERROR_HEADER, STACK_DUMP_SIGNAL
-from loaderdoctor.system.limits import process_open_files
+from loaderdoctor.supervise.worker_hooks import (
+    HANG_LOG,
+    SEND_ERROR_HEADER,
+    STACK_DUMP_FILE,
+    STAGE_TIMER_FRAME,
+)
+from loaderdoctor.system.limits import open_files, process_open_files
 
 STACK_DUMP_WAIT_S = 1.0
 RECEIVE_ERROR_GRACE_S = 1.0
@@ -41,6 +47,7 @@ class WorkerWatch:
         iterable: bool,
         hang_timeout: float | None,
         epoch: int,
+        parts: Sequence[tuple[str, Any]] = (),
     ) -> None:
         self.pool = pool
         self.recorder = recorder
@@ -50,6 +57,7 @@ class WorkerWatch:
         self.iterable = iterable
         self.hang_timeout = hang_timeout
         self.epoch = epoch
+        self.parts = parts  # ("dataset", ...), ("collate_fn", ...): what a worker unpickles
         self.baseline = collect.read_baseline()
 
     # --- the poll -------------------------------------------------------------------------
@@ -103,6 +111,7 @@ class WorkerWatch:
             ev.bootstrap_marker = collect.read_bootstrap_markers(self.pool.log_dir)
             if self.start_method != "fork":
                 ev.main_script, ev.main_guard_missing = collect.main_script_unguarded()
+                ev.fileless_main_parts = collect.defined_in_fileless_main(self.parts)
         collect.add_machine_evidence(ev, self.baseline)
         return ev
 
@@ -122,21 +131,41 @@ class WorkerWatch:
         self._worker_facts(ev, worker_id, tasks)
         ev.seconds_without_progress = self.recorder.snapshot(worker_id).stage_age_s
         if self.pool.is_alive(worker_id):
-            ev.python_stack = self._dump_stack(worker_id, ev.pid)
+            ev.python_stack, how = self._dump_stack(worker_id, ev.pid)
+            if ev.python_stack is None:
+                ev.notes.append(f"the stuck worker's Python stack could not be dumped: {how}")
+            elif how:
+                ev.notes.append(f"the stuck worker's Python stack was dumped by {how}")
             self.pool.kill(worker_id)
         if timeout_message:
             ev.notes.append(timeout_message)
         return ev
 
-    def _dump_stack(self, worker_id: int, pid: int | None) -> str | None:
+    def _dump_stack(self, worker_id: int, pid: int | None) -> tuple[str | None, str | None]:
+        """(the stuck worker's stack, how it was had) or (None, why not), as the worker said."""
         if pid is None:
-            return None
+            return None, "the worker's pid is unknown"
+        name = STACK_DUMP_FILE.format(worker_id=worker_id, pid=pid)
+        try:
+            with open(os.path.join(self.pool.log_dir, name)) as handle:
+                how, _, description = handle.read().partition("\n")
+        except OSError:
+            return None, "the worker did not say how (it never finished starting)"
+        if how.startswith("signal "):
+            return self._dump_on_signal(worker_id, pid, int(how.split()[1]))
+        if how == "timer":
+            return self._read_timer_dump(worker_id, pid, description.strip())
+        return None, how.removeprefix("none: ")
+
+    def _dump_on_signal(
+        self, worker_id: int, pid: int, number: int
+    ) -> tuple[str | None, str | None]:
         path = os.path.join(self.pool.log_dir, f"worker-{worker_id}-{pid}.log")
         try:
             offset = os.path.getsize(path)
-            os.kill(pid, STACK_DUMP_SIGNAL)
-        except OSError:
-            return None
+            os.kill(pid, number)
+        except OSError as error:
+            return None, f"signal {number} could not be sent ({error.strerror or error})"
         deadline = time.monotonic() + STACK_DUMP_WAIT_S
         size = offset
         while time.monotonic() < deadline:
@@ -148,9 +177,34 @@ class WorkerWatch:
         try:
             with open(path, errors="replace") as handle:
                 handle.seek(offset)
-                return handle.read().strip() or None
-        except OSError:
-            return None
+                text = handle.read().strip()
+        except OSError as error:
+            return None, f"{path} could not be read ({error.strerror or error})"
+        if text:
+            return text, None
+        return None, f"faulthandler wrote nothing within {STACK_DUMP_WAIT_S:.0f} s"
+
+    def _read_timer_dump(
+        self, worker_id: int, pid: int, description: str
+    ) -> tuple[str | None, str | None]:
+        """The last dump the worker's own timer wrote (``Timeout (0:00:02)!`` and the threads)."""
+        path = os.path.join(self.pool.log_dir, HANG_LOG.format(worker_id=worker_id, pid=pid))
+        deadline = time.monotonic() + STACK_DUMP_WAIT_S
+        while True:
+            try:
+                with open(path, errors="replace") as handle:
+                    text = handle.read()
+            except OSError as error:
+                return None, f"{path} could not be read ({error.strerror or error})"
+            marker = text.rfind("Timeout (")
+            if marker >= 0:
+                # the first line is the timer's own header, not part of the stack
+                dump = _main_thread_first(text[marker:].split("\n", 1)[-1])
+                if dump:
+                    return dump, description
+            if time.monotonic() >= deadline:
+                return None, f"{description} wrote nothing (a thread that never released the GIL?)"
+            time.sleep(0.05)
 
     # --- batches lost in transfer ---------------------------------------------------------
     def send_error(self, worker_id: int, tasks: Mapping[int, Any]) -> Evidence:
@@ -240,15 +294,24 @@ class WorkerWatch:
             exception_message=str(error),
             errno=error.errno,
         )
-        try:
-            import resource
-
-            ev.open_files_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        files = open_files()
+        if files.soft_limit is not None:
+            ev.open_files_limit = files.soft_limit
             ev.notes.append(f"open-file limit of the main process: {ev.open_files_limit}")
-        except (ImportError, OSError, ValueError):
-            pass
+        elif files.note:
+            ev.notes.append(f"open-file limit of the main process unknown: {files.note}")
         ev.notes.append("the main process ran out of file descriptors receiving a batch")
         return ev
+
+
+def _main_thread_first(dump: str) -> str:
+    """A timer's dump lists the newest thread first and has no "Current thread": put the
+    worker's main thread (the one in torch's ``_worker_loop``) first, and leave out the timer's
+    own thread, as a signal's dump would."""
+    threads = [block.strip() for block in dump.strip().split("\n\n") if block.strip()]
+    threads = [block for block in threads if STAGE_TIMER_FRAME not in block]
+    threads.sort(key=lambda block: "in _worker_loop" not in block)
+    return "\n\n".join(threads)
 
 
 __all__ = ["RECEIVE_ERROR_GRACE_S", "STACK_DUMP_WAIT_S", "WorkerWatch"]

@@ -7,9 +7,11 @@ A container's memory limit, not the host's RAM, is what the kernel OOM killer en
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 from loaderdoctor.system._files import join_notes, parse_int, parse_key_values, read_text
+from loaderdoctor.system.platform import cgroups
 
 # cgroup v1 reports "no limit" as PAGE_COUNTER_MAX pages (9223372036854771712 on 4 KiB pages);
 # anything this large is no limit at all.
@@ -151,6 +153,13 @@ def _ancestors(location: CgroupLocation) -> list[str]:
     return directories
 
 
+def _not_linux() -> str | None:
+    """Why there are no cgroups to read, on a platform that has none."""
+    if sys.platform.startswith("linux"):
+        return None  # on Linux the reads say what exactly could not be read
+    return cgroups().why_not
+
+
 def _read_process_files(pid: int | None) -> tuple[str | None, str | None, str | None]:
     proc = f"/proc/{pid if pid is not None else 'self'}"
     cgroup_file = read_text(f"{proc}/cgroup")
@@ -159,6 +168,9 @@ def _read_process_files(pid: int | None) -> tuple[str | None, str | None, str | 
 
 
 def memory_cgroup(pid: int | None = None) -> MemoryCgroup:
+    lacking = _not_linux()
+    if lacking is not None:
+        return MemoryCgroup(None, None, None, None, None, None, None, lacking)
     proc_cgroup, mountinfo, error = _read_process_files(pid)
     if proc_cgroup is None or mountinfo is None:
         return MemoryCgroup(None, None, None, None, None, None, None, error)
@@ -228,6 +240,9 @@ def parse_cpu_max(text: str) -> float | None:
 
 
 def cpu_quota(pid: int | None = None) -> CpuQuota:
+    lacking = _not_linux()
+    if lacking is not None:
+        return CpuQuota(None, None, None, lacking)
     proc_cgroup, mountinfo, error = _read_process_files(pid)
     if proc_cgroup is None or mountinfo is None:
         return CpuQuota(None, None, None, error)

@@ -53,6 +53,11 @@ def parse_kmsg_record(record: str) -> str | None:
 
 
 def read_kernel_log(device: str = "/dev/kmsg") -> KernelLog:
+    from loaderdoctor.system.platform import kernel_log
+
+    available = kernel_log()
+    if not available:
+        return KernelLog([], False, available.why_not, None)
     lines, kmsg_error = _read_kmsg(device)
     if lines is not None:
         return KernelLog(lines, True, None, device)

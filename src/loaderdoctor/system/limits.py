@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
+
+import psutil
 
 
 @dataclass(frozen=True)
@@ -18,6 +21,12 @@ def count_open_fds(pid: int | None = None) -> int | None:
     try:
         return len(os.listdir(f"/proc/{pid or 'self'}/fd"))
     except OSError:
+        pass
+    try:  # no /proc (macOS): psutil asks the kernel; Windows counts handles, not descriptors
+        process = psutil.Process(pid)
+        counter = getattr(process, "num_fds", None)
+        return int(counter()) if counter is not None else None
+    except (psutil.Error, OSError):
         return None
 
 
@@ -38,15 +47,38 @@ def process_open_files(pid: int) -> tuple[int, int] | None:
 
 
 def open_files() -> OpenFiles:
+    open_now = count_open_fds()
+    note = None if open_now is not None else "cannot count this process's open files"
     try:
         import resource
-    except ImportError:  # Windows
-        return OpenFiles(None, None, None, "the resource module is not available on this platform")
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    open_now = count_open_fds()
+    except ImportError:
+        limits = _limits_from_psutil()
+        if limits is None:
+            why = (
+                "Windows has no RLIMIT_NOFILE (its C runtime allows 8192 open files)"
+                if sys.platform == "win32"
+                else "the resource module is not available here"
+            )
+            return OpenFiles(None, None, open_now, why)
+        soft, hard, infinity = *limits, psutil.RLIM_INFINITY
+    else:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        infinity = resource.RLIM_INFINITY
     return OpenFiles(
-        soft_limit=None if soft == resource.RLIM_INFINITY else soft,
-        hard_limit=None if hard == resource.RLIM_INFINITY else hard,
+        soft_limit=None if soft == infinity else soft,
+        hard_limit=None if hard == infinity else hard,
         open_now=open_now,
-        note=None if open_now is not None else "cannot list /proc/self/fd",
+        note=note,
     )
+
+
+def _limits_from_psutil() -> tuple[int, int] | None:
+    """RLIMIT_NOFILE through psutil (prlimit(2) on Linux), for a Python without ``resource``."""
+    rlimit = getattr(psutil.Process, "rlimit", None)
+    if rlimit is None or not hasattr(psutil, "RLIMIT_NOFILE"):
+        return None
+    try:
+        soft, hard = rlimit(psutil.Process(), psutil.RLIMIT_NOFILE)
+    except (psutil.Error, OSError):
+        return None
+    return int(soft), int(hard)

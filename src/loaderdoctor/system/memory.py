@@ -1,8 +1,11 @@
-"""Host memory and swap from ``/proc/meminfo``."""
+"""Host memory and swap from ``/proc/meminfo`` (psutil where there is no /proc), peak RSS."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+
+import psutil
 
 from loaderdoctor.system._files import read_text
 
@@ -48,8 +51,39 @@ def host_memory_from_meminfo(text: str) -> HostMemory:
 def host_memory(path: str = "/proc/meminfo") -> HostMemory:
     result = read_text(path)
     if result.text is None:
-        return HostMemory(None, None, None, None, result.error)
+        return _host_memory_from_psutil(result.error)
     return host_memory_from_meminfo(result.text)
+
+
+def _host_memory_from_psutil(why: str | None) -> HostMemory:
+    """macOS and Windows have no /proc/meminfo; psutil asks their kernels instead."""
+    try:
+        memory, swap = psutil.virtual_memory(), psutil.swap_memory()
+    except (OSError, RuntimeError) as error:
+        return HostMemory(None, None, None, None, f"{why}; psutil: {error}")
+    return HostMemory(
+        int(memory.total), int(memory.available), int(swap.total), int(swap.free), None
+    )
+
+
+def own_rss_bytes() -> int | None:
+    """This process's resident set, from psutil (for platforms without /proc/self/statm)."""
+    try:
+        return int(psutil.Process().memory_info().rss)
+    except (psutil.Error, OSError):
+        return None
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident set (``ru_maxrss``; the peak working set on Windows)."""
+    try:
+        import resource
+    except ImportError:
+        info = psutil.Process().memory_info()
+        peak = getattr(info, "peak_wset", None)  # Windows
+        return int(peak) if peak is not None else None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # macOS: bytes, else KiB
 
 
 def host_oom_kills(path: str = "/proc/vmstat") -> int | None:

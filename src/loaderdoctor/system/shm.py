@@ -20,6 +20,14 @@ class ShmUsage:
 
 
 def shm_usage(path: str = "/dev/shm") -> ShmUsage:
+    if path == "/dev/shm":
+        from loaderdoctor.system.platform import dev_shm
+
+        available = dev_shm()
+        if not available:
+            return ShmUsage(path, None, None, None, available.why_not)
+    if not hasattr(os, "statvfs"):
+        return ShmUsage(path, None, None, None, "os.statvfs does not exist on Windows")
     try:
         stats = os.statvfs(path)
     except FileNotFoundError:
