@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.process
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,3 +121,38 @@ def charged_baseline(*modules: str, path: Sequence[str | os.PathLike[str]] = ())
     result = run_python(["-c", code], timeout=120)
     assert result.returncode == 0, result.stderr
     return int(result.stdout)
+
+
+@pytest.fixture(autouse=True)
+def _processes_need_the_slow_marker(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that starts a real process (a worker, a CLI subprocess) must be marked slow.
+
+    ``-m "not slow"`` is the quick tier: it must start no process, so the marker stays honest.
+    """
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    started: list[str] = []
+    real_start = multiprocessing.process.BaseProcess.start
+    real_popen_init = subprocess.Popen.__init__
+
+    def start(process: multiprocessing.process.BaseProcess) -> None:
+        started.append(f"multiprocessing {process.name}")
+        real_start(process)
+
+    def popen_init(popen: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        started.append(f"subprocess {args!r}"[:120])
+        real_popen_init(popen, args, *rest, **kwargs)
+
+    multiprocessing.process.BaseProcess.start = start  # type: ignore[method-assign]
+    subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        multiprocessing.process.BaseProcess.start = real_start  # type: ignore[method-assign]
+        subprocess.Popen.__init__ = real_popen_init  # type: ignore[method-assign]
+    if started:
+        pytest.fail(
+            f"{request.node.nodeid} starts real processes but is not marked slow: {started[0]}",
+            pytrace=False,
+        )

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -20,11 +22,13 @@ def deptry(project: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_every_import_in_src_is_a_declared_runtime_dependency() -> None:
     result = deptry(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_dev_only_import_in_src_is_caught(tmp_path: Path) -> None:
     # The project's own deptry settings, on a package that imports numpy (a dev-extra tool only).
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")

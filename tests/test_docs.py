@@ -96,6 +96,7 @@ def test_write_removes_stale_generated_pages_only(tmp_path: Path) -> None:
     assert write_docs(tmp_path, CAUSES.values()) == []
 
 
+@pytest.mark.slow
 def test_check_mode_exit_codes(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "loaderdoctor.docs", "--out", str(tmp_path), "--check"]
     stale = subprocess.run(command, capture_output=True, text=True, timeout=60)

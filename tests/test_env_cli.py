@@ -71,6 +71,7 @@ def small_shm_prefix(size: str = "64M") -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_env_json_without_target() -> None:
     code, stdout, stderr = run_cli(["--json"])
     checks = checks_of(stdout)
@@ -80,6 +81,7 @@ def test_env_json_without_target() -> None:
     assert checks["versions"]["value"]["python"] == ".".join(map(str, sys.version_info[:3]))
 
 
+@pytest.mark.slow
 def test_env_terminal_output_ends_with_summary() -> None:
     code, stdout, _ = run_cli([])
     assert code in (0, 1)
@@ -88,6 +90,7 @@ def test_env_terminal_output_ends_with_summary() -> None:
     assert [word.split()[1] for word in words] == ["pass", "warn", "fail", "unknown"]
 
 
+@pytest.mark.slow
 def test_env_without_target_does_not_import_torch() -> None:
     code = (
         "import sys, contextlib, io\n"
@@ -102,6 +105,7 @@ def test_env_without_target_does_not_import_torch() -> None:
     assert result.stdout.strip() == "False", result.stderr
 
 
+@pytest.mark.slow
 def test_bad_spec_is_one_line_on_stderr(tmp_path: Path) -> None:
     code, stdout, stderr = run_cli(["--target", f"{tmp_path}/missing.py:ds"])
     assert code == 2
@@ -130,6 +134,7 @@ def test_unpicklable_dataset_is_reported() -> None:
     assert "lambda" in start["message"]
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_shm_size_in_a_64_mib_shm() -> None:
     needs_unshare()
@@ -162,6 +167,7 @@ def run_in_memory_cgroup(args: Sequence[str], limit: int) -> tuple[int, str, str
         return run_cli(args, prefix=in_cgroup(group))
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_memory_limit_reports_a_1_gib_cgroup() -> None:
     _, stdout, stderr = run_in_memory_cgroup(["--json"], GiB)
@@ -190,6 +196,7 @@ def test_worker_memory_fails_against_a_memory_cgroup() -> None:
     assert worker["details"]["projected_bytes"] > worker["details"]["available_bytes"]
 
 
+@pytest.mark.slow
 def test_open_files_with_rlimit_nofile_128() -> None:
     def limit_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
@@ -202,6 +209,7 @@ def test_open_files_with_rlimit_nofile_128() -> None:
     assert files["details"]["hard_limit"] == 128
 
 
+@pytest.mark.slow
 def test_open_files_fails_when_workers_need_more_than_the_limit() -> None:
     def limit_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))

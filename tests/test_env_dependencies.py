@@ -10,6 +10,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import run_python
 from loaderdoctor.env import CATALOG, CHECKS
 from loaderdoctor.env.checks_imports import module_names, own_requirements, required_imports
@@ -87,6 +89,7 @@ def test_required_imports_skip_optional_and_typing_only_ones() -> None:
 
 
 # --- integration: the real CLI with a module made unimportable -----------------------------------
+@pytest.mark.slow
 def test_a_missing_dependency_of_loaderdoctor_fails_the_check(tmp_path: Path) -> None:
     code, data, stderr = env_json(blocked=("PIL",), tmp_path=tmp_path)
     check = dependencies(data)
@@ -100,6 +103,7 @@ def test_a_missing_dependency_of_loaderdoctor_fails_the_check(tmp_path: Path) ->
     assert data["internal_errors"] == []
 
 
+@pytest.mark.slow
 def test_nothing_missing_is_a_pass(tmp_path: Path) -> None:
     _, data, stderr = env_json(tmp_path=tmp_path)
     check = dependencies(data)
@@ -109,6 +113,7 @@ def test_nothing_missing_is_a_pass(tmp_path: Path) -> None:
     ), stderr
 
 
+@pytest.mark.slow
 def test_a_target_whose_import_is_missing_fails_the_check_not_the_command(tmp_path: Path) -> None:
     dataset = tmp_path / "needs_more.py"
     dataset.write_text("import torch\nimport not_installed_here_xyz\n\ndata = list(range(8))\n")
@@ -123,6 +128,7 @@ def test_a_target_whose_import_is_missing_fails_the_check_not_the_command(tmp_pa
     assert by_id["shm-need"]["status"] == "unknown"
 
 
+@pytest.mark.slow
 def test_a_lazy_import_in_getitem_is_found_before_a_worker_dies_of_it(tmp_path: Path) -> None:
     dataset = tmp_path / "lazy.py"
     dataset.write_text(

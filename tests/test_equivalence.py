@@ -61,6 +61,7 @@ def test_is_a_torch_dataloader() -> None:
     assert isinstance(loader, torch.utils.data.DataLoader)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_map_style_shuffled(num_workers: int) -> None:
     check(dataset=RandomAugmented(), batch_size=4, shuffle=True, num_workers=num_workers)
@@ -84,10 +85,12 @@ def test_iterable_dataset(method: str) -> None:
     check(dataset=ShardedStream(), batch_size=4, num_workers=3, multiprocessing_context=method)
 
 
+@pytest.mark.slow
 def test_worker_init_fn_sees_the_users_dataset() -> None:
     check(dataset=ConfiguredByInit(), batch_size=2, num_workers=2, worker_init_fn=shard_by_worker)
 
 
+@pytest.mark.slow
 def test_explicit_generator_and_drop_last() -> None:
     check(
         dataset=RandomAugmented(),
@@ -99,15 +102,18 @@ def test_explicit_generator_and_drop_last() -> None:
     )
 
 
+@pytest.mark.slow
 def test_batch_size_none() -> None:
     check(dataset=RandomAugmented(9), batch_size=None, num_workers=2)
 
 
+@pytest.mark.slow
 def test_custom_batch_sampler_and_getitems() -> None:
     check(dataset=RandomAugmented(), batch_sampler=pairs_batch_sampler(37), num_workers=2)
     check(dataset=BatchedDataset(), batch_size=3, num_workers=2)
 
 
+@pytest.mark.slow
 def test_persistent_workers_over_epochs() -> None:
     check(
         epochs=3,
@@ -119,6 +125,7 @@ def test_persistent_workers_over_epochs() -> None:
     )
 
 
+@pytest.mark.slow
 def test_pin_memory_and_prefetch_factor() -> None:
     check(
         dataset=RandomAugmented(), batch_size=4, num_workers=2, pin_memory=True, prefetch_factor=4

@@ -87,6 +87,7 @@ def test_nothing_matched() -> None:
     assert "no known DataLoader failure" in format_text(explain_text("ok"))
 
 
+@pytest.mark.slow
 def test_cli_from_stdin_and_file(tmp_path) -> None:
     log = tmp_path / "train.log"
     log.write_text(f"epoch 3\n{KILLED}\n")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CORPUS = Path(__file__).parent / "lint_corpus"
 
 
@@ -19,6 +21,7 @@ def lint(*arguments: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_findings_exit_one_with_flake8_lines() -> None:
     path = CORPUS / "bad" / "ld101_top_level_loop.py"
     result = lint(str(path))
@@ -34,11 +37,13 @@ def test_findings_exit_one_with_flake8_lines() -> None:
     )
 
 
+@pytest.mark.slow
 def test_clean_folder_exits_zero_silently() -> None:
     result = lint(str(CORPUS / "clean"))
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
+@pytest.mark.slow
 def test_json_format_select_and_ignore() -> None:
     result = lint(
         "--format", "json", "--select", "LD10", "--ignore", "LD107,LD108", str(CORPUS / "bad")
@@ -53,6 +58,7 @@ def test_json_format_select_and_ignore() -> None:
     )
 
 
+@pytest.mark.slow
 def test_usage_errors_exit_two_with_one_line() -> None:
     missing = lint("does/not/exist.py")
     assert missing.returncode == 2
@@ -63,6 +69,7 @@ def test_usage_errors_exit_two_with_one_line() -> None:
     assert lint("--select", "E501", str(CORPUS)).returncode == 2
 
 
+@pytest.mark.slow
 def test_syntax_error_is_reported_as_ld000(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("def train(:\n    pass\n")
@@ -75,6 +82,7 @@ def test_syntax_error_is_reported_as_ld000(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_list_rules_prints_the_catalog() -> None:
     from loaderdoctor.lint import RULES
 
@@ -100,6 +108,7 @@ def test_pre_commit_hook_definition() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_help_teaches_the_options() -> None:
     result = lint("--help")
     assert result.returncode == 0

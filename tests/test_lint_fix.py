@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from loaderdoctor.lint import check_source
 from loaderdoctor.lint.fix import fix_source
 
@@ -105,6 +107,7 @@ def test_suppressed_findings_are_not_fixed() -> None:
     assert fixed(source) == (source, [])
 
 
+@pytest.mark.slow
 def test_cli_fix_rewrites_a_temp_copy(tmp_path: Path) -> None:
     target = tmp_path / "ld105_options.py"
     shutil.copy(CORPUS / "bad" / "ld105_options.py", target)

@@ -58,6 +58,7 @@ def test_explicit_spawn_context_is_an_error_on_linux_too() -> None:
     assert findings[0].message.endswith("which fails with its spawn/forkserver context")
 
 
+@pytest.mark.slow
 def test_unknown_platform_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown platform 'bsd'"):
         check_source(UNGUARDED, platform="bsd")
@@ -66,6 +67,7 @@ def test_unknown_platform_is_refused() -> None:
     assert "invalid choice: 'bsd'" in result.stderr.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_fail_on_threshold(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(UNGUARDED)
@@ -77,6 +79,7 @@ def test_fail_on_threshold(tmp_path: Path) -> None:
     assert lint("--platform", "windows", "--fail-on", "error", str(script)).returncode == 1
 
 
+@pytest.mark.slow
 def test_info_findings_are_hidden_unless_asked_for() -> None:
     path = CORPUS / "bad" / "ld107_object_tables.py"
     shown = check_paths([path])
@@ -104,6 +107,7 @@ def test_text_format_puts_the_fix_under_each_finding() -> None:
     assert format_text(LintReport(files_checked=1, hidden=3)) == ""  # quiet when nothing shown
 
 
+@pytest.mark.slow
 def test_json_carries_severity_and_counts(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(UNGUARDED)
@@ -165,6 +169,7 @@ def _check_sarif_structure(log: dict[str, object]) -> None:
         assert all(isinstance(v, str) for v in result["partialFingerprints"].values())
 
 
+@pytest.mark.slow
 def test_sarif_log_is_valid_2_1_0() -> None:
     root = CORPUS / "projects" / "segmentation"
     result = lint("--format", "sarif", ".", cwd=root)

@@ -361,6 +361,7 @@ def test_report_round_trips_through_json() -> None:
         LintReport.from_json({"schema": 99})
 
 
+@pytest.mark.slow
 def test_linting_does_not_import_torch() -> None:
     code = (
         "import sys, loaderdoctor\n"

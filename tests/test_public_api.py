@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import loaderdoctor
 
 EXPECTED = {
@@ -34,6 +36,7 @@ def test_errors_are_runtime_errors() -> None:
         assert issubclass(getattr(loaderdoctor, name), RuntimeError)
 
 
+@pytest.mark.slow
 def test_cli_help_does_not_import_torch() -> None:
     code = (
         "import sys\n"

@@ -181,6 +181,7 @@ def test_a_checkpoint_that_makes_no_sense_is_one_line_naming_the_entry(
     assert str(raised.value) == f"checkpoint {path}: {message}; delete it to start over"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("document", "message"),
     [

@@ -247,6 +247,7 @@ def test_scan_html_and_report_with_a_non_utf8_file_name(tmp_path: Path) -> None:
     assert "bad_\\xff\\xfe[bold].png" in page.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_report_rerenders_a_run_report_naming_a_non_utf8_file(tmp_path: Path) -> None:
     from loaderdoctor.runner.core import write_report
 

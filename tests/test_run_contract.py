@@ -19,6 +19,7 @@ from conftest import FIXTURES, run_python
 RUN_FIXTURES = FIXTURES / "run"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("report_dir", "message"),
     [
@@ -235,6 +236,7 @@ def test_run_counts_from_the_loaders_own_records(
     assert [(r["loaders"], r["workers"]) for r in report["ranks"]] == [(loaders, workers)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["nan", "inf", "-1"])
 def test_a_hang_timeout_that_is_no_number_of_seconds_is_a_usage_error(
     tmp_path: Path, value: str

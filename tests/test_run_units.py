@@ -266,6 +266,7 @@ def test_a_report_that_makes_no_sense_is_one_line_naming_the_field(
     assert str(raised.value) == message
 
 
+@pytest.mark.slow
 def test_loaderdoctor_report_refuses_a_damaged_report_in_one_line(tmp_path: Path) -> None:
     from conftest import run_python
 

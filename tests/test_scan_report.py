@@ -238,6 +238,7 @@ def test_write_html_names_the_file_in_a_folder(tmp_path: Path) -> None:
 
 
 # --- integration: the real CLI in a subprocess ---------------------------------------------------
+@pytest.mark.slow
 def test_cli_report_rerenders_a_scan_json(tmp_path: Path) -> None:
     path = tmp_path / "scan.json"
     path.write_text(json.dumps(sample_report().to_json()))
@@ -250,6 +251,7 @@ def test_cli_report_rerenders_a_scan_json(tmp_path: Path) -> None:
     assert "<h2>Bad samples</h2>" in html.read_text()
 
 
+@pytest.mark.slow
 def test_cli_report_of_a_clean_schema_1_scan_prints_json_and_exits_0(tmp_path: Path) -> None:
     data = schema_1_json()
     data["bad"] = []
@@ -261,6 +263,7 @@ def test_cli_report_of_a_clean_schema_1_scan_prints_json_and_exits_0(tmp_path: P
     assert not (tmp_path / "scan.html").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -302,6 +305,7 @@ def test_scan_html_renders_in_headless_chromium(tmp_path: Path) -> None:
         assert rgb(drawn) in colors, drawn
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("edit", "message"),
     [

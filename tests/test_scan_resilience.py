@@ -106,6 +106,7 @@ def test_memory_cap_quarantines_exactly_the_samples_past_it() -> None:
     assert _own_cgroup_leftovers() == []
 
 
+@pytest.mark.slow
 def test_rlimit_fallback_turns_an_allocation_past_the_cap_into_memory_error() -> None:
     code = (
         "from loaderdoctor.scan.memcap import MemoryCap\n"
@@ -178,6 +179,7 @@ def test_an_interrupted_scan_resumes_without_fetching_again(tmp_path: Path) -> N
     assert sorted(json.loads(out.read_text())["quarantine"][i]["index"] for i in (0, 1)) == [3, 150]
 
 
+@pytest.mark.slow
 def test_resume_without_a_checkpoint_is_one_line(tmp_path: Path) -> None:
     result = run_python([*_scan_command(tmp_path / "q.json", "--resume")], timeout=60)
     assert result.returncode == 2
@@ -187,6 +189,7 @@ def test_resume_without_a_checkpoint_is_one_line(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("option", "message"),
     [("lots", "not a size: 'lots'"), ("1M", "at least 32M"), ("-2G", "not a size: '-2G'")],
@@ -236,6 +239,7 @@ def test_torchrun_shards_the_scan_and_rank_zero_merges(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.checkpoint.json*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -259,6 +263,7 @@ def test_an_output_that_cannot_be_written_is_refused_up_front(
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_an_empty_dataset_is_one_line(tmp_path: Path) -> None:
     result = run_python(
         ["-m", "loaderdoctor", "scan", f"{SCAN}:clean"], env={"SCAN_TEST_LENGTH": "0"},

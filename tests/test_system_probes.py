@@ -158,6 +158,7 @@ def test_kernel_log_reads_real_device_or_says_why() -> None:
         assert log.note
 
 
+@pytest.mark.slow
 def test_kernel_log_missing_device_falls_back_or_says_why() -> None:
     log = kmsg.read_kernel_log("/nonexistent/kmsg")
     assert log.note is not None and "/nonexistent/kmsg does not exist" in log.note
@@ -205,6 +206,7 @@ def test_container_detection_from_markers(tmp_path: os.PathLike[str]) -> None:
     )
 
 
+@pytest.mark.slow
 def test_system_imports_no_torch() -> None:
     import subprocess
 

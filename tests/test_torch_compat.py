@@ -426,6 +426,7 @@ def test_every_torch_private_in_our_source_is_in_the_contract() -> None:
     assert contract <= torch_names, f"torch no longer has {sorted(contract - torch_names)}"
 
 
+@pytest.mark.slow
 def test_worker_pids_are_the_iterators_own_workers() -> None:
     import psutil
 

@@ -126,6 +126,7 @@ def test_text_report_and_png(datasets: Path, tmp_path: Path) -> None:
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
