@@ -143,7 +143,7 @@ def test_interrupt_is_forwarded_and_the_report_written(tmp_path: Path) -> None:
         except ProcessLookupError:
             pass
         process.wait(timeout=10)
-    assert process.returncode == 128 + signal.SIGINT or process.returncode == 1, stderr
+    assert process.returncode == 128 + signal.SIGINT, stderr  # the command died of the SIGINT
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["interrupted"] is True and report["status"] == "crashed"
     assert report["delivered"] == {"batches": 4, "samples": 8}
