@@ -141,7 +141,9 @@ def _count(loader: Any, batch: Any) -> None:
 
 def _note_workers(iterator: Any) -> None:
     """Every worker process a loader ran, respawns included (read from the loader, not sampled)."""
-    pids = torch_compat.worker_pids(iterator)
+    supervision = getattr(iterator, "_ld_sup", None)
+    pids = supervision.worker_pids if supervision is not None else set()
+    pids = pids | torch_compat.worker_pids(iterator)
     if not pids <= _worker_pids:
         with _lock:
             _worker_pids.update(pids)
@@ -205,7 +207,9 @@ class RunDataLoader(supervised.DataLoader):
                 # What _count reads, not the loader: iterator -> loader would be a reference
                 # cycle with persistent workers (issue 13).
                 iterator._ld_run_loader = types.SimpleNamespace(
-                    batch_size=self.batch_size, batch_sampler=self.batch_sampler
+                    batch_size=self.batch_size,
+                    batch_sampler=self.batch_sampler,
+                    dataset=self.dataset,
                 )
                 iterator.__class__ = _counting_class(type(iterator))
             except (TypeError, AttributeError):

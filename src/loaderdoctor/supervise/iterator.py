@@ -144,6 +144,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_pool = Pool(
             self._workers, self._index_queues, self._workers_done_event, self._ld_log_dir
         )
+        supervision.worker_pids |= self._ld_pool.pids()
         self._ld_watch = WorkerWatch(
             self._ld_pool,
             self._ld_recorder,

@@ -90,6 +90,9 @@ class Supervision:
         if settings.quarantine_path is not None:
             self.quarantine = read_quarantine(settings.quarantine_path, dataset_length(dataset))
         self.epoch = -1
+        # Every worker process its iterators started, respawns included: the loader's own record
+        # (``loaderdoctor run`` counts workers from it; sampling misses short-lived ones).
+        self.worker_pids: set[int] = set()
         # The user's (num_workers, prefetch_factor): the top of the back-off ladder.
         self.base_settings = (0, 0)
         self.backoff: Backoff | None = None  # set at the first step down
