@@ -300,7 +300,6 @@ def death_lines(impl: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 13.3: a dead worker's message is not torch's")
 def test_worker_death_message_starts_like_torchs() -> None:
     """torch's own suite matches ``DataLoader worker \\(pid \\d+\\) is killed by signal: ``."""
     stock = death_lines("torch")

@@ -52,13 +52,24 @@ def test_verdict_lists_likely_alternatives_and_the_stack() -> None:
 
 
 def test_headlines_keep_torch_wording() -> None:
+    # torch's own first line, word for word; the verdict follows on the next lines
     assert format_death_headline(make_diagnosis()) == (
-        "DataLoader worker 1 (pid 4242) is killed by signal: SIGKILL. "
-        "The kernel OOM killer killed the worker."
+        "DataLoader worker (pid 4242) is killed by signal: Killed. "
+    )
+    bus = make_diagnosis(signal="SIGBUS", cause="shm-exhausted", title="Shm")
+    assert format_death_headline(bus) == (
+        "DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that "
+        "dataloader's workers are out of shared memory. Please try to raise your shared memory "
+        "limit."
     )
     exited = make_diagnosis(signal=None, exit_code=3, cause="worker-exit", title="Exited")
     assert format_death_headline(exited) == (
-        "DataLoader worker 1 (pid 4242) exited unexpectedly with code 3. Exited."
+        "DataLoader worker (pid 4242) exited unexpectedly with exit code 3. Details are lost due "
+        "to multiprocessing. Rerunning with num_workers=0 may give better error trace."
+    )
+    hang = make_diagnosis(signal=None, cause="worker-hang", title="Stuck")
+    assert format_death_headline(hang) == (
+        "DataLoader worker 1 (pid 4242) made no progress and was killed. Stuck."
     )
 
 

@@ -53,28 +53,13 @@ def in_range(version: str, specifier: str) -> bool:
     return True
 
 
-def _declared_torch_range() -> tuple[str, bool]:
-    """The torch requirement of the installed loaderdoctor, and whether this torch meets it.
-
-    The range is declared once, in ``pyproject.toml``; outside it the supervised loader runs as
-    plain torch with one warning, never a crash (issue 13).
-    """
-    from importlib.metadata import PackageNotFoundError, requires
-
-    try:
-        requirements = requires("loaderdoctor") or []
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        return "", True
-    for line in requirements:
-        match = re.fullmatch(r"torch\s*([^;]*)", line.strip())
-        if match:
-            specifier = match.group(1).strip().strip("()")
-            return specifier, in_range(torch.__version__, specifier)
-    return "", True
-
-
+# The torch releases the tests run on (CI on the pinned one, scripts/torch_matrix.sh on both ends).
+# pip's requirement is only the floor, so that installing loaderdoctor never downgrades a newer
+# torch; outside this range the supervised loader warns once and runs as plain torch (issue 13).
+TESTED_TORCH_RANGE = ">=2.13,<2.15"
 TORCH_VERSION = torch.__version__
-SUPPORTED_RANGE, SUPPORTED = _declared_torch_range()
+SUPPORTED_RANGE = TESTED_TORCH_RANGE
+SUPPORTED = in_range(TORCH_VERSION, TESTED_TORCH_RANGE)
 
 MultiProcessingIter = _dataloader._MultiProcessingDataLoaderIter
 SingleProcessIter = _dataloader._SingleProcessDataLoaderIter
@@ -161,6 +146,7 @@ __all__ = [
     "PRIVATE_NAMES",
     "SUPPORTED",
     "SUPPORTED_RANGE",
+    "TESTED_TORCH_RANGE",
     "TORCH_VERSION",
     "DatasetKind",
     "ExceptionWrapper",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 from loaderdoctor.forensics.evidence import Diagnosis
 
 MAX_STACK_LINES = 24
@@ -63,16 +65,28 @@ def format_verdict(d: Diagnosis, *, include_stack: bool = True) -> str:
 
 
 def format_death_headline(d: Diagnosis) -> str:
-    """Keeps torch's own wording first, so log scrapers and searches for it still match."""
-    who = f"DataLoader worker {d.worker_id}" if d.worker_id is not None else "DataLoader worker"
-    if d.pid:
-        who += f" (pid {d.pid})"
+    """torch's own first line, word for word (log scrapers, searches and tests match it), then ours.
+
+    The wording is that of torch's SIGCHLD check (``torch/csrc/DataLoader.cpp``).
+    """
+    pid = d.pid if d.pid is not None else "?"
     if d.cause == "worker-hang":
-        what = "made no progress and was killed"
-    elif d.signal:
-        what = f"is killed by signal: {d.signal}"
-    elif d.exit_code is not None:
-        what = f"exited unexpectedly with code {d.exit_code}"
-    else:
-        what = "failed"
-    return f"{who} {what}. {d.title}."
+        who = f"DataLoader worker {d.worker_id}" if d.worker_id is not None else "DataLoader worker"
+        return f"{who} (pid {pid}) made no progress and was killed. {d.title}."
+    if d.signal:
+        number = getattr(signal.Signals, d.signal, None)
+        name = (signal.strsignal(number) if number is not None else None) or d.signal
+        line = f"DataLoader worker (pid {pid}) is killed by signal: {name}. "
+        if d.signal == "SIGBUS":
+            line += (
+                "It is possible that dataloader's workers are out of shared memory. "
+                "Please try to raise your shared memory limit."
+            )
+        return line
+    if d.exit_code is not None:
+        return (
+            f"DataLoader worker (pid {pid}) exited unexpectedly with exit code {d.exit_code}. "
+            "Details are lost due to multiprocessing. Rerunning with num_workers=0 may give "
+            "better error trace."
+        )
+    return f"DataLoader worker (pid {pid}) failed. {d.title}."

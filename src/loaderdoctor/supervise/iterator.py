@@ -323,7 +323,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                         # this iterator) in a reference cycle through its traceback.
                         failure = internal = None
                     continue
-                if self._ld_climb_due():
+                backoff = self._ld_sup.backoff
+                if backoff is not None and backoff.climb_due(at_epoch_start=False):
                     self._ld_climb()
             if isinstance(data, SkippedBatch):
                 continue
@@ -380,7 +381,12 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_sup.record(diagnosis, "raised")
         error, failure.error = failure.error, None
         if error is None:
-            message = f"{format_death_headline(diagnosis)}\n{format_verdict(diagnosis)}"
+            # torch's own first line (for a user's timeout: torch's timeout message)
+            headline = next(
+                (n for n in failure.evidence.notes if n.startswith("DataLoader timed out after")),
+                format_death_headline(diagnosis),
+            )
+            message = f"{headline}\n{format_verdict(diagnosis)}"
             error_type = WorkerHangError if failure.evidence.kind == "hang" else WorkerDiedError
             error = error_type(message, diagnosis)
             self._ld_failure = (message, diagnosis)
@@ -437,10 +443,6 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
 
     def _ld_step(self, direction: str, num_workers: int, prefetch_factor: int, reason: str) -> None:
         self._ld_sup.step(direction, num_workers, prefetch_factor, reason)
-
-    def _ld_climb_due(self) -> bool:
-        backoff = self._ld_sup.backoff
-        return backoff is not None and backoff.climb_due(at_epoch_start=False)
 
     def _ld_climb(self) -> None:
         backoff = self._ld_sup.backoff
