@@ -280,6 +280,43 @@ def test_too_many_workers_warns_like_torch() -> None:
     assert warnings_of(OurLoader) == stock
 
 
+# The first line of torch's message for a dead worker: from its SIGCHLD handler, or from the
+# liveness check after a failed get(). Which one wins is a race in torch, so both are torch's.
+EXITED = "DataLoader worker (pid(s) PID) exited unexpectedly"
+TORCH_DEATH_LINES = {
+    "segfault": {"DataLoader worker (pid PID) is killed by signal: Segmentation fault. ", EXITED},
+    "exit-3": {
+        "DataLoader worker (pid PID) exited unexpectedly with exit code 3. Details are lost due "
+        "to multiprocessing. Rerunning with num_workers=0 may give better error trace.",
+        EXITED,
+    },
+    "sigkill": {"DataLoader worker (pid PID) is killed by signal: Killed. ", EXITED},
+}
+
+
+def death_lines(impl: str) -> dict[str, str]:
+    result = run_python([str(DROPIN / "death_messages.py"), impl], timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = {}
+    for line in result.stdout.splitlines():
+        case, is_runtime_error, first = line.split(" ", 2)
+        assert is_runtime_error == "True", line
+        lines[case] = first
+    return lines
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 13.3: a dead worker's message is not torch's")
+def test_worker_death_message_starts_like_torchs() -> None:
+    """torch's own suite matches ``DataLoader worker \\(pid \\d+\\) is killed by signal: ``."""
+    stock = death_lines("torch")
+    assert set(stock) == set(TORCH_DEATH_LINES)
+    for case, line in stock.items():
+        assert line in TORCH_DEATH_LINES[case], f"torch now says {line!r}"
+    for case, line in death_lines("loaderdoctor").items():
+        assert line in TORCH_DEATH_LINES[case], f"{case}: ours says {line!r}"
+
+
 # --- 5. keywords reach torch ----------------------------------------------------------------
 def test_every_torch_parameter_is_accepted_with_torchs_default() -> None:
     ours = inspect.signature(OurLoader.__init__).parameters
@@ -314,3 +351,27 @@ def test_a_newer_torch_keyword_reaches_torch(monkeypatch: pytest.MonkeyPatch) ->
     loader = OurLoader([1, 2, 3], batch_size=2, worker_method="thread")
     assert seen == ["thread"]
     assert [b.tolist() for b in loader] == [[1, 2], [3]]
+
+
+# --- behaviours PyTorch's own DataLoader tests rely on ---------------------------------------
+@pytest.mark.slow
+def test_persistent_loader_hands_out_the_same_iterator_like_torch() -> None:
+    for cls in (TorchLoader, OurLoader):
+        loader = cls(list(range(8)), batch_size=2, num_workers=1, persistent_workers=True)
+        first = iter(loader)
+        assert [b.tolist() for b in first] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+        second = iter(loader)
+        assert second is first is loader._iterator, cls
+        assert [b.tolist() for b in second] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+        del first, second, loader
+
+
+@pytest.mark.slow
+def test_out_of_order_delivers_the_same_batches_as_torch() -> None:
+    def batches(cls: type) -> list[list[int]]:
+        loader = cls(list(range(24)), batch_size=3, num_workers=2, in_order=False)
+        return sorted(b.tolist() for b in loader)
+
+    assert (
+        batches(OurLoader) == batches(TorchLoader) == [[i, i + 1, i + 2] for i in range(0, 24, 3)]
+    )
