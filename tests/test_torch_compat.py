@@ -438,3 +438,31 @@ def test_worker_pids_are_the_iterators_own_workers() -> None:
     finally:
         iterator._shutdown_workers()
     assert torch_compat.worker_pids(iter(DataLoader([1, 2]))) == set()
+
+
+# --- the tested range is declared once per audience, and the declarations agree ---------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pyproject_torch_range() -> str:
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (requirement,) = [r for r in data["project"]["dependencies"] if r.startswith("torch")]
+    return requirement.removeprefix("torch").strip()
+
+
+def test_readme_states_the_declared_range() -> None:
+    declared = _pyproject_torch_range()
+    assert declared == ">=2.13,<2.15"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"(`torch{declared}`)" in readme
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AttributeError,
+    reason="issue 13.4: the version gate (torch_compat.TESTED_TORCH_RANGE) comes with issue13",
+)
+def test_version_gate_uses_the_declared_range() -> None:
+    assert torch_compat.TESTED_TORCH_RANGE == _pyproject_torch_range()  # type: ignore[attr-defined]
