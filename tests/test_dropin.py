@@ -1,8 +1,7 @@
 """loaderdoctor.DataLoader is a drop-in for torch's: each test runs stock torch and ours side by side.
 
 Issue 13 lists the differences a user saw when swapping the loader into a working job; each has a
-test here that states torch's behaviour and requires ours to match it. Tests of behaviours that
-differ today carry ``xfail(strict=True)`` so that the fix has to remove the mark.
+test here that states torch's behaviour and requires ours to match it.
 """
 
 from __future__ import annotations
@@ -31,11 +30,6 @@ DROPIN = FIXTURES / "dropin"
 TorchLoader = torch.utils.data.DataLoader
 OurLoader = loaderdoctor.DataLoader
 
-ISSUE_1 = "issue 13.1: a dropped persistent-workers iterator waits for the cyclic GC"
-ISSUE_2 = "issue 13.2: loaderdoctor.DataLoader is not generic"
-ISSUE_3 = "issue 13.3: a start failure is re-raised as WorkerStartError, torch's warning dropped"
-ISSUE_5 = "issue 13.5: keywords are checked against our signature, not passed to torch"
-
 EXCEPTION_IGNORED = "Exception ignored in"
 
 
@@ -51,7 +45,13 @@ def test_dropped_iterator_workers_exit_with_gc_disabled(method: str) -> None:
         "loaderdoctor transient gone",
         "loaderdoctor persistent gone",
     ]
-    assert EXCEPTION_IGNORED not in result.stderr
+    # Checked for our cases only. Once in ~12 spawn runs on torch 2.14.1 under load, a worker
+    # aborted at exit ("terminate called without an active exception") and torch's SIGCHLD
+    # handler raised inside an iterator's __del__; which case it was is unknown, and torch's own
+    # _shutdown_workers keeps its SIGCHLD pids registered while it joins (the same race).
+    ours = result.stderr.split("== loaderdoctor transient", 1)[-1]
+    assert "== loaderdoctor persistent" in ours, result.stderr[-4000:]
+    assert EXCEPTION_IGNORED not in ours, ours[-4000:]
 
 
 def live_workers_after_30_epochs(impl: str) -> tuple[list[str], str]:
@@ -66,7 +66,7 @@ def test_loader_per_epoch_leaves_as_many_workers_as_torch() -> None:
     assert stock == ["live workers: 2"]  # the last loader's, which the script still holds
     ours, stderr = live_workers_after_30_epochs("loaderdoctor")
     assert ours == stock
-    assert EXCEPTION_IGNORED not in stderr
+    assert EXCEPTION_IGNORED not in stderr, stderr[-4000:]
 
 
 @pytest.mark.slow

@@ -439,3 +439,28 @@ def test_worker_pids_are_the_iterators_own_workers() -> None:
     finally:
         iterator._shutdown_workers()
     assert torch_compat.worker_pids(iter(DataLoader([1, 2]))) == set()
+
+
+# --- the torch releases: pip's floor, the tested range, and the README say the same -----------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pyproject_torch_requirement() -> str:
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (requirement,) = [r for r in data["project"]["dependencies"] if r.startswith("torch")]
+    return requirement.removeprefix("torch").strip()
+
+
+def test_pip_requires_the_floor_of_the_tested_range_and_no_ceiling() -> None:
+    # A ceiling would make pip downgrade (or refuse) a user's newer torch; outside the tested
+    # range the loader warns once and runs as plain torch instead.
+    floor = torch_compat.TESTED_TORCH_RANGE.split(",")[0]
+    assert floor == ">=2.13"
+    assert _pyproject_torch_requirement() == floor
+
+
+def test_readme_states_the_tested_range() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"(`torch{torch_compat.TESTED_TORCH_RANGE}`)" in readme
