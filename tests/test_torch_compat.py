@@ -464,3 +464,16 @@ def test_pip_requires_the_floor_of_the_tested_range_and_no_ceiling() -> None:
 def test_readme_states_the_tested_range() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"(`torch{torch_compat.TESTED_TORCH_RANGE}`)" in readme
+
+
+def test_the_known_dataloader_signature_is_torchs() -> None:
+    # The linter reads calls by it and the loader runs an unknown keyword as plain torch.
+    from loaderdoctor import torch_signature
+
+    parameters = list(inspect.signature(torch.utils.data.DataLoader.__init__).parameters.values())
+    positional = [
+        p.name for p in parameters[1:] if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ]
+    keyword_only = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert tuple(positional) == torch_signature.POSITIONAL
+    assert tuple(keyword_only) == torch_signature.KEYWORD_ONLY

@@ -12,27 +12,14 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from loaderdoctor import torch_signature
 from loaderdoctor.lint.scope import UNKNOWN, Scopes, dotted_name, is_positive, walk_local
 
 if TYPE_CHECKING:
     from loaderdoctor.lint.project import Project
 
 # DataLoader's positional parameters, in order (torch.utils.data.DataLoader.__init__).
-LOADER_PARAMS = (
-    "dataset",
-    "batch_size",
-    "shuffle",
-    "sampler",
-    "batch_sampler",
-    "num_workers",
-    "collate_fn",
-    "pin_memory",
-    "drop_last",
-    "timeout",
-    "worker_init_fn",
-    "multiprocessing_context",
-    "generator",
-)
+LOADER_PARAMS = torch_signature.POSITIONAL
 _DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 _UNBOUND_LOADER_SPELLINGS = frozenset(
     {"DataLoader", "data.DataLoader", "torch.utils.data.DataLoader"}

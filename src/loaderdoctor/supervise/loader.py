@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch.utils.data
 
-from loaderdoctor import torch_compat
+from loaderdoctor import torch_compat, torch_signature
 from loaderdoctor.supervise.incidents import (
     INCIDENT_SINKS,
     Incident,
@@ -29,27 +29,7 @@ else:
 # The keywords of torch.utils.data.DataLoader that the supervision knows how to work with. A
 # keyword of a newer torch outside this set reaches torch unchanged, and the loader runs as plain
 # torch (one warning): supervising what it does not know could change what it does.
-KNOWN_TORCH_KEYWORDS = frozenset(
-    {
-        "dataset",
-        "batch_size",
-        "shuffle",
-        "sampler",
-        "batch_sampler",
-        "num_workers",
-        "collate_fn",
-        "pin_memory",
-        "drop_last",
-        "timeout",
-        "worker_init_fn",
-        "multiprocessing_context",
-        "generator",
-        "prefetch_factor",
-        "persistent_workers",
-        "pin_memory_device",
-        "in_order",
-    }
-)
+KNOWN_TORCH_KEYWORDS = torch_signature.ALL
 
 
 class DataLoader(torch.utils.data.DataLoader[_T_co]):
