@@ -94,13 +94,17 @@ def _readable(path: str) -> str | None:
     return None
 
 
-def proc_filesystem() -> Capability:
-    name = "/proc"
+def _linux_file(name: str, path: str) -> Capability:
+    """A Linux-only source, available where ``path`` (its proof) can be read."""
     lacking = _linux_only(name)
     if lacking is not None:
         return lacking
-    why = _readable("/proc/self/stat")
+    why = _readable(path)
     return _have(name) if why is None else _lack(name, why)
+
+
+def proc_filesystem() -> Capability:
+    return _linux_file("/proc", "/proc/self/stat")
 
 
 def dev_shm() -> Capability:
@@ -117,12 +121,7 @@ def dev_shm() -> Capability:
 
 
 def cgroups() -> Capability:
-    name = "cgroups"
-    lacking = _linux_only(name)
-    if lacking is not None:
-        return lacking
-    why = _readable("/proc/self/cgroup")
-    return _have(name) if why is None else _lack(name, why)
+    return _linux_file("cgroups", "/proc/self/cgroup")
 
 
 def kernel_log() -> Capability:
