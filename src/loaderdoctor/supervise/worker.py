@@ -247,30 +247,31 @@ class _SupervisedIterator:
 
     def __next__(self) -> Any:
         slot = STATE.slot
-        if slot is not None:
-            slot.fetching(None)
-        try:
-            item = next(self.iterator)
-        except StopIteration:
+        while True:  # a loop, not a recursion: a stream may hold thousands of bad records in a row
             if slot is not None:
-                slot.stage(Stage.IDLE)
-            raise
-        except Exception as error:
-            if slot is not None:
-                slot.error()
-            self.position += 1
-            if self.policy is not None:
+                slot.fetching(None)
+            try:
+                item = next(self.iterator)
+            except StopIteration:
+                if slot is not None:
+                    slot.stage(Stage.IDLE)
+                raise
+            except Exception as error:
+                if slot is not None:
+                    slot.error()
+                self.position += 1
+                if self.policy is None:
+                    tag_exception(error, position=self.position - 1, stage="fetch")
+                    raise
                 # A stream cannot retry an item: skip it and read on.
                 failure = _failure(error, None, 1, "fetch")
                 position = self.position - 1
                 record_event(
                     {**failure, "position": position, "action": "skipped", "dropped": False}
                 )
-                return self.__next__()
-            tag_exception(error, position=self.position - 1, stage="fetch")
-            raise
-        self.position += 1
-        return item
+                continue
+            self.position += 1
+            return item
 
 
 class SupervisedIterableDataset(IterableDataset[Any]):
