@@ -1,4 +1,4 @@
-"""Show the report of an earlier ``loaderdoctor run`` or ``scan`` again and rewrite its HTML page."""
+"""Show the report of an earlier `loaderdoctor run` or `scan` again and rewrite its HTML page."""
 
 from __future__ import annotations
 
