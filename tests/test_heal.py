@@ -226,7 +226,9 @@ def test_real_deaths_end_with_the_epoch_delivered_and_the_culprit_quarantined(
 
 
 def test_real_oom_kill_is_healed(tmp_path: Path) -> None:
-    with memory_cgroup(700 * 1024 * 1024) as group:
+    from test_faults import oom_limit
+
+    with memory_cgroup(oom_limit("default")) as group:
         out = healing_run("oom", wrapper=in_cgroup(group))
     assert sorted(out["delivered"]) == [i for i in range(48) if i != 21]
     assert [(i["cause"], i["action"]) for i in out["report"]["incidents"]] == [
