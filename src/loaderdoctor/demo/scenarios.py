@@ -236,9 +236,6 @@ def run_scenario(scenario: Scenario, root: Path, heal: bool = False) -> Scenario
     temp_list = str(root / "worker-temp-dirs.txt")
     temp_dirs_before = multiprocessing_temp_dirs()
     children_before = {child.pid for child in multiprocessing.active_children() if child.pid}
-    diagnosis: Diagnosis | None = None
-    error_type: str | None = None
-    problem: str | None = None
     loader = DataLoader(
         dataset,
         batch_size=BATCH_SIZE,
@@ -248,34 +245,8 @@ def run_scenario(scenario: Scenario, root: Path, heal: bool = False) -> Scenario
         hang_timeout=scenario.hang_timeout,
         heal=heal,
     )
-    heal_action: str | None = None
-    delivered: int | None = None
-    quarantine: list[int] | None = None
     try:
-        with warnings.catch_warnings():
-            # torch's advice for machines with fewer cores than workers is not the demo's point;
-            # healing's own warnings are shown in the panel instead.
-            warnings.filterwarnings("ignore", message="This DataLoader will create")
-            warnings.filterwarnings("ignore", message="loaderdoctor healed")
-            for _batch in loader:
-                pass
-        if heal:
-            report = loader.report
-            delivered = report.delivered["samples"]
-            quarantine = list(report.quarantine)
-            if report.incidents:
-                diagnosis = report.incidents[0].diagnosis
-                heal_action = report.incidents[0].action
-            else:
-                problem = "the loader finished the epoch without an incident"
-        else:
-            problem = "the loader finished the epoch without an error"
-    except Exception as error:
-        error_type = type(error).__name__
-        diagnosis = getattr(error, "diagnosis", None)
-        if diagnosis is None:
-            first_line = (str(error).strip().splitlines() or [""])[0]
-            problem = f"{error_type} without a verdict: {first_line}"
+        outcome = _load_one_epoch(loader, heal)
     finally:
         del loader
         _reap_new_children(children_before)
@@ -286,17 +257,59 @@ def run_scenario(scenario: Scenario, root: Path, heal: bool = False) -> Scenario
         expected_cause=scenario.expected_cause,
         planted_index=scenario.index,
         planted_file=str(planted) if planted else "",
-        diagnosis=diagnosis,
+        diagnosis=outcome.diagnosis,
         seconds=time.monotonic() - started,
-        stock_message=_stock_message(scenario, diagnosis, error_type),
-        error_type=error_type,
-        error=problem,
+        stock_message=_stock_message(scenario, outcome.diagnosis, outcome.error_type),
+        error_type=outcome.error_type,
+        error=outcome.problem,
         names_file=scenario.names_file,
         dataset_dir=str(root),
-        heal_action=heal_action,
-        delivered_samples=delivered,
-        quarantine=quarantine,
+        heal_action=outcome.heal_action,
+        delivered_samples=outcome.delivered,
+        quarantine=outcome.quarantine,
     )
+
+
+@dataclass
+class _Outcome:
+    """What one epoch of a scenario's loader ended with."""
+
+    diagnosis: Diagnosis | None = None
+    error_type: str | None = None
+    problem: str | None = None  # why the scenario did not pass, in a line
+    heal_action: str | None = None
+    delivered: int | None = None
+    quarantine: list[int] | None = None
+
+
+def _load_one_epoch(loader: Any, heal: bool) -> _Outcome:
+    outcome = _Outcome()
+    try:
+        with warnings.catch_warnings():
+            # torch's advice for machines with fewer cores than workers is not the demo's point;
+            # healing's own warnings are shown in the panel instead.
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            warnings.filterwarnings("ignore", message="loaderdoctor healed")
+            for _batch in loader:
+                pass
+        if not heal:
+            outcome.problem = "the loader finished the epoch without an error"
+            return outcome
+        report = loader.report
+        outcome.delivered = report.delivered["samples"]
+        outcome.quarantine = list(report.quarantine)
+        if report.incidents:
+            outcome.diagnosis = report.incidents[0].diagnosis
+            outcome.heal_action = report.incidents[0].action
+        else:
+            outcome.problem = "the loader finished the epoch without an incident"
+    except Exception as error:
+        outcome.error_type = type(error).__name__
+        outcome.diagnosis = getattr(error, "diagnosis", None)
+        if outcome.diagnosis is None:
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            outcome.problem = f"{outcome.error_type} without a verdict: {first_line}"
+    return outcome
 
 
 def select_scenarios(names: Sequence[str] | None) -> list[Scenario]:
