@@ -54,7 +54,10 @@ def test_verdicts_without_numpy(
     assert lines, f"no verdict printed\nstderr:\n{result.stderr[-3000:]}"
     out = json.loads(lines[-1])
     assert (out["cause"], out["indices"]) == (cause, [21]), out["evidence"]
-    assert out["delivered"] == 5  # the five batches before the bad sample's batch arrived
+    if mode == "raise":  # an exception travels in order: the five batches before it arrive
+        assert out["delivered"] == 5
+    else:  # a death is raised when it is seen, as torch does: batches still queued are not
+        assert out["delivered"] <= 5
 
 
 def test_demo_without_numpy(without_numpy: dict[str, str], tmp_path: Path) -> None:
