@@ -172,3 +172,46 @@ def test_a_users_exception_raised_at_our_call_site_is_still_the_users() -> None:
     with pytest.raises(IndexError) as caught:
         list(loader)
     assert caught.value.diagnosis.cause == "sample-error"  # type: ignore[attr-defined]
+
+
+class TransientKills(torch.utils.data.Dataset):
+    """Index 5's worker SIGKILLs itself at the 1st, 5th and 9th fetch of index 5 (a flaky node).
+
+    Fetches are counted in a file (one byte appended per fetch), so every process sees one count.
+    Each kill's culprit loads fine when re-tried alone: the machine is blamed every time.
+    """
+
+    KILL_AT_FETCH = (1, 5, 9)
+
+    def __init__(self, counter: str) -> None:
+        self.counter = counter
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        import os
+        import signal
+
+        if index == 5 and torch.utils.data.get_worker_info() is not None:
+            with open(self.counter, "ab") as handle:
+                handle.write(b".")
+            if os.path.getsize(self.counter) in self.KILL_AT_FETCH:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return torch.tensor([index])
+
+
+def test_a_soak_with_transient_kills_steps_down_and_climbs_back_each_time(tmp_path: Path) -> None:
+    counter = tmp_path / "fetches-of-5"
+    loader = loaderdoctor.DataLoader(
+        TransientKills(str(counter)), batch_size=2, num_workers=2, heal=True
+    )
+    delivered, _ = epochs(loader, 12)
+    for epoch in delivered:
+        assert sorted(epoch) == list(range(24))  # every sample exactly once, every epoch
+    incidents = [(i.diagnosis.cause, i.action) for i in loader.incidents]
+    assert incidents == [("killed-by-signal", "backed-off")] * 3
+    directions = [step[0] for step in steps(loader)]
+    assert directions == ["down", "up"] * 3  # never stuck down: it climbed back after each kill
+    assert all(step[1] >= 1 for step in steps(loader))  # never into the training process
+    assert steps(loader)[-1][1:3] == (2, 2)  # back to the user's num_workers and prefetch
