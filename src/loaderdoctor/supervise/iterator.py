@@ -141,6 +141,10 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 os.environ.pop(BOOTSTRAP_DIR_ENV, None)
             else:
                 os.environ[BOOTSTRAP_DIR_ENV] = previous
+        # At once: torch's __init__ has already sent the first indices, and a worker that dies
+        # while its pid is still registered makes torch's SIGCHLD handler raise at whatever line
+        # runs then (seen: inside another iterator's __del__, "Exception ignored in").
+        torch_compat.stop_sigchld_checks(self)
         self._ld_pool = Pool(
             self._workers, self._index_queues, self._workers_done_event, self._ld_log_dir
         )
@@ -160,10 +164,10 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 ("worker_init_fn", snapshot.worker_init_fn),
             ),
         )
-        torch_compat.stop_sigchld_checks(self)
 
     # --- start-up failure -------------------------------------------------------------------
     def _ld_start_failed(self, error: Exception) -> None:
+        torch_compat.stop_sigchld_checks(self)  # workers torch registered before it failed
         Pool(getattr(self, "_workers", []), [], None, self._ld_log_dir).kill_all()
         vars(self)["_shutdown"] = True
         self._ld_cleanup()
