@@ -37,7 +37,17 @@ def verdict(cause: str) -> Diagnosis:
 TABLE = [
     # cause, situation changes, expected (kind, workers, prefetch)
     ("native-crash", {"heal": False, "culprit": 3}, (R, 4, 2)),
-    ("native-crash", {"iterable": True, "culprit": 3}, (R, 4, 2)),
+    # a stream: the same pool size (fewer workers would re-shard it), its workers resume; no
+    # probe (an item of a stream cannot be loaded alone), no back-off, no plain-torch fall-back
+    ("native-crash", {"iterable": True, "culprit": 3}, (S, 4, 2)),
+    ("killed-by-signal", {"iterable": True, "culprit": 3}, (S, 4, 2)),
+    ("oom-killed", {"iterable": True, "culprit": 3, "prefetch_factor": 1}, (S, 4, 1)),
+    ("worker-hang", {"iterable": True, "kind": "hang", "culprit": 3}, (S, 4, 2)),
+    ("native-crash", {"iterable": True, "heal": False, "culprit": 3}, (R, 4, 2)),
+    ("native-crash", {"iterable": True, "respawns": MAX_RESPAWNS}, (R, 4, 2)),
+    ("worker-exit", {"iterable": True, "reached_worker_init": False}, (R, 4, 2)),
+    ("sample-error", {"iterable": True, "kind": "exception"}, (R, 4, 2)),
+    ("shm-exhausted", {"iterable": True, "kind": "exception"}, (R, 4, 2)),
     ("native-crash", {"respawns": MAX_RESPAWNS, "culprit": 3}, (R, 4, 2)),
     ("native-crash", {"culprit": 3}, (P, 4, 2)),
     ("native-crash", {"culprit": 3, "probe_failed_again": True}, (Q, 4, 2)),

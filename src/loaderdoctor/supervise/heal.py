@@ -5,14 +5,36 @@ The decisions are in ``heal_policy`` (pure); the iterator carries them out.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
+
+import torch
 
 from loaderdoctor.supervise.heal_policy import ENVIRONMENTAL
 
 
 class HealWarning(UserWarning):
     """Emitted for every healing action: healing is loud, never silent."""
+
+
+# Frames in these directories are not the user's: a warning points past them.
+_INTERNAL_DIRS = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+    os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning point at the user's line (the ``for batch in
+    loader`` line), past every frame of loaderdoctor and torch, whatever path led here."""
+    frame = sys._getframe(1)  # the function that is about to call warnings.warn
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 class ResumeSampler:
@@ -40,4 +62,4 @@ def length_of(sampler: Any) -> int | None:
         return None
 
 
-__all__ = ["ENVIRONMENTAL", "HealWarning", "ResumeSampler", "length_of"]
+__all__ = ["ENVIRONMENTAL", "HealWarning", "ResumeSampler", "length_of", "user_stacklevel"]

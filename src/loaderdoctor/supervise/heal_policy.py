@@ -48,7 +48,7 @@ class Situation:
     """What the iterator knows when a failure arrives, besides the verdict."""
 
     heal: bool
-    iterable: bool  # a stream cannot be resumed in a fresh pool
+    iterable: bool  # a stream: its workers resume their streams (``culprit`` is a position)
     respawns: int
     num_workers: int
     prefetch_factor: int
@@ -97,8 +97,10 @@ class HealPolicy:
         keep = Action(ActionKind.RESPAWN, at.num_workers, at.prefetch_factor)
         raise_it = replace(keep, kind=ActionKind.RAISE)
         cause = diagnosis.cause
-        if not at.heal or at.iterable:
-            return raise_it  # healing off, or a stream that cannot be resumed elsewhere
+        if not at.heal:
+            return raise_it
+        if at.iterable:
+            return self._stream(diagnosis, at, keep)
         if cause == "internal-error":
             return replace(keep, kind=ActionKind.FALL_BACK)
         if at.respawns >= MAX_RESPAWNS:
@@ -134,6 +136,22 @@ class HealPolicy:
             return replace(keep, note=f"sample {at.culprit!r} loaded fine alone: not reproducible")
         if cause in ENVIRONMENTAL:
             return self._back_off(diagnosis, at, "")
+        return keep
+
+    def _stream(self, diagnosis: Diagnosis, at: Situation, keep: Action) -> Action:
+        """A stream (IterableDataset): every worker resumes its own stream in a re-started pool of
+        the same size (fewer workers would re-shard the stream), skipping the item in flight.
+
+        No probe (an item of a stream cannot be loaded alone) and no plain-torch fall-back (it
+        would start every stream again from its first item).
+        """
+        raise_it = replace(keep, kind=ActionKind.RAISE)
+        if at.kind not in ("death", "hang") or at.respawns >= MAX_RESPAWNS:
+            return raise_it
+        if at.kind == "death" and at.reached_worker_init is False:
+            return raise_it
+        if diagnosis.cause == "internal-error":
+            return raise_it
         return keep
 
     def _back_off(self, diagnosis: Diagnosis, at: Situation, note: str) -> Action:

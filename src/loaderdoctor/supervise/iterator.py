@@ -36,7 +36,7 @@ from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import collect
 from loaderdoctor.supervise.errors import LoaderError, WorkerDiedError, WorkerHangError, attach
 from loaderdoctor.supervise.events import EventReader
-from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of
+from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of, user_stacklevel
 from loaderdoctor.supervise.heal_policy import (
     ENVIRONMENTAL,
     Action,
@@ -50,6 +50,7 @@ from loaderdoctor.supervise.pool import Pool
 from loaderdoctor.supervise.sample_policy import SkippedBatch
 from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter, internal_evidence
 from loaderdoctor.supervise.start_failure import start_diagnosis, start_error
+from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, new_stream_progress
 from loaderdoctor.supervise.supervision import IterState, LoaderSnapshot, Settings, Supervision
 from loaderdoctor.supervise.worker_collate import SupervisedCollate
 from loaderdoctor.supervise.worker_exceptions import worker_exception
@@ -91,7 +92,13 @@ def _remove_log_dir(path: str, owner_pid: int) -> None:
 
 
 class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
-    def __init__(self, snapshot: LoaderSnapshot, supervision: Supervision, respawns: int = 0):
+    def __init__(
+        self,
+        snapshot: LoaderSnapshot,
+        supervision: Supervision,
+        respawns: int = 0,
+        streams: StreamProgress | None = None,
+    ):
         self._ld_sup = supervision
         self._ld_snapshot = snapshot  # the user's loader as it was, for successors and probes
         self._ld_state = IterState.RUNNING
@@ -108,7 +115,14 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_iterable = snapshot._dataset_kind == torch_compat.DatasetKind.Iterable
         self._ld_log_dir = collect.make_log_dir()
         self._ld_cleanup = weakref.finalize(self, _remove_log_dir, self._ld_log_dir, os.getpid())
-        self._ld_events = EventReader(self._ld_log_dir, supervision.take_event)
+        # IterableDataset: where each worker's stream stands; a re-started pool resumes from it
+        self._ld_streams = streams if streams is not None else new_stream_progress(snapshot)
+        self._ld_events = EventReader(
+            self._ld_log_dir,
+            supervision.take_event
+            if self._ld_streams is None
+            else self._ld_streams.take_events(supervision.take_event),
+        )
         generator = snapshot.generator if snapshot.generator is not None else None
         # Replayed by a successor so that its pool draws the same base seed as this one without
         # consuming the user's generator (which would shift every later epoch).
@@ -127,6 +141,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 self._ld_log_dir,
                 snapshot.dataset,
                 hang_timeout=supervision.settings.hang_timeout,
+                stream_resumes=(
+                    streams.resumes(snapshot.num_workers) if streams is not None else None
+                ),
             ),
         )
         previous = os.environ.get(BOOTSTRAP_DIR_ENV)
@@ -211,6 +228,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if not first_iter:
             self._ld_epoch = self._ld_watch.epoch = self._ld_sup.epoch
             self._ld_ledger.clear()
+            if self._ld_streams is not None:
+                self._ld_streams = new_stream_progress(self._ld_snapshot)
             failure: _PoolFailure | None = None
             try:
                 super()._reset(loader, first_iter)
@@ -284,7 +303,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 raise error
             finally:
                 error = None  # type: ignore[assignment]  # no cycle via its traceback
-        if task is not None and not isinstance(data, SkippedBatch):
+        if isinstance(data, StreamBatch):
+            data = self._ld_stream_delivered(data, counted=task is not None)
+        elif task is not None and not isinstance(data, SkippedBatch):
             count_delivered(self._ld_sup.counts, indices)
             if self._ld_sup.backoff is not None:
                 self._ld_sup.backoff.delivered()
@@ -371,6 +392,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             culprit=ev.in_flight_index,
             in_process_allowed=sup.settings.allow_in_process,
         )
+        if self._ld_iterable:
+            at = replace(at, culprit=ev.iterable_position)
         action = POLICY.decide(diagnosis, at)
         if action.kind is ActionKind.PROBE:
             failed_again = probe(self._ld_snapshot, ev.in_flight_index)
@@ -379,6 +402,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             sup.backoff.failed()
         if action.kind is ActionKind.RAISE:
             self._ld_raise(failure, diagnosis)
+        if self._ld_streams is not None:
+            self._ld_heal(diagnosis, action, None, self._ld_stream_culprit(ev, diagnosis))
+            return
         self._ld_heal(diagnosis, action, ev.in_flight_index)
 
     def _ld_raise(self, failure: _PoolFailure, diagnosis: Diagnosis) -> NoReturn:
@@ -404,11 +430,20 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         finally:
             error = None  # a raised exception kept in a local is a cycle through its frame
 
-    def _ld_heal(self, diagnosis: Diagnosis, action: Action, culprit: Any) -> None:
+    def _ld_heal(
+        self,
+        diagnosis: Diagnosis,
+        action: Action,
+        culprit: Any,
+        stream: tuple[str, str] | None = None,
+    ) -> None:
         sup = self._ld_sup
         if action.note:
             diagnosis.evidence.append(action.note)
         detail = f" (sample {culprit!r})" if culprit is not None else ""
+        recorded_as = action.kind.value
+        if stream is not None:  # a stream's culprit: (how it was recorded, what the warning says)
+            recorded_as, detail = stream
         if action.kind is ActionKind.QUARANTINE:
             sup.quarantine_add(culprit, diagnosis)
         elif action.kind is ActionKind.BACK_OFF:
@@ -425,7 +460,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 "plain torch loading takes over for the rest of this loader's life"
             )
             sup.plain_torch = True
-        sup.record(diagnosis, action.kind.value)
+        sup.record(diagnosis, recorded_as)
         if action.kind is ActionKind.FALL_BACK:
             warnings.warn(
                 "loaderdoctor's own machinery failed (internal-error, please report it); this "
@@ -437,9 +472,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         else:
             warnings.warn(
                 f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> "
-                f"{action.kind.value}{detail}",
+                f"{recorded_as}{detail}",
                 HealWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
         self._ld_hand_over(
             action.num_workers, action.prefetch_factor, plain=action.kind is ActionKind.FALL_BACK
@@ -468,6 +503,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         """Stop this pool; a successor serves what is owed, then the rest of the epoch."""
         owed = self._ld_ledger.owed_in_order()
         self._ld_sup.counts["resent_batches"] += len(owed)
+        if self._ld_streams is not None:
+            self._ld_stream_undelivered()
         remaining = self._sampler_iter
         self._ld_stop()
         self._ld_ledger.clear()
@@ -493,10 +530,67 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             successor = SupervisedSingleProcessIter(snapshot, self._ld_sup)
         else:
             successor = SupervisedMultiProcessingIter(
-                snapshot, self._ld_sup, respawns=self._ld_respawns + 1
+                snapshot, self._ld_sup, respawns=self._ld_respawns + 1, streams=self._ld_streams
             )
         self._ld_successor = successor
         self._ld_state = IterState.HANDED_OVER
+
+    # --- streams (IterableDataset): positions delivered, culprits skipped ---------------------
+    def _ld_stream_delivered(self, batch: StreamBatch, counted: bool) -> Any:
+        """Unwrap a stream worker's batch; its positions advance that worker's stream."""
+        streams = self._ld_streams
+        if streams is None:  # a StreamBatch reaches only the iterator of a stream
+            return batch.batch
+        items = streams.delivered(batch)
+        if counted:
+            self._ld_sup.counts["batches"] += 1
+            self._ld_sup.counts["samples"] += items
+        for note in streams.notes:
+            warnings.warn(f"loaderdoctor: {note}", HealWarning, stacklevel=user_stacklevel())
+            if streams.incident is not None:
+                streams.incident.evidence.append(note)
+        streams.notes.clear()
+        return batch.batch
+
+    def _mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
+        if not shutdown and self._ld_streams is not None:
+            self._ld_streams.ended(worker_id)  # its stream ended: a re-started one stays ended
+        super()._mark_worker_as_unavailable(worker_id, shutdown)
+
+    def _ld_stream_undelivered(self) -> None:
+        """A worker whose end torch saw may still have batches waiting in torch's reorder buffer
+        (the end marker is read as it comes): its stream has not ended for the user yet."""
+        streams = self._ld_streams
+        assert streams is not None
+        for info in self._task_info.values():
+            if len(info) == 2:
+                streams.not_ended(info[0])
+
+    def _ld_stream_culprit(self, ev: Evidence, diagnosis: Diagnosis) -> tuple[str, str]:
+        """The item in flight at a death is skipped when the stream resumes: (action, detail)."""
+        streams = self._ld_streams
+        assert streams is not None
+        worker, position = ev.worker_id, ev.iterable_position
+        if worker is None or position is None:
+            diagnosis.evidence.append(
+                "every worker resumes its stream after its last delivered item"
+            )
+            return "respawned", ""
+        named = f"item #{position} of worker {worker}'s stream"
+        streams.incident = diagnosis  # a replay found not to match says so in its evidence
+        if streams.culprit(worker, position):
+            self._ld_sup.counts["skipped"] += 1
+            diagnosis.evidence.append(
+                f"{named} is skipped: every worker resumes its stream after its last delivered "
+                f"item, worker {worker} past that item"
+            )
+            return "skipped", f" ({named})"
+        end = streams.stop_at(worker)
+        diagnosis.evidence.append(
+            f"worker {worker} died at its item #{position} again: its stream cannot be read past "
+            f"it, so worker {worker}'s items after #{end - 1} are lost (the other workers resume)"
+        )
+        return "skipped", f" ({named}; the rest of worker {worker}'s stream is lost)"
 
     def _ld_stop(self) -> None:
         self._ld_pool.stop(self._workers_status)
