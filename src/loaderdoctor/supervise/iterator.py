@@ -204,7 +204,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> loading in the main "
             "process (num_workers=0)",
             HealWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
         self._ld_successor = SupervisedSingleProcessIter(
             self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
@@ -467,7 +467,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 "DataLoader continues as a plain torch DataLoader, without supervision.\n"
                 + format_verdict(diagnosis),
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
         else:
             warnings.warn(
@@ -494,7 +494,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         warnings.warn(
             f"loaderdoctor: {reason}; back up to num_workers={rung[0]}, prefetch_factor={rung[1]}",
             HealWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
         self._ld_hand_over(rung[0], rung[1])
 

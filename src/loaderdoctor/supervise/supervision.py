@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoctor.forensics.evidence import Diagnosis
+from loaderdoctor.supervise.heal import warn_sample_action
 from loaderdoctor.supervise.heal_policy import Backoff
 from loaderdoctor.supervise.incidents import BackoffStep, IncidentLog, LoaderReport, build_report
 from loaderdoctor.supervise.ledger import new_counts
@@ -86,6 +87,7 @@ class Supervision:
         self.dataset = dataset
         self.log = IncidentLog(owner)
         self.counts = new_counts()
+        self.sample_actions = 0  # skips and replacements warned about (rate-limited)
         self.quarantine: dict[int, QuarantineEntry] = {}
         if settings.quarantine_path is not None:
             self.quarantine = read_quarantine(settings.quarantine_path, dataset_length(dataset))
@@ -157,7 +159,8 @@ class Supervision:
             counts["dropped"] += 1
         else:
             counts["skipped"] += 1
-            counts["samples"] -= 1
+            if event.get("position") is None:  # a stream reads on: its batch is not short
+                counts["samples"] -= 1
         if event.get("stage") == "quarantined":
             return  # known bad from an earlier incident or the quarantine file: no new verdict
         index = event.get("index")
@@ -181,8 +184,12 @@ class Supervision:
             ev.notes.append(f"failed {attempts} times in a row")
         if action == "replaced":
             ev.notes.append(f"replaced by sample {event.get('substitute')!r}")
+        if event.get("note"):
+            ev.notes.append(event["note"])
         diagnosis = diagnose(ev)
         self.record(diagnosis, action)
+        warn_sample_action(diagnosis.title, diagnosis.cause, action, event, self.sample_actions)
+        self.sample_actions += 1
         self.quarantine_add(index, diagnosis)
 
     def take_in_process_events(self) -> None:
