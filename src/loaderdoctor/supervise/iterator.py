@@ -578,7 +578,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             return "respawned", ""
         named = f"item #{position} of worker {worker}'s stream"
         streams.incident = diagnosis  # a replay found not to match says so in its evidence
-        if streams.culprit(worker, position):
+        if streams.culprit(worker, position, diagnosis):
             self._ld_sup.counts["skipped"] += 1
             diagnosis.evidence.append(
                 f"{named} is skipped: every worker resumes its stream after its last delivered "

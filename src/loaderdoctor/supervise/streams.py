@@ -29,22 +29,12 @@ def item_key(item: Any) -> Any:
     """A cheap name for a stream item: a WebDataset ``__key__``, a file name, a small scalar."""
     if isinstance(item, dict):
         key = item.get("__key__")
-        if isinstance(key, (str, int)):
-            url = item.get("__url__")
-            return f"{url}:{key}" if isinstance(url, str) else key
-        return None
+        return key if isinstance(key, (str, int)) else None
     if isinstance(item, (str, int)) and not isinstance(item, bool):
         return item if not isinstance(item, str) or len(item) <= 4096 else None
     if isinstance(item, tuple) and item and isinstance(item[0], str) and len(item[0]) <= 4096:
         return item[0]  # (path, payload) pairs: the path names the item
     return None
-
-
-def shown_key(key: Any) -> str | None:
-    """The part of a key a person reads (a WebDataset key without its shard URL prefix)."""
-    if key is None:
-        return None
-    return str(key)
 
 
 def is_stateful(dataset: Any) -> bool:
@@ -63,10 +53,21 @@ class StreamBatch:
     ``first``/``end``: the stream positions this batch covers (``end`` exclusive, counting items
     skipped on purpose); ``items``: how many items it holds. ``keys``: (position, key) of its items that have a key. ``state``: the
     dataset's ``state_dict()`` after this batch (Stateful datasets only). ``notes``: what the
-    worker has to say (a replay that did not match).
+    worker has to say (a replay that did not match). ``culprits``: (position, key) of items in
+    flight at a death, read again (and dropped) when the stream resumed: their keys name them.
     """
 
-    __slots__ = ("batch", "end", "first", "items", "keys", "notes", "state", "worker_id")
+    __slots__ = (
+        "batch",
+        "culprits",
+        "end",
+        "first",
+        "items",
+        "keys",
+        "notes",
+        "state",
+        "worker_id",
+    )
 
     def __init__(
         self,
@@ -78,6 +79,7 @@ class StreamBatch:
         keys: tuple[tuple[int, Any], ...] = (),
         state: Any = None,
         notes: tuple[str, ...] = (),
+        culprits: tuple[tuple[int, Any], ...] = (),
     ) -> None:
         self.batch = batch
         self.worker_id = worker_id
@@ -87,6 +89,7 @@ class StreamBatch:
         self.keys = keys
         self.state = state
         self.notes = notes
+        self.culprits = culprits
 
     def pin_memory(self, device: Any = None) -> StreamBatch:
         """torch's pin thread calls this: pin the batch inside, keep the positions."""
@@ -102,6 +105,7 @@ class StreamBatch:
             self.keys,
             self.state,
             self.notes,
+            self.culprits,
         )
 
     def __repr__(self) -> str:
@@ -131,6 +135,7 @@ class _WorkerStream:
     keys: deque[tuple[int, Any]] = field(default_factory=lambda: deque(maxlen=CHECKED_KEYS))
     state: Any = None
     has_state: bool = False
+    culprit_incidents: dict[int, Any] = field(default_factory=dict)  # position -> Diagnosis
 
 
 class StreamProgress:
@@ -153,6 +158,15 @@ class StreamProgress:
         if batch.state is not None:
             stream.state, stream.has_state = batch.state, True
         self.notes.extend(batch.notes)
+        # a replay that did not match cannot name what was in flight before it
+        for position, key in () if batch.notes else batch.culprits:
+            diagnosis = stream.culprit_incidents.get(position)
+            if diagnosis is not None and key is not None and diagnosis.key is None:
+                diagnosis.key = key
+                diagnosis.evidence.append(
+                    f"item #{position} of worker {batch.worker_id}'s stream has key {key!r} "
+                    "(read again, and dropped, when the stream resumed)"
+                )
         return batch.items
 
     def ended(self, worker_id: int) -> None:
@@ -169,13 +183,16 @@ class StreamProgress:
         if worker_id is not None and position is not None:
             self._of(worker_id).reported.add(position)
 
-    def culprit(self, worker_id: int, position: int) -> bool:
-        """The item in flight at a death: dropped when the stream is resumed. False when the same
-        position killed this worker before (a stream cannot be read past it)."""
+    def culprit(self, worker_id: int, position: int, diagnosis: Any = None) -> bool:
+        """The item in flight at a death: dropped when the stream is resumed (``diagnosis`` gets
+        its key when the replay reads it). False when the same position killed this worker
+        before (a stream cannot be read past it)."""
         stream = self._of(worker_id)
         if position in stream.culprits:
             return False
         stream.culprits.add(position)
+        if diagnosis is not None:
+            stream.culprit_incidents[position] = diagnosis
         return True
 
     def stop_at(self, worker_id: int) -> int:
@@ -234,5 +251,4 @@ __all__ = [
     "is_stateful",
     "item_key",
     "new_stream_progress",
-    "shown_key",
 ]

@@ -22,7 +22,7 @@ from loaderdoctor.supervise.sample_policy import (
     SkippedBatch,
     _safe_structure,
 )
-from loaderdoctor.supervise.streams import StreamResume, is_stateful, item_key
+from loaderdoctor.supervise.streams import StreamBatch, StreamResume, is_stateful, item_key
 from loaderdoctor.supervise.worker_state import STATE, _failure, record_event
 
 REFERENCE_SAMPLES = 5
@@ -260,6 +260,7 @@ class _SupervisedIterator:
         self.keys: list[tuple[int, Any]] = []  # (position, key) of the batch being collected
         self.count = 0  # items returned for the batch being collected
         self.notes: list[str] = []
+        self.culprits: list[tuple[int, Any]] = []  # (position, key) of culprits read and dropped
         self.done = False
         self.stateful = is_stateful(dataset)
         self.expected: dict[int, Any] = {}
@@ -331,7 +332,8 @@ class _SupervisedIterator:
             if resume is not None and (position < resume.skip or position in resume.culprits):
                 if position < resume.skip:
                     self._check_replay(position, item)
-                # else: the item in flight at a death, counted by the main process
+                else:  # the item in flight at a death, counted by the main process: its key
+                    self.culprits.append((position, item_key(item)))
                 if not self.count:
                     self.mark = self.position  # the batch begins after what is dropped
                 continue
@@ -387,13 +389,22 @@ class _SupervisedIterator:
                     return False
         return True
 
-    def take_batch(self) -> tuple[int, int, int, tuple[tuple[int, Any], ...], tuple[str, ...]]:
-        """(first, end, items, keys, notes) of the batch collected since the last call."""
-        first, self.mark = self.mark, self.position
-        count, self.count = self.count, 0
-        keys, self.keys = tuple(self.keys), []
-        notes, self.notes = tuple(self.notes), []
-        return first, self.position, count, keys, notes
+    def take_batch(self, batch: Any, worker_id: int) -> StreamBatch:
+        """``batch`` with the positions (and keys) collected since the last call."""
+        wrapped = StreamBatch(
+            batch,
+            worker_id,
+            self.mark,
+            self.position,
+            self.count,
+            tuple(self.keys),
+            self.state(),
+            tuple(self.notes),
+            tuple(self.culprits),
+        )
+        self.mark, self.count = self.position, 0
+        self.keys, self.notes, self.culprits = [], [], []
+        return wrapped
 
     def state(self) -> Any:
         return self.dataset.state_dict() if self.stateful else None

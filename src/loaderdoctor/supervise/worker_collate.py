@@ -13,7 +13,6 @@ from loaderdoctor.supervise.sample_policy import (
     _safe_structure,
     odd_samples,
 )
-from loaderdoctor.supervise.streams import StreamBatch
 from loaderdoctor.supervise.worker_state import STATE, _failure, record_event
 
 
@@ -93,5 +92,4 @@ def _with_stream_positions(batch: Any) -> Any:
     stream = STATE.stream
     if stream is None or STATE.worker_id is None:
         return batch
-    first, end, items, keys, notes = stream.take_batch()
-    return StreamBatch(batch, STATE.worker_id, first, end, items, keys, stream.state(), notes)
+    return stream.take_batch(batch, STATE.worker_id)
