@@ -8,6 +8,7 @@ skipped and named by (worker, position).
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import tempfile
@@ -292,3 +293,23 @@ def test_item_keys_name_webdataset_samples_and_files() -> None:
     assert item_key(("img/0001.png", b"...")) == "img/0001.png"
     assert item_key(7) == 7
     assert item_key(torch.zeros(3)) is None
+
+
+@pytest.mark.slow
+def test_run_heal_heals_a_killed_stream_worker_in_an_unmodified_script(tmp_path: Path) -> None:
+    from test_run import RUN_FIXTURES, ld_run
+
+    flag = tmp_path / "fired"
+    result, report = ld_run(
+        tmp_path / "report", "--heal", str(RUN_FIXTURES / "stream.py"), str(flag)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    epochs = [json.loads(line) for line in result.stdout.splitlines()]
+    assert epochs == [[i for i in range(40) if i != 13], list(range(40))]
+    assert report["status"] == "healed"
+    incidents = [
+        (i["cause"], i["action"], i["worker_id"], i["position"], i["indices"])
+        for i in report["incidents"]
+    ]
+    assert incidents == [("killed-by-signal", "skipped", 1, 6, [])]  # 1, 3, 5, ... 13: #6
+    assert report["delivered"]["samples"] == 79
