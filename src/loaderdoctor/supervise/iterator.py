@@ -504,6 +504,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         owed = self._ld_ledger.owed_in_order()
         self._ld_sup.counts["resent_batches"] += len(owed)
         if self._ld_streams is not None:
+            self._ld_events.drain()  # every skip the dead worker wrote: a replay drops them too
             self._ld_stream_undelivered()
         remaining = self._sampler_iter
         self._ld_stop()

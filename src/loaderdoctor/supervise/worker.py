@@ -329,11 +329,12 @@ class _SupervisedIterator:
                     raise
                 self._go_on_after(position, error, report=True)
                 continue
-            if resume is not None and (position < resume.skip or position in resume.culprits):
+            if resume is not None and self._counted_already(position):
                 if position < resume.skip:
                     self._check_replay(position, item)
-                else:  # the item in flight at a death, counted by the main process: its key
+                elif position in resume.culprits:  # in flight at a death, counted: its key
                     self.culprits.append((position, item_key(item)))
+                # else: skipped before the death, counted as skipped: it stays skipped
                 if not self.count:
                     self.mark = self.position  # the batch begins after what is dropped
                 continue
