@@ -135,6 +135,7 @@ class _WorkerStream:
     keys: deque[tuple[int, Any]] = field(default_factory=lambda: deque(maxlen=CHECKED_KEYS))
     state: Any = None
     has_state: bool = False
+    unreplayable: bool = False  # a replay of it did not match: its replayed keys name nothing
     culprit_incidents: dict[int, Any] = field(default_factory=dict)  # position -> Diagnosis
 
 
@@ -158,8 +159,10 @@ class StreamProgress:
         if batch.state is not None:
             stream.state, stream.has_state = batch.state, True
         self.notes.extend(batch.notes)
+        if batch.notes:
+            stream.unreplayable = True
         # a replay that did not match cannot name what was in flight before it
-        for position, key in () if batch.notes else batch.culprits:
+        for position, key in () if stream.unreplayable else batch.culprits:
             diagnosis = stream.culprit_incidents.get(position)
             if diagnosis is not None and key is not None and diagnosis.key is None:
                 diagnosis.key = key
