@@ -388,3 +388,33 @@ def test_exactly_once_ledger_of_streams(
 
     finally:
         shutil.rmtree(flag_dir, ignore_errors=True)
+
+
+class RankSharded(torch.utils.data.IterableDataset):
+    """DistributedSampler-style: this rank's items (``RANK``/``WORLD_SIZE``), then this worker's."""
+
+    def __init__(self, flag_dir: str) -> None:
+        self.flag_dir = flag_dir
+
+    def __iter__(self) -> Any:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        info = torch.utils.data.get_worker_info()
+        mine = list(range(rank, N, world))[info.id :: info.num_workers]
+        for i in mine:
+            if i == 23:  # rank 1's item #11, worker 3's item #2
+                flag = os.path.join(self.flag_dir, "fired")
+                if not os.path.exists(flag):
+                    Path(flag).touch()
+                    fault("sigkill")
+            yield i
+
+
+@pytest.mark.slow
+def test_a_rank_sharded_stream_resumes_within_its_rank(
+    flag_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    items, loader, _ = load(RankSharded(flag_dir))
+    assert Counter(items) == Counter(i for i in range(1, N, 2) if i != 23)
+    assert [(i.diagnosis.worker_id, i.diagnosis.position) for i in loader.incidents] == [(3, 2)]
