@@ -136,3 +136,45 @@ def test_thousands_of_skips_warn_ten_times_and_count_every_one() -> None:
         "about one by one (loader.report counts every one)"
     )
     assert loader.report.counts["skipped"] == BAD_IN_A_ROW
+
+
+class _MapWithBadSample(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, index: int) -> int:
+        if index == 5:
+            raise ValueError("corrupt sample 5")
+        return index
+
+
+@pytest.mark.parametrize("num_workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_skipped_map_style_sample_warns_at_the_users_line(num_workers: int) -> None:
+    loader = DataLoader(
+        _MapWithBadSample(), batch_size=4, num_workers=num_workers, on_error="skip", retries=0
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        items = [int(i) for batch in loader for i in batch]  # the user's line
+    assert items == [i for i in range(12) if i != 5]
+    heal = [w for w in caught if issubclass(w.category, HealWarning)]
+    assert [str(w.message) for w in heal] == [
+        "loaderdoctor healed: A sample raised an exception in the Dataset [sample-error] -> "
+        "skipped (sample 5)"
+    ]
+    assert [w.filename for w in heal] == [__file__]
+
+
+@pytest.mark.slow
+def test_a_map_style_death_warns_at_the_users_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ld_datasets import Ledger
+
+    loader = DataLoader(
+        Ledger(12, {5: "kill-once"}, str(tmp_path)), batch_size=4, num_workers=2, heal=True
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        items = [int(i) for batch in loader for i in batch]  # the user's line
+    assert sorted(items) == list(range(12))
+    heal = [w for w in caught if issubclass(w.category, HealWarning)]
+    assert heal and [w.filename for w in heal] == [__file__] * len(heal)
