@@ -22,7 +22,13 @@ from loaderdoctor.supervise.sample_policy import (
     SkippedBatch,
     _safe_structure,
 )
-from loaderdoctor.supervise.streams import StreamBatch, StreamResume, is_stateful, item_key
+from loaderdoctor.supervise.streams import (
+    CHECKED_KEYS,
+    StreamBatch,
+    StreamResume,
+    is_stateful,
+    item_key,
+)
 from loaderdoctor.supervise.worker_state import STATE, _failure, record_event
 
 REFERENCE_SAMPLES = 5
@@ -257,8 +263,10 @@ class _SupervisedIterator:
         self.resume = resume
         self.position = 0
         self.mark = 0  # the position the batch being collected began at
-        self.keys: list[tuple[int, Any]] = []  # (position, key) of the batch being collected
-        self.count = 0  # items returned for the batch being collected
+        # The items of the batch being collected (their keys are taken once per batch, for the
+        # last few only), and the positions in it that returned no item (skipped, dropped).
+        self.items: list[Any] = []
+        self.gaps: set[int] = set()
         self.notes: list[str] = []
         self.culprits: list[tuple[int, Any]] = []  # (position, key) of culprits read and dropped
         self.done = False
@@ -282,27 +290,6 @@ class _SupervisedIterator:
     def __iter__(self) -> _SupervisedIterator:
         return self
 
-    def _pull(self, slot: Any) -> Any:
-        """The next item of the inner iterator; ``position`` counts it whatever happens."""
-        if slot is not None:
-            flat, base, _ = slot.hot_path()
-            flat[base + _SAMPLES] = self.position  # fetching() makes it position + 1
-            slot.fetching(None)
-        try:
-            item = next(self.iterator)
-        except StopIteration:
-            self.done = True
-            if slot is not None:
-                slot.stage(Stage.IDLE)
-            raise
-        except Exception:
-            self.position += 1
-            if slot is not None:
-                slot.error()
-            raise
-        self.position += 1
-        return item
-
     def _counted_already(self, position: int) -> bool:
         resume = self.resume
         return resume is not None and (
@@ -312,15 +299,32 @@ class _SupervisedIterator:
     def __next__(self) -> Any:
         slot = STATE.slot
         resume = self.resume
+        if slot is not None:
+            # Inlined per item (a few item writes): samples_started is position + 1, so the
+            # parent reads the position of the item in flight from it.
+            flat, base, clock = slot.hot_path()
+            flat[base + _INDEX] = NO_INDEX
+            samples_at, stage_at, since_at = base + _SAMPLES, base + _STAGE, base + _SINCE
         while True:  # a loop, not a recursion: a stream may hold thousands of bad records in a row
             if self.done:
                 raise StopIteration
             position = self.position
+            if slot is not None:
+                flat[samples_at] = position + 1
+                flat[stage_at] = _FETCH
+                flat[since_at] = clock()
             try:
-                item = self._pull(slot)
+                item = next(self.iterator)
             except StopIteration:
+                self.done = True
+                if slot is not None:
+                    slot.stage(Stage.IDLE)
                 raise
             except Exception as error:
+                self.position += 1
+                self.gaps.add(position)
+                if slot is not None:
+                    slot.error()
                 if self._counted_already(position):
                     self._go_on_after(position, error, report=False)
                     continue
@@ -329,19 +333,19 @@ class _SupervisedIterator:
                     raise
                 self._go_on_after(position, error, report=True)
                 continue
+            self.position += 1
             if resume is not None and self._counted_already(position):
                 if position < resume.skip:
                     self._check_replay(position, item)
                 elif position in resume.culprits:  # in flight at a death, counted: its key
                     self.culprits.append((position, item_key(item)))
                 # else: skipped before the death, counted as skipped: it stays skipped
-                if not self.count:
+                if self.items:
+                    self.gaps.add(position)
+                else:
                     self.mark = self.position  # the batch begins after what is dropped
                 continue
-            self.count += 1
-            key = item_key(item)
-            if key is not None:
-                self.keys.append((position, key))
+            self.items.append(item)
             return item
 
     def _check_replay(self, position: int, item: Any) -> None:
@@ -397,15 +401,24 @@ class _SupervisedIterator:
             worker_id,
             self.mark,
             self.position,
-            self.count,
-            tuple(self.keys),
+            len(self.items),
+            self._recent_keys(),
             self.state(),
             tuple(self.notes),
             tuple(self.culprits),
         )
-        self.mark, self.count = self.position, 0
-        self.keys, self.notes, self.culprits = [], [], []
+        self.mark = self.position
+        self.items, self.gaps, self.notes, self.culprits = [], set(), [], []
         return wrapped
+
+    def _recent_keys(self) -> tuple[tuple[int, Any], ...]:
+        """(position, key) of the batch's last ``CHECKED_KEYS`` items that have a key."""
+        items = self.items
+        if not items:
+            return ()
+        positions = [p for p in range(self.mark, self.position) if p not in self.gaps]
+        pairs = zip(positions[-CHECKED_KEYS:], items[-CHECKED_KEYS:])
+        return tuple((p, key) for p, item in pairs if (key := item_key(item)) is not None)
 
     def state(self) -> Any:
         return self.dataset.state_dict() if self.stateful else None
