@@ -546,6 +546,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if counted:
             self._ld_sup.counts["batches"] += 1
             self._ld_sup.counts["samples"] += items
+            if self._ld_sup.backoff is not None:
+                self._ld_sup.backoff.delivered()
         for note in streams.notes:
             warnings.warn(f"loaderdoctor: {note}", HealWarning, stacklevel=user_stacklevel())
             if streams.incident is not None:
@@ -587,9 +589,10 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             )
             return "skipped", f" ({named})"
         end = streams.stop_at(worker)
+        lost = f"items after #{end - 1}" if end else "items"
         diagnosis.evidence.append(
             f"worker {worker} died at its item #{position} again: its stream cannot be read past "
-            f"it, so worker {worker}'s items after #{end - 1} are lost (the other workers resume)"
+            f"it, so worker {worker}'s {lost} are lost (the other workers resume)"
         )
         return "skipped", f" ({named}; the rest of worker {worker}'s stream is lost)"
 
