@@ -60,6 +60,10 @@ from loaderdoctor.supervise.worker_watch import WorkerWatch
 # MP_STATUS_CHECK_INTERVAL (5 s) and relies on a SIGCHLD handler for the rest.
 POLL_S = 0.1
 PROBE_TIMEOUT_S = 60.0
+# How long a respawn waits for the result queue's writer lock before it calls the queue poisoned
+# (held by a worker killed mid-write); a healthy writer holds it for one batch's write.
+RESULT_LOCK_WAIT_S = 5.0
+MAX_SETTLED_RESULTS = 100_000
 POLICY = HealPolicy()
 
 
@@ -92,6 +96,13 @@ def _remove_log_dir(path: str, owner_pid: int) -> None:
 
 class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
     def __init__(self, snapshot: LoaderSnapshot, supervision: Supervision, respawns: int = 0):
+        self._ld_init_state(snapshot, supervision, respawns)
+        if self._ld_start(self._ld_view(snapshot)):
+            self._ld_watch_pool()
+
+    def _ld_init_state(
+        self, snapshot: LoaderSnapshot, supervision: Supervision, respawns: int
+    ) -> None:
         self._ld_sup = supervision
         self._ld_snapshot = snapshot  # the user's loader as it was, for successors and probes
         self._ld_state = IterState.RUNNING
@@ -104,7 +115,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_ledger = Ledger()
         self._ld_last_index: Any = None
         self._ld_raising: BaseException | None = None
+        self._ld_in_reset = False  # torch's _reset is waiting for its workers' resume replies
         self._ld_start_method = start_method_of(snapshot)
+        self._ld_context = torch_compat.multiprocessing_context_of(snapshot)
         self._ld_iterable = snapshot._dataset_kind == torch_compat.DatasetKind.Iterable
         self._ld_log_dir = collect.make_log_dir()
         self._ld_cleanup = weakref.finalize(self, _remove_log_dir, self._ld_log_dir, os.getpid())
@@ -113,12 +126,15 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         # Replayed by a successor so that its pool draws the same base seed as this one without
         # consuming the user's generator (which would shift every later epoch).
         self._ld_generator_state = (generator or torch.default_generator).get_state()
-        num_workers = snapshot.num_workers
-        self._ld_recorder = FlightRecorder(num_workers)
-        for worker_id in range(num_workers):
+        self._ld_recorder = FlightRecorder(snapshot.num_workers)
+        for worker_id in range(snapshot.num_workers):
             self._ld_recorder.reset_slot(worker_id)
+
+    def _ld_view(self, snapshot: LoaderSnapshot) -> LoaderSnapshot:
+        """The loader as the workers see it: the dataset, collate_fn and init wrapped."""
+        supervision = self._ld_sup
         policy = supervision.sample_policy(snapshot.drop_last)
-        view = snapshot.with_overrides(
+        return snapshot.with_overrides(
             dataset=wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy),
             collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
             worker_init_fn=SupervisedWorkerInit(
@@ -129,13 +145,16 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 hang_timeout=supervision.settings.hang_timeout,
             ),
         )
+
+    def _ld_start(self, view: LoaderSnapshot) -> bool:
+        """torch's own __init__ starts the workers; False when they could not start."""
         previous = os.environ.get(BOOTSTRAP_DIR_ENV)
         os.environ[BOOTSTRAP_DIR_ENV] = self._ld_log_dir
         try:
             super().__init__(view)
         except Exception as error:
             self._ld_start_failed(error)
-            return
+            return False
         finally:
             if previous is None:
                 os.environ.pop(BOOTSTRAP_DIR_ENV, None)
@@ -145,10 +164,14 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         # while its pid is still registered makes torch's SIGCHLD handler raise at whatever line
         # runs then (seen: inside another iterator's __del__, "Exception ignored in").
         torch_compat.stop_sigchld_checks(self)
+        return True
+
+    def _ld_watch_pool(self) -> None:
+        snapshot = self._ld_snapshot
         self._ld_pool = Pool(
             self._workers, self._index_queues, self._workers_done_event, self._ld_log_dir
         )
-        supervision.worker_pids |= self._ld_pool.pids()
+        self._ld_sup.worker_pids |= self._ld_pool.pids()
         self._ld_watch = WorkerWatch(
             self._ld_pool,
             self._ld_recorder,
@@ -156,7 +179,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             dataset=snapshot.dataset,
             start_method=self._ld_start_method,
             iterable=self._ld_iterable,
-            hang_timeout=supervision.settings.hang_timeout,
+            hang_timeout=self._ld_sup.settings.hang_timeout,
             epoch=self._ld_epoch,
             parts=(
                 ("dataset", snapshot.dataset),
@@ -211,11 +234,15 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if not first_iter:
             self._ld_epoch = self._ld_watch.epoch = self._ld_sup.epoch
             self._ld_ledger.clear()
+            self._ld_respawns = 0  # MAX_RESPAWNS is per epoch, as it is for a fresh iterator
             failure: _PoolFailure | None = None
+            self._ld_in_reset = True
             try:
                 super()._reset(loader, first_iter)
             except _PoolFailure as caught:  # a persistent worker died between epochs
                 failure = caught
+            finally:
+                self._ld_in_reset = False
             if failure is not None:
                 try:
                     self._ld_handle(failure)
@@ -379,7 +406,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             sup.backoff.failed()
         if action.kind is ActionKind.RAISE:
             self._ld_raise(failure, diagnosis)
-        self._ld_heal(diagnosis, action, ev.in_flight_index)
+        self._ld_heal(diagnosis, action, ev)
 
     def _ld_raise(self, failure: _PoolFailure, diagnosis: Diagnosis) -> NoReturn:
         self._ld_sup.record(diagnosis, "raised")
@@ -404,8 +431,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         finally:
             error = None  # a raised exception kept in a local is a cycle through its frame
 
-    def _ld_heal(self, diagnosis: Diagnosis, action: Action, culprit: Any) -> None:
+    def _ld_heal(self, diagnosis: Diagnosis, action: Action, ev: Evidence) -> None:
         sup = self._ld_sup
+        culprit = ev.in_flight_index
         if action.note:
             diagnosis.evidence.append(action.note)
         detail = f" (sample {culprit!r})" if culprit is not None else ""
@@ -425,6 +453,11 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 "plain torch loading takes over for the rest of this loader's life"
             )
             sup.plain_torch = True
+        alone = False
+        if self._ld_can_respawn_alone(action, ev):
+            assert ev.worker_id is not None
+            alone, line = self._ld_respawn_alone(ev.worker_id)
+            diagnosis.evidence.append(line)
         sup.record(diagnosis, action.kind.value)
         if action.kind is ActionKind.FALL_BACK:
             warnings.warn(
@@ -441,9 +474,12 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 HealWarning,
                 stacklevel=4,
             )
-        self._ld_hand_over(
-            action.num_workers, action.prefetch_factor, plain=action.kind is ActionKind.FALL_BACK
-        )
+        if not alone:
+            self._ld_hand_over(
+                action.num_workers,
+                action.prefetch_factor,
+                plain=action.kind is ActionKind.FALL_BACK,
+            )
 
     def _ld_step(self, direction: str, num_workers: int, prefetch_factor: int, reason: str) -> None:
         self._ld_sup.step(direction, num_workers, prefetch_factor, reason)
@@ -464,6 +500,112 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_hand_over(rung[0], rung[1])
 
     # --- acting ---------------------------------------------------------------------------
+    def _ld_can_respawn_alone(self, action: Action, ev: Evidence) -> bool:
+        """A dead (or killed stuck) worker of a map-style pool that keeps its shape."""
+        return (
+            action.kind in (ActionKind.RESPAWN, ActionKind.QUARANTINE)
+            and (action.num_workers, action.prefetch_factor)
+            == (self._num_workers, self._prefetch_factor)
+            and ev.kind in ("death", "hang")
+            and ev.worker_id is not None
+            and not self._ld_iterable  # streams: a fresh pool (issue 14 part B resumes them)
+            and not self._ld_in_reset  # torch's _reset counts its workers' resume replies
+            and not self._pin_memory  # its thread reads the result queue; ours must not race it
+            and not self._ld_pool.is_alive(ev.worker_id)
+        )
+
+    def _ld_respawn_alone(self, worker_id: int, worker_init_fn: Any = None) -> tuple[bool, str]:
+        """Replace worker ``worker_id`` alone and re-send, in order, the batches it owed.
+
+        Every other worker keeps running with its state. First every complete batch is taken off
+        the result queue into torch's reorder buffer, under the queue's writer lock: a worker
+        killed while writing holds that lock for ever (and may have left half a message in the
+        pipe); then this returns False and the caller rebuilds the whole pool. Returns
+        (respawned, the evidence line that says what was done).
+        """
+        if not self._ld_settle_results():
+            return False, (
+                f"worker {worker_id} died while writing to the shared result queue (its lock "
+                f"stayed held for {RESULT_LOCK_WAIT_S:.0f} s): the whole pool is rebuilt instead"
+            )
+        owed = sorted(
+            task
+            for task, info in self._task_info.items()
+            if info[0] == worker_id and len(info) == 1
+        )
+        sup = self._ld_sup
+        dataset = wrap_dataset(
+            self._ld_snapshot.dataset,
+            self._ld_snapshot._dataset_kind,
+            sup.sample_policy(self._drop_last),  # with the culprit quarantined just now
+        )
+        self._ld_recorder.reset_slot(worker_id)
+        try:
+            old_pid, new_pid = self._ld_pool.respawn(
+                worker_id,
+                self._ld_context,
+                lambda index_queue: torch_compat.worker_loop_args(
+                    self, worker_id, index_queue, dataset=dataset, worker_init_fn=worker_init_fn
+                ),
+            )
+        except Exception as error:  # the start itself failed: a fresh pool reports it
+            return False, (
+                f"worker {worker_id} could not be respawned alone ({type(error).__name__}: "
+                f"{error}): the whole pool is rebuilt instead"
+            )
+        if new_pid is not None:
+            sup.worker_pids.add(new_pid)
+        index_queue = self._ld_pool.index_queue(worker_id)
+        for task in owed:
+            index_queue.put((task, self._ld_ledger.indices_of(task)))
+        self._workers_status[worker_id] = True
+        self._workers_num_tasks[worker_id] = sum(
+            1 for info in self._task_info.values() if info[0] == worker_id
+        )
+        self._ld_respawns += 1
+        sup.counts["resent_batches"] += len(owed)
+        return True, (
+            f"worker {worker_id} respawned alone (pid {old_pid} -> pid {new_pid}); "
+            f"{len(owed)} owed batch{'' if len(owed) == 1 else 'es'} re-sent"
+        )
+
+    def _ld_settle_results(self) -> bool:
+        """Move every complete batch on the result queue into torch's reorder buffer.
+
+        Holds the writers' lock at the end, so that nothing is half-written; keeps draining while
+        it waits for the lock, so that a healthy writer blocked on a full pipe can finish. False
+        when the lock is not had within ``RESULT_LOCK_WAIT_S``.
+        """
+        lock = torch_compat.result_queue_writer_lock(self)
+        deadline = time.monotonic() + RESULT_LOCK_WAIT_S
+        while True:
+            acquired = lock is None or lock.acquire(timeout=POLL_S)
+            try:
+                self._ld_take_ready_results()
+            finally:
+                if acquired and lock is not None:
+                    lock.release()
+            if acquired:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def _ld_take_ready_results(self) -> None:
+        result_queue = self._worker_result_queue
+        for _ in range(MAX_SETTLED_RESULTS):
+            try:
+                task, data = result_queue.get(block=False)
+            except queue.Empty:
+                return
+            except Exception:
+                # A batch of the dead worker whose tensors cannot be had any more (their file
+                # descriptors were to come from it): that task is still owed, and re-sent.
+                continue
+            info = self._task_info.get(task) if isinstance(task, int) else None
+            if info is not None and len(info) == 1:
+                self._task_info[task] = (info[0], data)
+                self._tasks_outstanding -= 1
+
     def _ld_hand_over(self, num_workers: int, prefetch_factor: int, plain: bool = False) -> None:
         """Stop this pool; a successor serves what is owed, then the rest of the epoch."""
         owed = self._ld_ledger.owed_in_order()
