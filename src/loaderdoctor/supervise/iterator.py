@@ -116,6 +116,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_last_index: Any = None
         self._ld_raising: BaseException | None = None
         self._ld_in_reset = False  # torch's _reset is waiting for its workers' resume replies
+        # The quarantine every worker of this pool knows (it only grows, in insertion order).
+        self._ld_quarantine_known = len(supervision.quarantine)
         self._ld_start_method = start_method_of(snapshot)
         self._ld_context = torch_compat.multiprocessing_context_of(snapshot)
         self._ld_iterable = snapshot._dataset_kind == torch_compat.DatasetKind.Iterable
@@ -221,8 +223,33 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
     # --- bookkeeping of what each batch holds -------------------------------------------------
     def _next_index(self) -> Any:
         index = super()._next_index()
+        # A sample quarantined after these workers started is unknown to their dataset wrapper
+        # (persistent workers keep it for epochs): leave it out here, as the worker would.
+        while len(self._ld_sup.quarantine) > self._ld_quarantine_known:
+            index, dropped = self._ld_without_new_quarantine(index)
+            if not dropped:
+                break
+            index = super()._next_index()
         self._ld_last_index = index
         return index
+
+    def _ld_without_new_quarantine(self, index: Any) -> tuple[Any, bool]:
+        """(the batch without samples quarantined since this pool started, whether it is gone)."""
+        fresh = set(list(self._ld_sup.quarantine)[self._ld_quarantine_known :])
+        counts = self._ld_sup.counts
+        if not isinstance(index, list):
+            if index in fresh:
+                counts["skipped"] += 1
+                return None, True
+            return index, False
+        bad = [i for i in index if i in fresh]
+        if not bad:
+            return index, False
+        if len(bad) == len(index) or self._drop_last:  # as the worker's wrapper decides
+            counts["dropped"] += len(bad)
+            return None, True
+        counts["skipped"] += len(bad)
+        return [i for i in index if i not in fresh], False
 
     def _try_put_index(self) -> None:
         sent = self._send_idx
