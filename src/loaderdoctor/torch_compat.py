@@ -8,6 +8,7 @@ release moves one of them.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from typing import Any
 
@@ -149,24 +150,45 @@ def show_user_dataset_in_worker_info(dataset: Any) -> None:
 
 
 # The parameters of torch's ``_worker_loop``, in order, as ``_MultiProcessingDataLoaderIter``
-# passes them (torch 2.13 and 2.14 alike); ``worker_loop_args`` fills them for one worker.
+# passes them; ``worker_loop_args`` fills them for one worker. torch 2.14 passes the dataset in a
+# one-item list that the worker pops (``dataset_holder``), so that the Process does not keep it.
 WORKER_LOOP = _worker._worker_loop
-WORKER_LOOP_PARAMETERS = (
-    "dataset_kind",
-    "dataset",
-    "index_queue",
-    "data_queue",
-    "done_event",
-    "auto_collation",
-    "collate_fn",
-    "drop_last",
-    "base_seed",
-    "init_fn",
-    "worker_id",
-    "num_workers",
-    "persistent_workers",
-    "shared_seed",
+WORKER_LOOP_PARAMETERS = tuple(inspect.signature(WORKER_LOOP).parameters)
+KNOWN_WORKER_LOOP_PARAMETERS = (
+    (
+        "dataset_kind",
+        "dataset",  # torch 2.13
+        "index_queue",
+        "data_queue",
+        "done_event",
+        "auto_collation",
+        "collate_fn",
+        "drop_last",
+        "base_seed",
+        "init_fn",
+        "worker_id",
+        "num_workers",
+        "persistent_workers",
+        "shared_seed",
+    ),
+    (
+        "dataset_kind",
+        "dataset_holder",  # torch 2.14
+        "index_queue",
+        "data_queue",
+        "done_event",
+        "auto_collation",
+        "collate_fn",
+        "drop_last",
+        "base_seed",
+        "init_fn",
+        "worker_id",
+        "num_workers",
+        "persistent_workers",
+        "shared_seed",
+    ),
 )
+DATASET_IN_HOLDER = WORKER_LOOP_PARAMETERS[1:2] == ("dataset_holder",)
 
 
 def worker_loop_args(
@@ -184,9 +206,11 @@ def worker_loop_args(
     again), the iterator's result queue and done event. ``dataset`` and ``worker_init_fn``
     replace the iterator's own (an updated quarantine, a per-worker resume).
     """
+    if dataset is None:
+        dataset = iterator._dataset
     return (
         iterator._dataset_kind,
-        iterator._dataset if dataset is None else dataset,
+        [dataset] if DATASET_IN_HOLDER else dataset,
         index_queue,
         iterator._worker_result_queue,
         iterator._workers_done_event,
@@ -224,7 +248,9 @@ def is_exception_wrapper(data: Any) -> bool:
 
 __all__ = [
     "DATAPIPE_TYPES",
+    "DATASET_IN_HOLDER",
     "ITERATOR_ATTRIBUTES",
+    "KNOWN_WORKER_LOOP_PARAMETERS",
     "MP_STATUS_CHECK_INTERVAL",
     "PRIVATE_NAMES",
     "SUPPORTED",
