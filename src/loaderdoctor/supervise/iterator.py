@@ -23,7 +23,7 @@ import shutil
 import time
 import warnings
 import weakref
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import torch
@@ -87,6 +87,16 @@ class _PoolFailure(Exception):
         self.evidence = evidence
         self.error = error  # the worker's own exception, rebuilt (kind == "exception")
         self.diagnosis = diagnosis
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A dead worker's replacement, started (``new_pid``) or refused (why, in ``refused``)."""
+
+    worker_id: int
+    old_pid: int | None = None
+    new_pid: int | None = None
+    refused: str = ""
 
 
 def _remove_log_dir(path: str, owner_pid: int) -> None:
@@ -426,6 +436,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             in_process_allowed=sup.settings.allow_in_process,
         )
         action = POLICY.decide(diagnosis, at)
+        # Start the dead worker's replacement now, so that its start-up overlaps the probe.
+        replacement = self._ld_replace(ev.worker_id) if self._ld_can_replace(action, ev) else None
         if action.kind is ActionKind.PROBE:
             failed_again = probe(self._ld_snapshot, ev.in_flight_index)
             action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
@@ -433,7 +445,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             sup.backoff.failed()
         if action.kind is ActionKind.RAISE:
             self._ld_raise(failure, diagnosis)
-        self._ld_heal(diagnosis, action, ev)
+        self._ld_heal(diagnosis, action, ev, replacement)
 
     def _ld_raise(self, failure: _PoolFailure, diagnosis: Diagnosis) -> NoReturn:
         self._ld_sup.record(diagnosis, "raised")
@@ -458,7 +470,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         finally:
             error = None  # a raised exception kept in a local is a cycle through its frame
 
-    def _ld_heal(self, diagnosis: Diagnosis, action: Action, ev: Evidence) -> None:
+    def _ld_heal(
+        self, diagnosis: Diagnosis, action: Action, ev: Evidence, replacement: Replacement | None
+    ) -> None:
         sup = self._ld_sup
         culprit = ev.in_flight_index
         if action.note:
@@ -481,10 +495,11 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             )
             sup.plain_torch = True
         alone = False
-        if self._ld_can_respawn_alone(action, ev):
-            assert ev.worker_id is not None
-            alone, line = self._ld_respawn_alone(ev.worker_id)
-            diagnosis.evidence.append(line)
+        if replacement is not None and replacement.refused:
+            diagnosis.evidence.append(replacement.refused)
+        elif replacement is not None and self._ld_keeps_pool(action):
+            diagnosis.evidence.append(self._ld_resend_owed(replacement))
+            alone = True
         sup.record(diagnosis, action.kind.value)
         if action.kind is ActionKind.FALL_BACK:
             warnings.warn(
@@ -527,12 +542,20 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_hand_over(rung[0], rung[1])
 
     # --- acting ---------------------------------------------------------------------------
-    def _ld_can_respawn_alone(self, action: Action, ev: Evidence) -> bool:
-        """A dead (or killed stuck) worker of a map-style pool that keeps its shape."""
+    def _ld_keeps_pool(self, action: Action) -> bool:
+        return action.kind in (
+            ActionKind.RESPAWN,
+            ActionKind.QUARANTINE,
+            ActionKind.PROBE,
+        ) and (action.num_workers, action.prefetch_factor) == (
+            self._num_workers,
+            self._prefetch_factor,
+        )
+
+    def _ld_can_replace(self, action: Action, ev: Evidence) -> bool:
+        """A dead (or killed stuck) worker of a map-style pool that may keep its shape."""
         return (
-            action.kind in (ActionKind.RESPAWN, ActionKind.QUARANTINE)
-            and (action.num_workers, action.prefetch_factor)
-            == (self._num_workers, self._prefetch_factor)
+            self._ld_keeps_pool(action)
             and ev.kind in ("death", "hang")
             and ev.worker_id is not None
             and not self._ld_iterable  # streams: a fresh pool (issue 14 part B resumes them)
@@ -541,59 +564,77 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             and not self._ld_pool.is_alive(ev.worker_id)
         )
 
-    def _ld_respawn_alone(self, worker_id: int, worker_init_fn: Any = None) -> tuple[bool, str]:
-        """Replace worker ``worker_id`` alone and re-send, in order, the batches it owed.
+    def _ld_replace(self, worker_id: Any, worker_init_fn: Any = None) -> Replacement:
+        """Start a new process in place of the dead worker ``worker_id``; the others run on.
 
-        Every other worker keeps running with its state. First every complete batch is taken off
-        the result queue into torch's reorder buffer, under the queue's writer lock: a worker
-        killed while writing holds that lock for ever (and may have left half a message in the
-        pipe); then this returns False and the caller rebuilds the whole pool. Returns
-        (respawned, the evidence line that says what was done).
+        First every complete batch is taken off the result queue into torch's reorder buffer,
+        under the queue's writer lock: a worker killed while writing holds that lock for ever
+        (and may have left half a message in the pipe); the replacement is then refused and the
+        caller rebuilds the whole pool. ``worker_init_fn`` replaces the pool's own (a per-worker
+        resume). The owed batches are re-sent by ``_ld_resend_owed`` once the policy has
+        decided (a probe may quarantine the sample in flight meanwhile).
         """
         if not self._ld_settle_results():
-            return False, (
-                f"worker {worker_id} died while writing to the shared result queue (its lock "
-                f"stayed held for {RESULT_LOCK_WAIT_S:.0f} s): the whole pool is rebuilt instead"
+            return Replacement(
+                worker_id,
+                refused=(
+                    f"worker {worker_id} died while writing to the shared result queue (its lock "
+                    f"stayed held for {RESULT_LOCK_WAIT_S:.0f} s): the whole pool is rebuilt "
+                    "instead"
+                ),
             )
-        owed = sorted(
-            task
-            for task, info in self._task_info.items()
-            if info[0] == worker_id and len(info) == 1
-        )
-        sup = self._ld_sup
-        dataset = wrap_dataset(
-            self._ld_snapshot.dataset,
-            self._ld_snapshot._dataset_kind,
-            sup.sample_policy(self._drop_last),  # with the culprit quarantined just now
-        )
         self._ld_recorder.reset_slot(worker_id)
         try:
             old_pid, new_pid = self._ld_pool.respawn(
                 worker_id,
                 self._ld_context,
                 lambda index_queue: torch_compat.worker_loop_args(
-                    self, worker_id, index_queue, dataset=dataset, worker_init_fn=worker_init_fn
+                    self, worker_id, index_queue, worker_init_fn=worker_init_fn
                 ),
             )
         except Exception as error:  # the start itself failed: a fresh pool reports it
-            return False, (
-                f"worker {worker_id} could not be respawned alone ({type(error).__name__}: "
-                f"{error}): the whole pool is rebuilt instead"
+            return Replacement(
+                worker_id,
+                refused=(
+                    f"worker {worker_id} could not be respawned alone ({type(error).__name__}: "
+                    f"{error}): the whole pool is rebuilt instead"
+                ),
             )
         if new_pid is not None:
-            sup.worker_pids.add(new_pid)
+            self._ld_sup.worker_pids.add(new_pid)
+        self._workers_status[worker_id] = True
+        return Replacement(worker_id, old_pid, new_pid)
+
+    def _ld_resend_owed(self, replacement: Replacement) -> str:
+        """Send the replacement the batches its predecessor owed, in order; the evidence line.
+
+        A sample quarantined since the pool started (the one in flight, just now) is left out
+        here: the workers' dataset wrapper does not know it.
+        """
+        worker_id = replacement.worker_id
+        owed = sorted(
+            task
+            for task, info in self._task_info.items()
+            if info[0] == worker_id and len(info) == 1
+        )
         index_queue = self._ld_pool.index_queue(worker_id)
         for task in owed:
-            index_queue.put((task, self._ld_ledger.indices_of(task)))
-        self._workers_status[worker_id] = True
+            batch, gone = self._ld_without_new_quarantine(self._ld_ledger.indices_of(task))
+            if gone:  # nothing of it is left to load: it is skipped here, in its turn
+                self._task_info[task] = (worker_id, SkippedBatch([], "quarantined"))
+                self._tasks_outstanding -= 1
+                continue
+            self._ld_ledger.owe(task, batch)
+            index_queue.put((task, batch))
         self._workers_num_tasks[worker_id] = sum(
             1 for info in self._task_info.values() if info[0] == worker_id
         )
         self._ld_respawns += 1
-        sup.counts["resent_batches"] += len(owed)
-        return True, (
-            f"worker {worker_id} respawned alone (pid {old_pid} -> pid {new_pid}); "
-            f"{len(owed)} owed batch{'' if len(owed) == 1 else 'es'} re-sent"
+        self._ld_sup.counts["resent_batches"] += len(owed)
+        return (
+            f"worker {worker_id} respawned alone (pid {replacement.old_pid} -> pid "
+            f"{replacement.new_pid}); {len(owed)} owed batch{'' if len(owed) == 1 else 'es'} "
+            "re-sent"
         )
 
     def _ld_settle_results(self) -> bool:
