@@ -148,6 +148,8 @@ def main() -> None:
     parser.add_argument("--start-method", default="fork")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    # more workers than this machine's cores, on purpose
+    warnings.filterwarnings("ignore", "This DataLoader will create")
     times: dict[tuple[int, str], list[float]] = {}
     for _ in range(args.repeats):
         for workers in args.workers:

@@ -16,7 +16,7 @@ import sys
 import time
 import warnings
 import weakref
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
@@ -242,3 +242,31 @@ def test_a_worker_killed_holding_the_result_queue_lock_rebuilds_the_whole_pool()
         "worker 2 died while writing to the shared result queue (its lock stayed held for 5 s): "
         "the whole pool is rebuilt instead"
     )
+
+
+def test_with_on_error_replace_the_replacement_knows_the_quarantine() -> None:
+    """Only a worker finds a substitute: the replacement starts with the grown quarantine, and
+    persistent workers are replaced by such ones at the next epoch's start."""
+    loader = loader_for(
+        "segv",
+        on_error="replace",
+        persistent_workers=True,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(5),
+    )
+    epochs, started, iterator = run_epochs(loader, epochs=2)
+    for epoch in epochs:
+        delivered = Counter(int(s["index"]) for s in epoch)
+        assert sum(delivered.values()) == N  # batches stay full
+        assert VICTIM not in delivered and set(delivered) == set(HEALTHY)
+        assert sorted(delivered.values()) == [1] * (N - 2) + [2]  # one substitute
+    assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
+        ("native-crash", "quarantined")
+    ]
+    assert fnmatch.fnmatchcase(
+        loader.incidents[0].diagnosis.evidence[-1],
+        RESPAWNED_LINE.format(old=started[VICTIM_WORKER]),
+    )
+    # epoch 2: every worker started afresh, with the quarantine
+    assert not set(counters_by_pid(epochs[1])) & set(counters_by_pid(epochs[0]))
+    iterator._shutdown_workers()

@@ -16,6 +16,7 @@ of the epoch; torch's ``__init__`` never runs twice on one object.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import queue
@@ -128,6 +129,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_in_reset = False  # torch's _reset is waiting for its workers' resume replies
         # The quarantine every worker of this pool knows (it only grows, in insertion order).
         self._ld_quarantine_known = len(supervision.quarantine)
+        # A worker death's culprit was quarantined while the other workers ran on: with
+        # on_error="replace" they are replaced at the next epoch's start (``_reset``).
+        self._ld_quarantined_a_death = False
         self._ld_start_method = start_method_of(snapshot)
         self._ld_context = torch_compat.multiprocessing_context_of(snapshot)
         self._ld_iterable = snapshot._dataset_kind == torch_compat.DatasetKind.Iterable
@@ -146,6 +150,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         """The loader as the workers see it: the dataset, collate_fn and init wrapped."""
         supervision = self._ld_sup
         policy = supervision.sample_policy(snapshot.drop_last)
+        # With on_error="replace" only a worker finds a quarantined sample's substitute, so such
+        # a sample cannot simply be left out in the main process (see ``_next_index``).
+        self._ld_replacing = policy is not None and policy.on_error == "replace"
         return snapshot.with_overrides(
             dataset=wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy),
             collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
@@ -235,7 +242,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         index = super()._next_index()
         # A sample quarantined after these workers started is unknown to their dataset wrapper
         # (persistent workers keep it for epochs): leave it out here, as the worker would.
-        while len(self._ld_sup.quarantine) > self._ld_quarantine_known:
+        while not self._ld_replacing and len(self._ld_sup.quarantine) > self._ld_quarantine_known:
             index, dropped = self._ld_without_new_quarantine(index)
             if not dropped:
                 break
@@ -245,6 +252,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
 
     def _ld_without_new_quarantine(self, index: Any) -> tuple[Any, bool]:
         """(the batch without samples quarantined since this pool started, whether it is gone)."""
+        if self._ld_replacing:
+            return index, False  # the workers know the quarantine (``_ld_refresh_workers``)
         fresh = set(list(self._ld_sup.quarantine)[self._ld_quarantine_known :])
         counts = self._ld_sup.counts
         if not isinstance(index, list):
@@ -272,6 +281,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             self._ld_epoch = self._ld_watch.epoch = self._ld_sup.epoch
             self._ld_ledger.clear()
             self._ld_respawns = 0  # MAX_RESPAWNS is per epoch, as it is for a fresh iterator
+            if self._ld_replacing and self._ld_quarantined_a_death:
+                self._ld_refresh_workers()
             failure: _PoolFailure | None = None
             self._ld_in_reset = True
             try:
@@ -436,8 +447,11 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             in_process_allowed=sup.settings.allow_in_process,
         )
         action = POLICY.decide(diagnosis, at)
-        # Start the dead worker's replacement now, so that its start-up overlaps the probe.
-        replacement = self._ld_replace(ev.worker_id) if self._ld_can_replace(action, ev) else None
+        # Start the dead worker's replacement now, so that its start-up overlaps the probe
+        # (with on_error="replace" it must know the quarantine: it starts after the decision).
+        replacement = None
+        if not self._ld_replacing and self._ld_can_replace(action, ev):
+            replacement = self._ld_replace(ev.worker_id)
         if action.kind is ActionKind.PROBE:
             failed_again = probe(self._ld_snapshot, ev.in_flight_index)
             action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
@@ -494,12 +508,15 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 "plain torch loading takes over for the rest of this loader's life"
             )
             sup.plain_torch = True
+        if replacement is None and self._ld_replacing and self._ld_can_replace(action, ev):
+            replacement = self._ld_replace(ev.worker_id, dataset=self._ld_current_dataset())
         alone = False
         if replacement is not None and replacement.refused:
             diagnosis.evidence.append(replacement.refused)
         elif replacement is not None and self._ld_keeps_pool(action):
             diagnosis.evidence.append(self._ld_resend_owed(replacement))
             alone = True
+            self._ld_quarantined_a_death |= action.kind is ActionKind.QUARANTINE
         sup.record(diagnosis, action.kind.value)
         if action.kind is ActionKind.FALL_BACK:
             warnings.warn(
@@ -564,7 +581,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             and not self._ld_pool.is_alive(ev.worker_id)
         )
 
-    def _ld_replace(self, worker_id: Any, worker_init_fn: Any = None) -> Replacement:
+    def _ld_replace(
+        self, worker_id: Any, worker_init_fn: Any = None, dataset: Any = None
+    ) -> Replacement:
         """Start a new process in place of the dead worker ``worker_id``; the others run on.
 
         First every complete batch is taken off the result queue into torch's reorder buffer,
@@ -589,7 +608,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 worker_id,
                 self._ld_context,
                 lambda index_queue: torch_compat.worker_loop_args(
-                    self, worker_id, index_queue, worker_init_fn=worker_init_fn
+                    self, worker_id, index_queue, dataset=dataset, worker_init_fn=worker_init_fn
                 ),
             )
         except Exception as error:  # the start itself failed: a fresh pool reports it
@@ -604,6 +623,31 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             self._ld_sup.worker_pids.add(new_pid)
         self._workers_status[worker_id] = True
         return Replacement(worker_id, old_pid, new_pid)
+
+    def _ld_current_dataset(self) -> Any:
+        """The user's dataset wrapped with the sample policy as it is now (the quarantine)."""
+        snapshot = self._ld_snapshot
+        policy = self._ld_sup.sample_policy(self._drop_last)
+        return wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy)
+
+    def _ld_refresh_workers(self) -> None:
+        """Replace every (idle, persistent) worker by one that knows the grown quarantine.
+
+        Only with on_error="replace", at the start of the epoch after a death's culprit was
+        quarantined: otherwise the main process leaves such samples out and the workers run on.
+        """
+        dataset = self._ld_current_dataset()
+        for worker_id in range(self._num_workers):
+            self._ld_recorder.reset_slot(worker_id)
+            _, new_pid = self._ld_pool.respawn(
+                worker_id,
+                self._ld_context,
+                functools.partial(torch_compat.worker_loop_args, self, worker_id, dataset=dataset),
+            )
+            if new_pid is not None:
+                self._ld_sup.worker_pids.add(new_pid)
+        self._ld_quarantine_known = len(self._ld_sup.quarantine)
+        self._ld_quarantined_a_death = False
 
     def _ld_resend_owed(self, replacement: Replacement) -> str:
         """Send the replacement the batches its predecessor owed, in order; the evidence line.
