@@ -76,7 +76,7 @@ def whole_pool_healing() -> Iterator[None]:
     """Heal as before issue 14: every death rebuilds the whole pool."""
     cls = supervised_iterator.SupervisedMultiProcessingIter
     original = cls._ld_can_replace
-    cls._ld_can_replace = lambda self, action, ev: False  # type: ignore[method-assign]
+    cls._ld_can_replace = lambda self, action, at, ev: False  # type: ignore[method-assign]
     try:
         yield
     finally:

@@ -10,8 +10,12 @@ class is thin: it overrides the torch hooks it must and delegates to named parts
 * ``Supervision``: what the loader and its iterators share: the append-only ``IncidentLog``, the
   counts, the quarantine, the back-off ladder (``supervision``).
 
-Its state is an ``IterState``. A rebuilt pool is a new iterator (a successor) that serves the rest
-of the epoch; torch's ``__init__`` never runs twice on one object.
+Its state is an ``IterState``. A dead or hung worker of a map-style pool is replaced alone
+(``_ld_replace``: a new process with its ``worker_id``, started as torch starts one, with the
+batches it owed re-sent); the other workers run on. A pool of another shape (a back-off), a stream,
+or a result queue left locked by a worker killed mid-write gets a rebuilt pool instead: a new
+iterator (a successor) that serves the rest of the epoch; torch's ``__init__`` never runs twice on
+one object.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from loaderdoctor.supervise.heal_policy import (
     ActionKind,
     HealPolicy,
     Situation,
+    replaces_one_worker,
 )
 from loaderdoctor.supervise.ledger import Ledger, count_delivered
 from loaderdoctor.supervise.loader_view import wrap_dataset
@@ -450,7 +455,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         # Start the dead worker's replacement now, so that its start-up overlaps the probe
         # (with on_error="replace" it must know the quarantine: it starts after the decision).
         replacement = None
-        if not self._ld_replacing and self._ld_can_replace(action, ev):
+        if not self._ld_replacing and self._ld_can_replace(action, at, ev):
             replacement = self._ld_replace(ev.worker_id)
         if action.kind is ActionKind.PROBE:
             failed_again = probe(self._ld_snapshot, ev.in_flight_index)
@@ -459,7 +464,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             sup.backoff.failed()
         if action.kind is ActionKind.RAISE:
             self._ld_raise(failure, diagnosis)
-        self._ld_heal(diagnosis, action, ev, replacement)
+        self._ld_heal(diagnosis, action, at, ev, replacement)
 
     def _ld_raise(self, failure: _PoolFailure, diagnosis: Diagnosis) -> NoReturn:
         self._ld_sup.record(diagnosis, "raised")
@@ -485,7 +490,12 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             error = None  # a raised exception kept in a local is a cycle through its frame
 
     def _ld_heal(
-        self, diagnosis: Diagnosis, action: Action, ev: Evidence, replacement: Replacement | None
+        self,
+        diagnosis: Diagnosis,
+        action: Action,
+        at: Situation,
+        ev: Evidence,
+        replacement: Replacement | None,
     ) -> None:
         sup = self._ld_sup
         culprit = ev.in_flight_index
@@ -508,12 +518,12 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 "plain torch loading takes over for the rest of this loader's life"
             )
             sup.plain_torch = True
-        if replacement is None and self._ld_replacing and self._ld_can_replace(action, ev):
+        if replacement is None and self._ld_replacing and self._ld_can_replace(action, at, ev):
             replacement = self._ld_replace(ev.worker_id, dataset=self._ld_current_dataset())
         alone = False
         if replacement is not None and replacement.refused:
             diagnosis.evidence.append(replacement.refused)
-        elif replacement is not None and self._ld_keeps_pool(action):
+        elif replacement is not None and replaces_one_worker(action, at):
             diagnosis.evidence.append(self._ld_resend_owed(replacement))
             alone = True
             self._ld_quarantined_a_death |= action.kind is ActionKind.QUARANTINE
@@ -559,23 +569,11 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_hand_over(rung[0], rung[1])
 
     # --- acting ---------------------------------------------------------------------------
-    def _ld_keeps_pool(self, action: Action) -> bool:
-        return action.kind in (
-            ActionKind.RESPAWN,
-            ActionKind.QUARANTINE,
-            ActionKind.PROBE,
-        ) and (action.num_workers, action.prefetch_factor) == (
-            self._num_workers,
-            self._prefetch_factor,
-        )
-
-    def _ld_can_replace(self, action: Action, ev: Evidence) -> bool:
-        """A dead (or killed stuck) worker of a map-style pool that may keep its shape."""
+    def _ld_can_replace(self, action: Action, at: Situation, ev: Evidence) -> bool:
+        """The policy replaces one worker, and this pool can do it now."""
         return (
-            self._ld_keeps_pool(action)
-            and ev.kind in ("death", "hang")
+            replaces_one_worker(action, at)
             and ev.worker_id is not None
-            and not self._ld_iterable  # streams: a fresh pool (issue 14 part B resumes them)
             and not self._ld_in_reset  # torch's _reset counts its workers' resume replies
             and not self._pin_memory  # its thread reads the result queue; ours must not race it
             and not self._ld_pool.is_alive(ev.worker_id)
