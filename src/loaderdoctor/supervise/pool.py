@@ -76,10 +76,11 @@ class Pool:
         old_queue.close()
         index_queue = context.Queue()
         index_queue.cancel_join_thread()  # as torch does: a dead reader must not block exit
+        # In place before the start: should it fail, torch's shutdown still finds an open queue.
+        self._index_queues[worker_id] = index_queue
         process = context.Process(target=torch_compat.WORKER_LOOP, args=make_args(index_queue))
         process.daemon = True
         process.start()
-        self._index_queues[worker_id] = index_queue
         self._workers[worker_id] = process
         if old_pid is not None:
             self.remove_temp_dirs(old_pid)  # the others' are in use (their fd-passing sockets)
