@@ -47,10 +47,10 @@ CAUSES = {
 class Counting(Dataset):
     """Each sample says who loaded it: its index, the worker's pid, how many samples that
     process has fetched so far, and the worker's ``torch.initial_seed()``. Sample ``victim``
-    fails in a worker the way ``fault`` says."""
+    fails in a worker the way ``fault`` says (every sample in ``victims``)."""
 
-    def __init__(self, fault: str, victim: int = VICTIM, n: int = N) -> None:
-        self.fault, self.victim, self.n = fault, victim, n
+    def __init__(self, fault: str, victims: tuple[int, ...] = (VICTIM,), n: int = N) -> None:
+        self.fault, self.victims, self.n = fault, victims, n
         self.fetched = 0  # per process: each worker has its own copy
 
     def __len__(self) -> int:
@@ -58,7 +58,7 @@ class Counting(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         self.fetched += 1
-        if index == self.victim and get_worker_info() is not None:
+        if index in self.victims and get_worker_info() is not None:
             fail(self.fault)
         time.sleep(0.002)
         return {
@@ -127,9 +127,11 @@ def seeds_by_pid(samples: list[dict]) -> dict[int, set[str]]:
     return seeds
 
 
-def loader_for(fault: str, method: str | None = None, **kwargs: Any) -> loaderdoctor.DataLoader:
+def loader_for(
+    fault: str, method: str | None = None, victims: tuple[int, ...] = (VICTIM,), **kwargs: Any
+) -> loaderdoctor.DataLoader:
     return loaderdoctor.DataLoader(
-        Counting(fault),
+        Counting(fault, victims),
         batch_size=2,
         num_workers=4,
         heal=True,
@@ -270,3 +272,29 @@ def test_with_on_error_replace_the_replacement_knows_the_quarantine() -> None:
     # epoch 2: every worker started afresh, with the quarantine
     assert not set(counters_by_pid(epochs[1])) & set(counters_by_pid(epochs[0]))
     iterator._shutdown_workers()
+
+
+def test_a_replacement_that_dies_too_is_diagnosed_and_replaced_in_turn() -> None:
+    """The replacement runs the same start-up hooks as torch's workers: its own crash has the
+    faulthandler stack and the sample, and it is replaced in turn."""
+    second = 29  # batch 14: worker 2 again
+    loader = loader_for("segv", victims=(VICTIM, second))
+    epochs, started, iterator = run_epochs(loader)
+    assert indices(epochs[0]) == [i for i in HEALTHY if i != second]
+    incidents = loader.incidents
+    assert [(i.diagnosis.cause, i.action, i.diagnosis.indices) for i in incidents] == [
+        ("native-crash", "quarantined", [VICTIM]),
+        ("native-crash", "quarantined", [second]),
+    ]
+    first_replacement = incidents[1].diagnosis.pid
+    assert first_replacement not in started
+    assert fnmatch.fnmatchcase(
+        incidents[1].diagnosis.evidence[-1],
+        f"worker 2 respawned alone (pid {first_replacement} -> pid *); * owed batch* re-sent",
+    )
+    for incident in incidents:
+        assert incident.diagnosis.worker_id == VICTIM_WORKER
+        assert "in __getitem__" in (incident.diagnosis.python_stack or "")
+    assert [p for w, p in enumerate(started) if w != VICTIM_WORKER] == [
+        process.pid for w, process in enumerate(iterator._workers) if w != VICTIM_WORKER
+    ]
