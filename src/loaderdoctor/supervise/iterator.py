@@ -682,23 +682,20 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
     def _ld_settle_results(self) -> bool:
         """Move every complete batch on the result queue into torch's reorder buffer.
 
-        Holds the writers' lock at the end, so that nothing is half-written; keeps draining while
-        it waits for the lock, so that a healthy writer blocked on a full pipe can finish. False
-        when the lock is not had within ``RESULT_LOCK_WAIT_S``.
+        Only while holding the writers' lock: then no message is half-written. Reading without
+        it could start on the half message a worker killed mid-write left in the pipe and block
+        for ever. False when the lock is not had within ``RESULT_LOCK_WAIT_S`` (then the whole
+        pool is rebuilt; a healthy writer blocked on a full pipe ends up there too, safely).
         """
         lock = torch_compat.result_queue_writer_lock(self)
-        deadline = time.monotonic() + RESULT_LOCK_WAIT_S
-        while True:
-            acquired = lock is None or lock.acquire(timeout=POLL_S)
-            try:
-                self._ld_take_ready_results()
-            finally:
-                if acquired and lock is not None:
-                    lock.release()
-            if acquired:
-                return True
-            if time.monotonic() >= deadline:
-                return False
+        if lock is not None and not lock.acquire(timeout=RESULT_LOCK_WAIT_S):
+            return False
+        try:
+            self._ld_take_ready_results()
+        finally:
+            if lock is not None:
+                lock.release()
+        return True
 
     def _ld_take_ready_results(self) -> None:
         result_queue = self._worker_result_queue
