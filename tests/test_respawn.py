@@ -12,6 +12,7 @@ import fnmatch
 import gc
 import os
 import signal
+import struct
 import sys
 import time
 import warnings
@@ -78,13 +79,18 @@ def fail(fault: str) -> None:
         os._exit(3)
     elif fault == "hang":
         time.sleep(600)
-    elif fault == "poison":
-        # Die holding the result queue's writer lock, as a worker SIGKILLed while its feeder
-        # thread writes a batch does: the lock stays held for ever.
+    elif fault in ("locked", "half-sent"):
+        # Die mid-write, as a worker SIGKILLed while its feeder thread sends a batch does: the
+        # result queue's writer lock stays held for ever and, once the first bytes went out,
+        # half a message is in the pipe (here a header that promises 4096 bytes, then 16 of
+        # them; reading it blocks for ever).
         frame: Any = sys._getframe()
         while frame is not None and frame.f_code.co_name != "_worker_loop":
             frame = frame.f_back
-        frame.f_locals["data_queue"]._wlock.acquire()
+        data_queue = frame.f_locals["data_queue"]
+        data_queue._wlock.acquire()
+        if fault == "half-sent":
+            os.write(data_queue._writer.fileno(), struct.pack("!i", 4096) + b"\x80" * 16)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -243,8 +249,24 @@ def test_no_reference_cycle_after_a_single_respawn() -> None:
         gc.enable()
 
 
-def test_a_worker_killed_holding_the_result_queue_lock_rebuilds_the_whole_pool() -> None:
-    loader = loader_for("poison")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("fault", "line"),
+    [
+        (
+            "locked",
+            "worker 2 died while writing to the shared result queue (its lock stayed held for "
+            "5 s): the whole pool is rebuilt instead",
+        ),
+        (
+            "half-sent",
+            "worker 2 died in the middle of sending a batch (half a message is left in the "
+            "shared result queue): the whole pool is rebuilt instead",
+        ),
+    ],
+)
+def test_a_worker_killed_mid_write_rebuilds_the_whole_pool(fault: str, line: str) -> None:
+    loader = loader_for(fault)
     epochs, started, _ = run_epochs(loader)
     assert indices(epochs[0]) == HEALTHY
     # a fresh pool of four besides the four it started with (none respawned alone)
@@ -253,10 +275,7 @@ def test_a_worker_killed_holding_the_result_queue_lock_rebuilds_the_whole_pool()
     assert [(i.diagnosis.cause, i.action) for i in incidents] == [
         ("killed-by-signal", "quarantined")
     ]
-    assert incidents[0].diagnosis.evidence[-1] == (
-        "worker 2 died while writing to the shared result queue (its lock stayed held for 5 s): "
-        "the whole pool is rebuilt instead"
-    )
+    assert incidents[0].diagnosis.evidence[-1] == line
 
 
 def test_with_on_error_replace_the_replacement_knows_the_quarantine() -> None:

@@ -38,7 +38,7 @@ from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import Field, FlightRecorder
-from loaderdoctor.supervise import collect
+from loaderdoctor.supervise import collect, result_queue
 from loaderdoctor.supervise.errors import LoaderError, WorkerDiedError, WorkerHangError, attach
 from loaderdoctor.supervise.events import EventReader
 from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of
@@ -53,6 +53,7 @@ from loaderdoctor.supervise.heal_policy import (
 from loaderdoctor.supervise.ledger import Ledger, count_delivered
 from loaderdoctor.supervise.loader_view import wrap_dataset
 from loaderdoctor.supervise.pool import Pool
+from loaderdoctor.supervise.result_queue import HalfMessage
 from loaderdoctor.supervise.sample_policy import SkippedBatch
 from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter, internal_evidence
 from loaderdoctor.supervise.start_failure import start_diagnosis, start_error
@@ -132,6 +133,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_last_index: Any = None
         self._ld_raising: BaseException | None = None
         self._ld_in_reset = False  # torch's _reset is waiting for its workers' resume replies
+        self._ld_queue_poisoned = False  # a worker died mid-write: the result queue is unusable
         # The quarantine every worker of this pool knows (it only grows, in insertion order).
         self._ld_quarantine_known = len(supervision.quarantine)
         # A worker death's culprit was quarantined while the other workers ran on: with
@@ -310,12 +312,18 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         while True:
             wait = min(POLL_S, max(0.0, deadline - time.monotonic()))
             receive_error: Exception | None = None
+            half: Evidence | None = None
             try:
-                return (True, self._data_queue.get(timeout=wait))
+                return (True, self._ld_receive(wait))
             except queue.Empty:
                 pass
+            except HalfMessage as stalled:
+                half = stalled.evidence
             except Exception as error:
                 receive_error = error
+            if half is not None:
+                self._ld_queue_poisoned = True  # never read again: the pool is rebuilt
+                raise _PoolFailure(half)
             if receive_error is not None:
                 # Outside the except block: the verdict must not arrive chained under the
                 # EOFError/ConnectionResetError of the dead sender.
@@ -333,6 +341,15 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 raise _PoolFailure(evidence)
             if time.monotonic() >= deadline:
                 return (False, None)
+
+    def _ld_receive(self, wait: float) -> Any:
+        if self._data_queue is not self._worker_result_queue:  # pin_memory's thread reads it
+            return self._data_queue.get(timeout=wait)
+        return result_queue.receive(
+            self._data_queue,
+            wait,
+            lambda: self._ld_watch.poll(self._workers_status, self._task_info),
+        )
 
     def _get_data(self) -> Any:
         if self._timeout > 0:
@@ -591,6 +608,14 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         resume). The owed batches are re-sent by ``_ld_resend_owed`` once the policy has
         decided (a probe may quarantine the sample in flight meanwhile).
         """
+        if self._ld_queue_poisoned:
+            return Replacement(
+                worker_id,
+                refused=(
+                    f"worker {worker_id} died in the middle of sending a batch (half a message "
+                    "is left in the shared result queue): the whole pool is rebuilt instead"
+                ),
+            )
         if not self._ld_settle_results():
             return Replacement(
                 worker_id,
@@ -698,10 +723,10 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         return True
 
     def _ld_take_ready_results(self) -> None:
-        result_queue = self._worker_result_queue
+        results = self._worker_result_queue
         for _ in range(MAX_SETTLED_RESULTS):
             try:
-                task, data = result_queue.get(block=False)
+                task, data = results.get(block=False)
             except queue.Empty:
                 return
             except Exception:
