@@ -20,7 +20,6 @@ one object.
 
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import os
 import queue
@@ -28,7 +27,7 @@ import shutil
 import time
 import warnings
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NoReturn
 
 import torch
@@ -38,7 +37,7 @@ from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import Field, FlightRecorder
-from loaderdoctor.supervise import collect, result_queue
+from loaderdoctor.supervise import collect, respawn, result_queue
 from loaderdoctor.supervise.errors import LoaderError, WorkerDiedError, WorkerHangError, attach
 from loaderdoctor.supervise.events import EventReader
 from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of
@@ -53,6 +52,7 @@ from loaderdoctor.supervise.heal_policy import (
 from loaderdoctor.supervise.ledger import Ledger, count_delivered
 from loaderdoctor.supervise.loader_view import wrap_dataset
 from loaderdoctor.supervise.pool import Pool
+from loaderdoctor.supervise.respawn import Replacement
 from loaderdoctor.supervise.result_queue import HalfMessage
 from loaderdoctor.supervise.sample_policy import SkippedBatch
 from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter, internal_evidence
@@ -67,10 +67,6 @@ from loaderdoctor.supervise.worker_watch import WorkerWatch
 # MP_STATUS_CHECK_INTERVAL (5 s) and relies on a SIGCHLD handler for the rest.
 POLL_S = 0.1
 PROBE_TIMEOUT_S = 60.0
-# How long a respawn waits for the result queue's writer lock before it calls the queue poisoned
-# (held by a worker killed mid-write); a healthy writer holds it for one batch's write.
-RESULT_LOCK_WAIT_S = 5.0
-MAX_SETTLED_RESULTS = 100_000
 POLICY = HealPolicy()
 
 
@@ -94,16 +90,6 @@ class _PoolFailure(Exception):
         self.evidence = evidence
         self.error = error  # the worker's own exception, rebuilt (kind == "exception")
         self.diagnosis = diagnosis
-
-
-@dataclass(frozen=True)
-class Replacement:
-    """A dead worker's replacement, started (``new_pid``) or refused (why, in ``refused``)."""
-
-    worker_id: int
-    old_pid: int | None = None
-    new_pid: int | None = None
-    refused: str = ""
 
 
 def _remove_log_dir(path: str, owner_pid: int) -> None:
@@ -250,32 +236,12 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         # A sample quarantined after these workers started is unknown to their dataset wrapper
         # (persistent workers keep it for epochs): leave it out here, as the worker would.
         while not self._ld_replacing and len(self._ld_sup.quarantine) > self._ld_quarantine_known:
-            index, dropped = self._ld_without_new_quarantine(index)
+            index, dropped = respawn.without_new_quarantine(self, index)
             if not dropped:
                 break
             index = super()._next_index()
         self._ld_last_index = index
         return index
-
-    def _ld_without_new_quarantine(self, index: Any) -> tuple[Any, bool]:
-        """(the batch without samples quarantined since this pool started, whether it is gone)."""
-        if self._ld_replacing:
-            return index, False  # the workers know the quarantine (``_ld_refresh_workers``)
-        fresh = set(list(self._ld_sup.quarantine)[self._ld_quarantine_known :])
-        counts = self._ld_sup.counts
-        if not isinstance(index, list):
-            if index in fresh:
-                counts["skipped"] += 1
-                return None, True
-            return index, False
-        bad = [i for i in index if i in fresh]
-        if not bad:
-            return index, False
-        if len(bad) == len(index) or self._drop_last:  # as the worker's wrapper decides
-            counts["dropped"] += len(bad)
-            return None, True
-        counts["skipped"] += len(bad)
-        return [i for i in index if i not in fresh], False
 
     def _try_put_index(self) -> None:
         sent = self._send_idx
@@ -289,7 +255,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             self._ld_ledger.clear()
             self._ld_respawns = 0  # MAX_RESPAWNS is per epoch, as it is for a fresh iterator
             if self._ld_replacing and self._ld_quarantined_a_death:
-                self._ld_refresh_workers()
+                respawn.refresh_workers(self)
             failure: _PoolFailure | None = None
             self._ld_in_reset = True
             try:
@@ -472,8 +438,13 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         # Start the dead worker's replacement now, so that its start-up overlaps the probe
         # (with on_error="replace" it must know the quarantine: it starts after the decision).
         replacement = None
-        if not self._ld_replacing and self._ld_can_replace(action, at, ev):
-            replacement = self._ld_replace(ev.worker_id)
+        worker_id = ev.worker_id
+        if (
+            worker_id is not None
+            and not self._ld_replacing
+            and self._ld_can_replace(action, at, ev)
+        ):
+            replacement = self._ld_replace(worker_id)
         if action.kind is ActionKind.PROBE:
             failed_again = probe(self._ld_snapshot, ev.in_flight_index)
             action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
@@ -535,13 +506,14 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 "plain torch loading takes over for the rest of this loader's life"
             )
             sup.plain_torch = True
-        if replacement is None and self._ld_replacing and self._ld_can_replace(action, at, ev):
-            replacement = self._ld_replace(ev.worker_id, dataset=self._ld_current_dataset())
+        late = self._ld_replacing and replacement is None
+        if late and ev.worker_id is not None and self._ld_can_replace(action, at, ev):
+            replacement = self._ld_replace(ev.worker_id, dataset=respawn.current_dataset(self))
         alone = False
         if replacement is not None and replacement.refused:
             diagnosis.evidence.append(replacement.refused)
         elif replacement is not None and replaces_one_worker(action, at):
-            diagnosis.evidence.append(self._ld_resend_owed(replacement))
+            diagnosis.evidence.append(respawn.resend_owed(self, replacement))
             alone = True
             self._ld_quarantined_a_death |= action.kind is ActionKind.QUARANTINE
         sup.record(diagnosis, action.kind.value)
@@ -597,146 +569,12 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         )
 
     def _ld_replace(
-        self, worker_id: Any, worker_init_fn: Any = None, dataset: Any = None
+        self, worker_id: int, worker_init_fn: Any = None, dataset: Any = None
     ) -> Replacement:
-        """Start a new process in place of the dead worker ``worker_id``; the others run on.
-
-        First every complete batch is taken off the result queue into torch's reorder buffer,
-        under the queue's writer lock: a worker killed while writing holds that lock for ever
-        (and may have left half a message in the pipe); the replacement is then refused and the
-        caller rebuilds the whole pool. ``worker_init_fn`` replaces the pool's own (a per-worker
-        resume). The owed batches are re-sent by ``_ld_resend_owed`` once the policy has
-        decided (a probe may quarantine the sample in flight meanwhile).
-        """
-        if self._ld_queue_poisoned:
-            return Replacement(
-                worker_id,
-                refused=(
-                    f"worker {worker_id} died in the middle of sending a batch (half a message "
-                    "is left in the shared result queue): the whole pool is rebuilt instead"
-                ),
-            )
-        if not self._ld_settle_results():
-            return Replacement(
-                worker_id,
-                refused=(
-                    f"worker {worker_id} died while writing to the shared result queue (its lock "
-                    f"stayed held for {RESULT_LOCK_WAIT_S:.0f} s): the whole pool is rebuilt "
-                    "instead"
-                ),
-            )
-        self._ld_recorder.reset_slot(worker_id)
-        try:
-            old_pid, new_pid = self._ld_pool.respawn(
-                worker_id,
-                self._ld_context,
-                lambda index_queue: torch_compat.worker_loop_args(
-                    self, worker_id, index_queue, dataset=dataset, worker_init_fn=worker_init_fn
-                ),
-            )
-        except Exception as error:  # the start itself failed: a fresh pool reports it
-            return Replacement(
-                worker_id,
-                refused=(
-                    f"worker {worker_id} could not be respawned alone ({type(error).__name__}: "
-                    f"{error}): the whole pool is rebuilt instead"
-                ),
-            )
-        if new_pid is not None:
-            self._ld_sup.worker_pids.add(new_pid)
-        self._workers_status[worker_id] = True
-        return Replacement(worker_id, old_pid, new_pid)
-
-    def _ld_current_dataset(self) -> Any:
-        """The user's dataset wrapped with the sample policy as it is now (the quarantine)."""
-        snapshot = self._ld_snapshot
-        policy = self._ld_sup.sample_policy(self._drop_last)
-        return wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy)
-
-    def _ld_refresh_workers(self) -> None:
-        """Replace every (idle, persistent) worker by one that knows the grown quarantine.
-
-        Only with on_error="replace", at the start of the epoch after a death's culprit was
-        quarantined: otherwise the main process leaves such samples out and the workers run on.
-        """
-        dataset = self._ld_current_dataset()
-        for worker_id in range(self._num_workers):
-            self._ld_recorder.reset_slot(worker_id)
-            _, new_pid = self._ld_pool.respawn(
-                worker_id,
-                self._ld_context,
-                functools.partial(torch_compat.worker_loop_args, self, worker_id, dataset=dataset),
-            )
-            if new_pid is not None:
-                self._ld_sup.worker_pids.add(new_pid)
-        self._ld_quarantine_known = len(self._ld_sup.quarantine)
-        self._ld_quarantined_a_death = False
-
-    def _ld_resend_owed(self, replacement: Replacement) -> str:
-        """Send the replacement the batches its predecessor owed, in order; the evidence line.
-
-        A sample quarantined since the pool started (the one in flight, just now) is left out
-        here: the workers' dataset wrapper does not know it.
-        """
-        worker_id = replacement.worker_id
-        owed = sorted(
-            task
-            for task, info in self._task_info.items()
-            if info[0] == worker_id and len(info) == 1
-        )
-        index_queue = self._ld_pool.index_queue(worker_id)
-        for task in owed:
-            batch, gone = self._ld_without_new_quarantine(self._ld_ledger.indices_of(task))
-            if gone:  # nothing of it is left to load: it is skipped here, in its turn
-                self._task_info[task] = (worker_id, SkippedBatch([], "quarantined"))
-                self._tasks_outstanding -= 1
-                continue
-            self._ld_ledger.owe(task, batch)
-            index_queue.put((task, batch))
-        self._workers_num_tasks[worker_id] = sum(
-            1 for info in self._task_info.values() if info[0] == worker_id
-        )
-        self._ld_respawns += 1
-        self._ld_sup.counts["resent_batches"] += len(owed)
-        return (
-            f"worker {worker_id} respawned alone (pid {replacement.old_pid} -> pid "
-            f"{replacement.new_pid}); {len(owed)} owed batch{'' if len(owed) == 1 else 'es'} "
-            "re-sent"
-        )
-
-    def _ld_settle_results(self) -> bool:
-        """Move every complete batch on the result queue into torch's reorder buffer.
-
-        Only while holding the writers' lock: then no message is half-written. Reading without
-        it could start on the half message a worker killed mid-write left in the pipe and block
-        for ever. False when the lock is not had within ``RESULT_LOCK_WAIT_S`` (then the whole
-        pool is rebuilt; a healthy writer blocked on a full pipe ends up there too, safely).
-        """
-        lock = torch_compat.result_queue_writer_lock(self)
-        if lock is not None and not lock.acquire(timeout=RESULT_LOCK_WAIT_S):
-            return False
-        try:
-            self._ld_take_ready_results()
-        finally:
-            if lock is not None:
-                lock.release()
-        return True
-
-    def _ld_take_ready_results(self) -> None:
-        results = self._worker_result_queue
-        for _ in range(MAX_SETTLED_RESULTS):
-            try:
-                task, data = results.get(block=False)
-            except queue.Empty:
-                return
-            except Exception:
-                # A batch of the dead worker whose tensors cannot be had any more (their file
-                # descriptors were to come from it): that task is still owed, and re-sent.
-                continue
-            info = self._task_info.get(task) if isinstance(task, int) else None
-            if info is not None and len(info) == 1:
-                self._task_info[task] = (info[0], data)
-                self._tasks_outstanding -= 1
+        """Start a new process in place of the dead worker ``worker_id``, the others running
+        on; ``worker_init_fn`` or ``dataset`` replace the pool's own (a per-worker resume, a grown
+        quarantine). The owed batches follow with ``respawn.resend_owed``."""
+        return respawn.replace(self, worker_id, worker_init_fn, dataset)
 
     def _ld_hand_over(self, num_workers: int, prefetch_factor: int, plain: bool = False) -> None:
         """Stop this pool; a successor serves what is owed, then the rest of the epoch."""
