@@ -506,16 +506,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 "plain torch loading takes over for the rest of this loader's life"
             )
             sup.plain_torch = True
-        late = self._ld_replacing and replacement is None
-        if late and ev.worker_id is not None and self._ld_can_replace(action, at, ev):
-            replacement = self._ld_replace(ev.worker_id, dataset=respawn.current_dataset(self))
-        alone = False
-        if replacement is not None and replacement.refused:
-            diagnosis.evidence.append(replacement.refused)
-        elif replacement is not None and replaces_one_worker(action, at):
-            diagnosis.evidence.append(respawn.resend_owed(self, replacement))
-            alone = True
-            self._ld_quarantined_a_death |= action.kind is ActionKind.QUARANTINE
+        alone = self._ld_respawned_alone(diagnosis, action, at, ev, replacement)
         sup.record(diagnosis, action.kind.value)
         if action.kind is ActionKind.FALL_BACK:
             warnings.warn(
@@ -538,6 +529,27 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 action.prefetch_factor,
                 plain=action.kind is ActionKind.FALL_BACK,
             )
+
+    def _ld_respawned_alone(
+        self,
+        diagnosis: Diagnosis,
+        action: Action,
+        at: Situation,
+        ev: Evidence,
+        replacement: Replacement | None,
+    ) -> bool:
+        """Finish replacing the failed worker alone (True), or say why the pool is rebuilt."""
+        late = self._ld_replacing and replacement is None
+        if late and ev.worker_id is not None and self._ld_can_replace(action, at, ev):
+            replacement = self._ld_replace(ev.worker_id, dataset=respawn.current_dataset(self))
+        if replacement is not None and replacement.refused:
+            diagnosis.evidence.append(replacement.refused)
+            return False
+        if replacement is None or not replaces_one_worker(action, at):
+            return False  # a back-off: the replacement stops with the pool
+        diagnosis.evidence.append(respawn.resend_owed(self, replacement))
+        self._ld_quarantined_a_death |= action.kind is ActionKind.QUARANTINE
+        return True
 
     def _ld_step(self, direction: str, num_workers: int, prefetch_factor: int, reason: str) -> None:
         self._ld_sup.step(direction, num_workers, prefetch_factor, reason)
