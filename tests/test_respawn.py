@@ -91,6 +91,7 @@ def fail(fault: str) -> None:
         data_queue._wlock.acquire()
         if fault == "half-sent":
             os.write(data_queue._writer.fileno(), struct.pack("!i", 4096) + b"\x80" * 16)
+            time.sleep(1.0)  # the main process is reading it (else it sees the death first)
         os.kill(os.getpid(), signal.SIGKILL)
 
 

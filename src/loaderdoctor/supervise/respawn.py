@@ -76,15 +76,9 @@ def replace(
                 "is left in the shared result queue): the whole pool is rebuilt instead"
             ),
         )
-    if not settle_results(it):
-        return Replacement(
-            worker_id,
-            refused=(
-                f"worker {worker_id} died while writing to the shared result queue (its lock "
-                f"stayed held for {RESULT_LOCK_WAIT_S:.0f} s): the whole pool is rebuilt "
-                "instead"
-            ),
-        )
+    refused = settle_results(it, worker_id)
+    if refused:
+        return Replacement(worker_id, refused=refused)
     it._ld_recorder.reset_slot(worker_id)
     try:
         old_pid, new_pid = it._ld_pool.respawn(
@@ -170,40 +164,54 @@ def resend_owed(it: Any, replacement: Replacement) -> str:
     )
 
 
-def settle_results(it: Any) -> bool:
-    """Move every complete batch on the result queue into torch's reorder buffer.
+def settle_results(it: Any, worker_id: int) -> str:
+    """Move every complete batch on the result queue into torch's reorder buffer; "" when
+    done, else why the whole pool must be rebuilt instead.
 
     Only while holding the writers' lock: then no message is half-written. Reading without
     it could start on the half message a worker killed mid-write left in the pipe and block
-    for ever. False when the lock is not had within ``RESULT_LOCK_WAIT_S`` (then the whole
-    pool is rebuilt; a healthy writer blocked on a full pipe ends up there too, safely).
+    for ever. The lock not had within ``RESULT_LOCK_WAIT_S`` means a worker died holding it
+    (a healthy writer blocked on a full pipe ends up there too, safely).
     """
     lock = torch_compat.result_queue_writer_lock(it)
     if lock is not None and not lock.acquire(timeout=RESULT_LOCK_WAIT_S):
-        return False
+        return (
+            f"worker {worker_id} died while writing to the shared result queue (its lock "
+            f"stayed held for {RESULT_LOCK_WAIT_S:.0f} s): the whole pool is rebuilt instead"
+        )
     try:
-        take_ready_results(it)
+        unreadable = take_ready_results(it)
     finally:
         if lock is not None:
             lock.release()
-    return True
+    if unreadable:
+        return (
+            f"a batch on the shared result queue could not be read ({unreadable}): the whole "
+            "pool is rebuilt instead"
+        )
+    return ""
 
 
-def take_ready_results(it: Any) -> None:
+def take_ready_results(it: Any) -> str:
+    """Buffer every message on the result queue; what could not be read and not be blamed on
+    the dead worker ("" when nothing), so that the caller rebuilds the whole pool instead."""
     results = it._worker_result_queue
     for _ in range(MAX_SETTLED_RESULTS):
         try:
             task, data = results.get(block=False)
         except queue.Empty:
-            return
-        except Exception:
+            return ""
+        except (ConnectionError, EOFError, FileNotFoundError):
             # A batch of the dead worker whose tensors cannot be had any more (their file
-            # descriptors were to come from it): that task is still owed, and re-sent.
+            # descriptors were to come from its resource sharer): still owed, and re-sent.
             continue
+        except Exception as error:  # whose batch it was is unknown: nothing can be re-sent
+            return f"{type(error).__name__}: {error}"
         info = it._task_info.get(task) if isinstance(task, int) else None
         if info is not None and len(info) == 1:
             it._task_info[task] = (info[0], data)
             it._tasks_outstanding -= 1
+    return ""
 
 
 __all__ = [
