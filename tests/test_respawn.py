@@ -150,7 +150,14 @@ def loader_for(
 
 @pytest.mark.parametrize(
     ("fault", "method"),
-    [("sigkill", None), ("segv", None), ("exit", None), ("hang", None), ("segv", "spawn")],
+    [
+        ("sigkill", None),
+        ("segv", None),
+        ("exit", None),
+        ("hang", None),
+        ("segv", "spawn"),
+        ("sigkill", "forkserver"),
+    ],
 )
 def test_one_dead_worker_of_four_is_replaced_alone(fault: str, method: str | None) -> None:
     loader = loader_for(fault, method)
