@@ -29,7 +29,9 @@ CLIMB_AFTER_BATCHES = 1000
 class ActionKind(enum.Enum):
     RAISE = "raised"  # hand the failure to the user
     PROBE = "probe"  # re-try the sample in flight alone in a fresh worker, then decide again
-    RESPAWN = "respawned"  # a fresh pool, same size, with every owed batch sent again
+    RESPAWN = (
+        "respawned"  # the dead worker replaced (alone: ``replaces_one_worker``), owed sent again
+    )
     QUARANTINE = "quarantined"  # the sample in flight is bad: remember it, then respawn
     BACK_OFF = "backed-off"  # the machine is short: one rung down the ladder, then respawn
     FALL_BACK = "fell-back"  # loaderdoctor itself failed: plain torch loading takes over
@@ -88,6 +90,22 @@ def step_down(num_workers: int, prefetch_factor: int, floor: int) -> tuple[int, 
     if num_workers == 1 and floor == 0:
         return 0, 1
     return None
+
+
+def replaces_one_worker(action: Action, at: Situation) -> bool:
+    """Whether ``action`` is carried out by replacing the failed worker alone (issue 14).
+
+    So for a dead or hung worker of a map-style pool when the pool keeps its shape; a back-off
+    (prefetch 1, fewer workers, in-process) is a different pool and a stream is not resumed in
+    one worker, so those get a fresh pool. A probe counts: the replacement starts while the
+    sample in flight is re-tried alone, and serves whichever of respawn or quarantine follows.
+    """
+    return (
+        action.kind in (ActionKind.RESPAWN, ActionKind.QUARANTINE, ActionKind.PROBE)
+        and (action.num_workers, action.prefetch_factor) == (at.num_workers, at.prefetch_factor)
+        and at.kind in ("death", "hang")
+        and not at.iterable
+    )
 
 
 class HealPolicy:
@@ -234,5 +252,6 @@ __all__ = [
     "Situation",
     "ladder",
     "process_killing",
+    "replaces_one_worker",
     "step_down",
 ]
