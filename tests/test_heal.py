@@ -280,3 +280,24 @@ def test_distributed_ranks_stay_in_step_when_samples_are_skipped() -> None:
     assert len(ranks) == 2, result.stderr[-3000:]
     assert ranks[0]["batches"] == ranks[1]["batches"] == 10
     assert not {0, 2, 4, 6, 9} & set(ranks[0]["seen"] + ranks[1]["seen"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_an_earlier_loader_of_this_process_leaves_no_state_to_the_next(num_workers: int) -> None:
+    """Found by the ledger property test in a long run: a loader that loaded in this process
+    left its samples' structure behind, and a forked worker of the next loader took it for a
+    good sample's, so a healthy sample was dropped as the odd one of a ragged batch."""
+    pairs = [torch.tensor([i, i]) for i in range(4)]  # healthy samples of another shape
+    first = loaderdoctor.DataLoader(pairs, batch_size=2, heal=True)
+    assert [batch.shape for batch in first] == [torch.Size([2, 2])] * 2
+    flag_dir = tempfile.mkdtemp(prefix="ledger-")
+    try:
+        loader = loaderdoctor.DataLoader(
+            Ledger(6, {0: "ragged"}, flag_dir), batch_size=2, num_workers=num_workers, heal=True
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", HealWarning)
+            assert delivered_rows(loader, epochs=1) == [[1, 2, 3, 4, 5]]
+    finally:
+        shutil.rmtree(flag_dir, ignore_errors=True)

@@ -19,6 +19,7 @@ from loaderdoctor.supervise.sample_policy import SkippedBatch
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.worker_collate import SupervisedCollate
+from loaderdoctor.supervise.worker_state import STATE
 
 
 def internal_evidence(error: BaseException, epoch: int | None) -> Evidence:
@@ -46,6 +47,8 @@ class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
         self._ld_snapshot = snapshot
         self._ld_last_index: Any = None
         self._ld_plain: Any = None  # plain torch after an internal error, with healing on
+        if STATE.slot is None:  # this process is no worker: its own loading starts afresh
+            STATE.begin(None)
         policy = supervision.sample_policy(snapshot.drop_last)
         super().__init__(
             snapshot.with_overrides(

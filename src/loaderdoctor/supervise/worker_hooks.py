@@ -55,9 +55,7 @@ class SupervisedWorkerInit:
         self.hang_timeout = hang_timeout
 
     def __call__(self, worker_id: int) -> None:
-        STATE.worker_id = worker_id
-        STATE.batch_indices = []
-        STATE.stream = None
+        STATE.begin(worker_id)
         STATE.stream_resume = self.stream_resumes.get(worker_id)
         slot = self.recorder.attach(worker_id)
         STATE.slot = slot

@@ -31,6 +31,18 @@ class _WorkerState:
         self.stream: Any = None
         self.stream_resume: Any = None
 
+    def begin(self, worker_id: int | None) -> None:
+        """A fresh start for one worker, or one in-process iterator: nothing that an earlier
+        loader of this process left behind carries over (a forked worker inherits all of it:
+        a stale ``good_structure`` once named the wrong sample of a ragged batch)."""
+        self.worker_id = worker_id
+        self.batch_indices = []
+        self.known_bad = set()
+        self.good_structure = None
+        self.reference_fetch = None
+        self.stream = None
+        self.stream_resume = None
+
 
 STATE = _WorkerState()
 
