@@ -140,7 +140,7 @@ WHO_TABLE = [
     ("batch-lost", {"kind": "exception", "stage": "send"}, False),
     ("fd-exhausted", {"kind": "exception"}, False),
     # streams and failures that are raised
-    ("native-crash", {"iterable": True}, False),
+    ("native-crash", {"iterable": True}, True),  # a stream worker is replaced alone too
     ("native-crash", {"heal": False}, False),
     ("internal-error", {}, False),
 ]

@@ -95,16 +95,15 @@ def step_down(num_workers: int, prefetch_factor: int, floor: int) -> tuple[int, 
 def replaces_one_worker(action: Action, at: Situation) -> bool:
     """Whether ``action`` is carried out by replacing the failed worker alone (issue 14).
 
-    So for a dead or hung worker of a map-style pool when the pool keeps its shape; a back-off
-    (prefetch 1, fewer workers, in-process) is a different pool and a stream is not resumed in
-    one worker, so those get a fresh pool. A probe counts: the replacement starts while the
+    So for a dead or hung worker when the pool keeps its shape (a stream's replacement resumes
+    that worker's stream alone); a back-off (prefetch 1, fewer workers, in-process) is a
+    different pool, so it gets a fresh one. A probe counts: the replacement starts while the
     sample in flight is re-tried alone, and serves whichever of respawn or quarantine follows.
     """
     return (
         action.kind in (ActionKind.RESPAWN, ActionKind.QUARANTINE, ActionKind.PROBE)
         and (action.num_workers, action.prefetch_factor) == (at.num_workers, at.prefetch_factor)
         and at.kind in ("death", "hang")
-        and not at.iterable
     )
 
 
@@ -157,8 +156,9 @@ class HealPolicy:
         return keep
 
     def _stream(self, diagnosis: Diagnosis, at: Situation, keep: Action) -> Action:
-        """A stream (IterableDataset): every worker resumes its own stream in a re-started pool of
-        the same size (fewer workers would re-shard the stream), skipping the item in flight.
+        """A stream (IterableDataset): the dead worker's replacement resumes its stream, skipping
+        the item in flight; where the pool must be rebuilt, every worker resumes its own in a pool
+        of the same size (fewer workers would re-shard the stream).
 
         No probe (an item of a stream cannot be loaded alone) and no plain-torch fall-back (it
         would start every stream again from its first item).

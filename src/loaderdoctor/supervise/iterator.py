@@ -20,6 +20,7 @@ one object.
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import os
 import queue
@@ -472,6 +473,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if (
             worker_id is not None
             and not self._ld_replacing
+            and self._ld_streams is None  # a stream's resume waits for the culprit's position
             and self._ld_can_replace(action, at, ev)
         ):
             replacement = self._ld_replace(worker_id)
@@ -574,9 +576,12 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         replacement: Replacement | None,
     ) -> bool:
         """Finish replacing the failed worker alone (True), or say why the pool is rebuilt."""
-        late = self._ld_replacing and replacement is None
+        late = (self._ld_replacing or self._ld_streams is not None) and replacement is None
         if late and ev.worker_id is not None and self._ld_can_replace(action, at, ev):
-            replacement = self._ld_replace(ev.worker_id, dataset=respawn.current_dataset(self))
+            if self._ld_streams is not None:
+                replacement = self._ld_replace_stream_worker(ev.worker_id)
+            else:
+                replacement = self._ld_replace(ev.worker_id, dataset=respawn.current_dataset(self))
         if replacement is not None and replacement.refused:
             diagnosis.evidence.append(replacement.refused)
             return False
@@ -622,6 +627,24 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         on; ``worker_init_fn`` or ``dataset`` replace the pool's own (a per-worker resume, a grown
         quarantine). The owed batches follow with ``respawn.resend_owed``."""
         return respawn.replace(self, worker_id, worker_init_fn, dataset)
+
+    def _ld_replace_stream_worker(self, worker_id: int) -> Replacement:
+        """Replace a dead stream worker alone: it resumes its own stream after the last batch
+        the main process holds from it (delivered, or waiting in torch's reorder buffer)."""
+        streams = self._ld_streams
+        assert streams is not None
+        refused = respawn.settle_results(self, worker_id)
+        if refused:
+            return Replacement(worker_id, refused=refused)
+        self._ld_events.drain()  # every skip the dead worker wrote: its replay drops them too
+        buffered = [
+            info[1]
+            for info in self._task_info.values()
+            if len(info) == 2 and info[0] == worker_id and isinstance(info[1], StreamBatch)
+        ]
+        init = copy.copy(self._worker_init_fn)
+        init.stream_resumes = {worker_id: streams.resume_after(worker_id, buffered)}
+        return self._ld_replace(worker_id, worker_init_fn=init)
 
     def _ld_hand_over(self, num_workers: int, prefetch_factor: int, plain: bool = False) -> None:
         """Stop this pool; a successor serves what is owed, then the rest of the epoch."""
@@ -700,7 +723,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         worker, position = ev.worker_id, ev.iterable_position
         if worker is None or position is None:
             diagnosis.evidence.append(
-                "every worker resumes its stream after its last delivered item"
+                "each re-started worker resumes its stream after its last delivered item"
             )
             return "respawned", ""
         named = f"item #{position} of worker {worker}'s stream"
@@ -708,8 +731,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if streams.culprit(worker, position, diagnosis):
             self._ld_sup.counts["skipped"] += 1
             diagnosis.evidence.append(
-                f"{named} is skipped: every worker resumes its stream after its last delivered "
-                f"item, worker {worker} past that item"
+                f"{named} is skipped: worker {worker}'s stream resumes past that item"
             )
             return "skipped", f" ({named})"
         end = streams.stop_at(worker)

@@ -207,6 +207,15 @@ def take_ready_results(it: Any) -> str:
             continue
         except Exception as error:  # whose batch it was is unknown: nothing can be re-sent
             return f"{type(error).__name__}: {error}"
+        if isinstance(data, torch_compat.IterableDatasetStopIteration):
+            # A stream's end, taken as torch's _next_data takes it (no new task is put here:
+            # the dead worker's queue is about to be replaced; the next batch puts one).
+            it._tasks_outstanding -= 1
+            if it._persistent_workers:
+                it._workers_status[data.worker_id] = False
+            else:
+                it._mark_worker_as_unavailable(data.worker_id)
+            continue
         info = it._task_info.get(task) if isinstance(task, int) else None
         if info is not None and len(info) == 1:
             it._task_info[task] = (info[0], data)

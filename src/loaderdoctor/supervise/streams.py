@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # The last few delivered items of each worker whose keys a replay is checked against.
@@ -217,6 +217,23 @@ class StreamProgress:
             keys=tuple(stream.keys),
             state=stream.state if stream.has_state else None,
             replayable=self.replayable,
+        )
+
+    def resume_after(self, worker_id: int, buffered: list[StreamBatch]) -> StreamResume:
+        """The resume of a worker replaced alone: past its batches the main process holds but
+        has not delivered yet (torch's reorder buffer keeps them, so they are not replayed)."""
+        resume = self.resume_for(worker_id)
+        if not buffered:
+            return resume
+        last = max(buffered, key=lambda batch: batch.end)
+        if last.end <= resume.skip:
+            return resume
+        return replace(
+            resume,
+            skip=last.end,
+            culprits=frozenset(p for p in resume.culprits if p >= last.end),
+            reported=frozenset(p for p in resume.reported if p >= last.end),
+            state=last.state if last.state is not None else resume.state,
         )
 
     def resumes(self, num_workers: int) -> dict[int, StreamResume]:
