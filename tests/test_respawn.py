@@ -338,3 +338,70 @@ def test_a_replacement_that_dies_too_is_diagnosed_and_replaced_in_turn() -> None
     assert [p for w, p in enumerate(started) if w != VICTIM_WORKER] == [
         process.pid for w, process in enumerate(iterator._workers) if w != VICTIM_WORKER
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["kill", "hang"])
+def test_a_replacement_never_fetches_the_sample_that_killed_its_predecessor(fault: str) -> None:
+    """Sample 0 kills (or hangs) the worker that fetches it as a reference for a ragged batch;
+    the replacement, started before the probe, must know that sample is quarantined: a worker
+    does not only fetch the samples the main process sends it (found by the ledger test)."""
+    import tempfile
+
+    from ld_datasets import Ledger
+
+    flags = tempfile.mkdtemp(prefix="respawn-")
+    loader = loaderdoctor.DataLoader(
+        Ledger(6, {0: fault, 3: "ragged"}, flags),
+        batch_size=3,
+        sampler=[3, 4, 5, 0, 1, 2],
+        num_workers=1,
+        heal=True,
+        hang_timeout=1.5,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        rows = [int(row[0]) for batch in loader for row in batch]
+    assert rows == [4, 5, 1, 2]
+    cause = "killed-by-signal" if fault == "kill" else "worker-hang"
+    assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
+        (cause, "quarantined"),
+        ("collate-error", "skipped"),
+    ]
+    assert loader.report.quarantine == [0, 3]  # the ragged one, skipped from its batch, too
+
+
+class CrashOnce(Dataset):
+    """Sample 1 crashes its worker (SIGSEGV) the first time only (a flag file remembers)."""
+
+    def __init__(self, flag: str) -> None:
+        self.flag = flag
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 1 and get_worker_info() is not None and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            ctypes.string_at(0)
+        return torch.tensor([index])
+
+
+@pytest.mark.slow
+def test_a_sample_that_loads_fine_alone_is_loaded_by_the_replacement(tmp_path) -> None:
+    """A worker crashes once at sample 1: the probe loads it fine, so the replacement that was
+    started as if it were quarantined is replaced by one that loads it."""
+    loader = loaderdoctor.DataLoader(
+        CrashOnce(str(tmp_path / "crashed")), batch_size=3, num_workers=2, heal=True
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        rows = [int(row[0]) for batch in loader for row in batch]
+    assert rows == [0, 1, 2, 3, 4, 5]
+    (incident,) = loader.incidents
+    assert (incident.diagnosis.cause, incident.action) == ("native-crash", "respawned")
+    evidence = incident.diagnosis.evidence
+    assert "sample 1 loaded fine alone: not reproducible" in evidence
+    alone = "worker 0 respawned alone (pid * -> pid *); * owed batch* re-sent"
+    assert fnmatch.filter(evidence, alone)
+    assert loader.report.quarantine == []
