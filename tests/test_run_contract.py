@@ -216,6 +216,8 @@ def test_nested_run_is_one_supervisor_and_one_report(tmp_path: Path) -> None:
         ("respawn", 4, 16, 1, 4),
         ("prepared", 3, 12, 1, 0),  # accelerate-style prepare(): the user's one loader
         ("self-batched", 5, 20, 1, 0),  # batch_size=None over a stream batching by 4
+        ("stream", 4, 10, 1, 2),  # 5 items per worker: batches of 4 and 1 in each
+        ("ours", 3, 11, 1, 0),  # loaderdoctor.DataLoader built by the script, 1 sample skipped
     ],
 )
 def test_run_counts_from_the_loaders_own_records(
@@ -234,6 +236,14 @@ def test_run_counts_from_the_loaders_own_records(
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["delivered"] == {"batches": batches, "samples": samples}
     assert [(r["loaders"], r["workers"]) for r in report["ranks"]] == [(loaders, workers)]
+    incidents = [(i["cause"], i["action"], i["indices"]) for i in report["incidents"]]
+    assert incidents == INCIDENTS_OF_COUNTS.get(mode, [])
+
+
+INCIDENTS_OF_COUNTS = {
+    "respawn": [("killed-by-signal", "backed-off", [5])],
+    "ours": [("sample-error", "skipped", [7])],
+}
 
 
 @pytest.mark.slow

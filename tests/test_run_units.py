@@ -223,7 +223,7 @@ def test_nice_step(span: float, step: float) -> None:
 def test_an_item_of_a_stream_without_batching_counts_its_own_batch(
     item: object, samples: int
 ) -> None:
-    from loaderdoctor.runner.patch import item_length
+    from loaderdoctor.supervise.batch_count import item_length
 
     assert item_length(item) == samples
 

@@ -44,7 +44,7 @@ from loaderdoctor.supervise.heal_policy import (
     HealPolicy,
     Situation,
 )
-from loaderdoctor.supervise.ledger import Ledger, count_delivered
+from loaderdoctor.supervise.ledger import Ledger
 from loaderdoctor.supervise.loader_view import wrap_dataset
 from loaderdoctor.supervise.pool import Pool
 from loaderdoctor.supervise.sample_policy import SkippedBatch
@@ -285,7 +285,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             finally:
                 error = None  # type: ignore[assignment]  # no cycle via its traceback
         if task is not None and not isinstance(data, SkippedBatch):
-            count_delivered(self._ld_sup.counts, indices)
+            self._ld_sup.delivered(indices, data)
             if self._ld_sup.backoff is not None:
                 self._ld_sup.backoff.delivered()
         return super()._process_data(data, worker_idx)
@@ -353,6 +353,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_events.drain()
         if self._ld_sup.backoff is not None:
             self._ld_sup.backoff.epoch_finished()
+        self._ld_sup.tell_watchers("epoch-end")
 
     def _ld_handle(self, failure: _PoolFailure) -> None:
         """Decide about a failure, then carry the decision out (raise, or heal and hand over)."""
