@@ -104,11 +104,12 @@ class LoaderRecord:
         self.quarantine: list[Any] = []
         self.read(supervision)
 
-    def read(self, supervision: Any) -> None:
+    def read(self, supervision: Any, *, quarantine: bool = True) -> None:
         self.iterated = self.iterated or supervision.epoch >= 0
         self.counts = dict(supervision.counts)
         self.worker_pids = set(supervision.worker_pids)
-        self.quarantine = list(supervision.quarantine)
+        if quarantine:  # not per batch: it may hold thousands of samples
+            self.quarantine = list(supervision.quarantine)
 
     def refresh(self) -> None:
         supervision = self.supervision()
@@ -135,7 +136,7 @@ def _watch_loader(loader: Any) -> None:
 
 def _records_changed(record: LoaderRecord, supervision: Any, moment: str) -> None:
     with _lock:
-        record.read(supervision)
+        record.read(supervision, quarantine=moment != "delivered")
     # An epoch's end: its counts are on disk, should the process die before the next write
     # (a rank stopped by its agent runs no atexit).
     _write_state(force=moment != "delivered")
