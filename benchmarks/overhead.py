@@ -60,6 +60,19 @@ class TinyDataset(Dataset):
         return index
 
 
+class TinyStream(torch.utils.data.IterableDataset):
+    """A stream of ints, each worker its share by get_worker_info(): what a stream's supervision
+    costs (positions, keys and the batch wrapper of issue 14) on the cheapest items there are."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        return iter(range(worker, self.n, workers))
+
+
 def time_epoch(factory: Callable[[], torch.utils.data.DataLoader]) -> tuple[float, float]:
     """(samples/s over a whole epoch including worker start-up, samples/s after the first batch)."""
     loader = factory()
@@ -85,9 +98,11 @@ def measure(
     repeats: int,
     hang_timeout: float | None = None,
 ) -> dict:
+    shuffle = not isinstance(dataset, torch.utils.data.IterableDataset)
+
     def factory(cls: type, **extra: object) -> Callable[[], torch.utils.data.DataLoader]:
         return lambda: cls(
-            dataset, batch_size=batch_size, num_workers=workers, shuffle=True, **extra
+            dataset, batch_size=batch_size, num_workers=workers, shuffle=shuffle, **extra
         )
 
     stock = factory(torch.utils.data.DataLoader)
@@ -137,6 +152,9 @@ def main() -> None:
     rows = [
         measure("decode-heavy (~1 ms)", decode, 32, args.workers, args.repeats, args.hang_timeout),
         measure("tiny", tiny, 64, args.workers, args.repeats, args.hang_timeout),
+        measure(
+            "tiny stream", TinyStream(60_000), 64, args.workers, args.repeats, args.hang_timeout
+        ),
     ]
     print(
         f"\n{args.workers} workers, {args.repeats} rounds; ratio = median of per-round "

@@ -149,3 +149,31 @@ class Ledger(Dataset):
         if fault == "ragged":
             return torch.tensor([index, index])
         return torch.tensor([index])
+
+
+class StreamLedger(torch.utils.data.IterableDataset):
+    """Items 0..n-1, each worker its share by ``get_worker_info()`` (a generator); ``faults``
+    maps item -> raise / raise-once / kill-once, as ``Ledger``'s ("-once": in ``flag_dir``)."""
+
+    def __init__(self, n: int, faults: dict[int, str], flag_dir: str) -> None:
+        self.n, self.faults, self.flag_dir = n, dict(faults), flag_dir
+
+    def __iter__(self):
+        import os
+        import signal
+
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        for i in range(worker, self.n, workers):
+            fault = self.faults.get(i)
+            first = False
+            if fault in ("raise-once", "kill-once"):
+                flag = os.path.join(self.flag_dir, f"fired-{i}")
+                first = not os.path.exists(flag)
+                if first:
+                    open(flag, "w").close()
+            if fault == "raise" or (fault == "raise-once" and first):
+                raise ValueError(f"bad item {i}")
+            if fault == "kill-once" and first:
+                os.kill(os.getpid(), signal.SIGKILL)
+            yield torch.tensor([i])

@@ -12,13 +12,6 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src"
 MAX_LINES = 60
 
-# Functions over the limit that another piece of work splits, each with its owner; an entry that
-# is no longer over the limit fails too, so this list only shrinks.
-BEING_SPLIT = {
-    # issue 14, part A: the supervised iterator's start-up (torch's __init__, pool, watch)
-    "loaderdoctor/supervise/iterator.py:SupervisedMultiProcessingIter.__init__",
-}
-
 
 def _functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, int]]:
     found = []
@@ -45,12 +38,7 @@ def long_functions() -> dict[str, int]:
 
 
 def test_no_function_in_src_is_over_60_lines() -> None:
-    over = {name: lines for name, lines in long_functions().items() if name not in BEING_SPLIT}
-    assert over == {}, "split these where a name explains a part"
-
-
-def test_every_function_being_split_is_still_over_the_limit() -> None:
-    assert sorted(BEING_SPLIT - set(long_functions())) == [], "split: remove it from BEING_SPLIT"
+    assert long_functions() == {}, "split these where a name explains a part"
 
 
 def test_the_count_reads_functions_methods_and_nested_functions() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -193,6 +194,17 @@ def test_exactly_once_ledger(
             assert healthy <= flat, f"lost healthy samples {healthy - flat} ({faults})"
             ragged = {i for i, k in faults.items() if k == "ragged"}
             assert flat - healthy <= ragged, f"delivered bad samples {flat - healthy}"
+        # A death or hang healed without a change of pool shape replaced that worker alone
+        # (issue 14); the ledger above held across it.
+        for incident in loader.incidents:
+            if incident.action in ("respawned", "quarantined") and incident.diagnosis.cause in (
+                "killed-by-signal",
+                "worker-hang",
+            ):
+                assert fnmatch.filter(
+                    incident.diagnosis.evidence,
+                    "worker * respawned alone (pid * -> pid *); * owed batch* re-sent",
+                ), incident.diagnosis.evidence
     finally:
         shutil.rmtree(flag_dir, ignore_errors=True)
 

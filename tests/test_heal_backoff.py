@@ -6,6 +6,7 @@ blamed and the loader backs off) and a real bug in loaderdoctor's own wrapper co
 
 from __future__ import annotations
 
+import fnmatch
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -87,9 +88,14 @@ def test_a_process_killing_cause_never_moves_samples_into_the_training_process(
     assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
         ("killed-by-signal", "respawned")
     ] * 3
-    assert loader.incidents[0].diagnosis.evidence[-1] == (
+    note, respawned = loader.incidents[0].diagnosis.evidence[-2:]
+    assert note == (
         "sample 3 loaded fine alone: the machine, not the sample; at the lowest safe setting "
         "already (allow_in_process=True to go lower)"
+    )
+    # at the floor, the one worker is replaced alone (issue 14)
+    assert fnmatch.fnmatchcase(
+        respawned, "worker 0 respawned alone (pid * -> pid *); 1 owed batch re-sent"
     )
     assert steps(loader) == []
 

@@ -14,6 +14,7 @@ from loaderdoctor.supervise.heal_policy import (
     HealPolicy,
     Situation,
     ladder,
+    replaces_one_worker,
     step_down,
 )
 
@@ -37,7 +38,17 @@ def verdict(cause: str) -> Diagnosis:
 TABLE = [
     # cause, situation changes, expected (kind, workers, prefetch)
     ("native-crash", {"heal": False, "culprit": 3}, (R, 4, 2)),
-    ("native-crash", {"iterable": True, "culprit": 3}, (R, 4, 2)),
+    # a stream: the same pool size (fewer workers would re-shard it), its workers resume; no
+    # probe (an item of a stream cannot be loaded alone), no back-off, no plain-torch fall-back
+    ("native-crash", {"iterable": True, "culprit": 3}, (S, 4, 2)),
+    ("killed-by-signal", {"iterable": True, "culprit": 3}, (S, 4, 2)),
+    ("oom-killed", {"iterable": True, "culprit": 3, "prefetch_factor": 1}, (S, 4, 1)),
+    ("worker-hang", {"iterable": True, "kind": "hang", "culprit": 3}, (S, 4, 2)),
+    ("native-crash", {"iterable": True, "heal": False, "culprit": 3}, (R, 4, 2)),
+    ("native-crash", {"iterable": True, "respawns": MAX_RESPAWNS}, (R, 4, 2)),
+    ("worker-exit", {"iterable": True, "reached_worker_init": False}, (R, 4, 2)),
+    ("sample-error", {"iterable": True, "kind": "exception"}, (R, 4, 2)),
+    ("shm-exhausted", {"iterable": True, "kind": "exception"}, (R, 4, 2)),
     ("native-crash", {"respawns": MAX_RESPAWNS, "culprit": 3}, (R, 4, 2)),
     ("native-crash", {"culprit": 3}, (P, 4, 2)),
     ("native-crash", {"culprit": 3, "probe_failed_again": True}, (Q, 4, 2)),
@@ -112,3 +123,31 @@ def test_backoff_climbs_mid_epoch_after_enough_healthy_batches(
     assert not backoff.climb_due(at_epoch_start=False)
     backoff.delivered()
     assert backoff.climb_due(at_epoch_start=False)
+
+
+# Who is replaced: one worker, or the whole pool (issue 14). cause, situation changes, alone?
+WHO_TABLE = [
+    ("native-crash", {}, True),  # respawn, no culprit
+    ("native-crash", {"culprit": 3}, True),  # probe: the replacement starts meanwhile
+    ("native-crash", {"culprit": 3, "probe_failed_again": True}, True),  # quarantine
+    ("worker-hang", {"kind": "hang", "culprit": 7}, True),
+    # an environmental death at the floor: the one worker is replaced
+    ("killed-by-signal", {"prefetch_factor": 1, "num_workers": 1}, True),
+    # a back-off is a pool of another shape
+    ("oom-killed", {"culprit": 3, "probe_failed_again": False}, False),
+    ("oom-killed", {"prefetch_factor": 1, "num_workers": 2}, False),
+    # a batch that could not be sent: its worker is alive
+    ("batch-lost", {"kind": "exception", "stage": "send"}, False),
+    ("fd-exhausted", {"kind": "exception"}, False),
+    # streams and failures that are raised
+    ("native-crash", {"iterable": True}, False),
+    ("native-crash", {"heal": False}, False),
+    ("internal-error", {}, False),
+]
+
+
+@pytest.mark.parametrize(("cause", "changes", "alone"), WHO_TABLE)
+def test_replaces_one_worker(cause: str, changes: dict, alone: bool) -> None:
+    at = replace(BASE, **changes)
+    action = HealPolicy().decide(verdict(cause), at)
+    assert replaces_one_worker(action, at) is alone

@@ -26,7 +26,7 @@ import multiprocessing.queues
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -393,7 +393,88 @@ OTHER_ITERATOR_ATTRIBUTES = (
     "_dataset_kind",
     "_iterator",
     "_base_seed",
+    # what a respawned worker is started with (torch_compat.worker_loop_args), issue 14
+    "_worker_result_queue",
+    "_dataset",
+    "_auto_collation",
+    "_collate_fn",
+    "_drop_last",
+    "_worker_init_fn",
+    "_persistent_workers",
+    "_shared_seed",
+    "_tasks_outstanding",
+    "_pin_memory",
 )
+
+
+def test_worker_loop_parameters_are_a_known_layout() -> None:
+    assert torch_compat.WORKER_LOOP_PARAMETERS in torch_compat.KNOWN_WORKER_LOOP_PARAMETERS, (
+        "torch changed _worker_loop's parameters: update torch_compat.worker_loop_args"
+    )
+
+
+class _RecordingProcess(multiprocessing.get_context("fork").Process):  # type: ignore[name-defined,misc]
+    started_with: ClassVar[list[tuple[Any, ...]]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Process.start() deletes its _args: keep what torch passed
+        type(self).started_with.append(tuple(kwargs["args"]))
+
+
+class _RecordingContext(type(multiprocessing.get_context("fork"))):  # type: ignore[misc]
+    Process = _RecordingProcess
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("persistent", [False, True])
+def test_worker_loop_args_are_what_torch_started_each_worker_with(persistent: bool) -> None:
+    """A respawned worker must be started exactly as torch's __init__ started the dead one."""
+    _RecordingProcess.started_with.clear()
+    loader = DataLoader(
+        list(range(8)),
+        batch_size=2,
+        num_workers=2,
+        persistent_workers=persistent,
+        worker_init_fn=_noop_init,
+        collate_fn=_identity_collate,
+        multiprocessing_context=_RecordingContext(),
+    )
+    iterator = iter(loader)
+    try:
+        assert len(_RecordingProcess.started_with) == 2
+        for worker_id, torchs in enumerate(_RecordingProcess.started_with):
+            index_queue = iterator._index_queues[worker_id]
+            ours = torch_compat.worker_loop_args(iterator, worker_id, index_queue)
+            assert len(ours) == len(torchs) == len(torch_compat.WORKER_LOOP_PARAMETERS)
+            for name, mine, theirs in zip(torch_compat.WORKER_LOOP_PARAMETERS, ours, torchs):
+                if name == "dataset_holder":  # a fresh one-item list each time, by design
+                    assert type(mine) is list and mine == [iterator._dataset], name
+                else:
+                    assert mine is theirs or mine == theirs, name
+    finally:
+        iterator._shutdown_workers()
+
+
+def _noop_init(worker_id: int) -> None:
+    pass
+
+
+def _identity_collate(batch: Any) -> Any:
+    return batch
+
+
+@pytest.mark.slow
+def test_result_queue_writer_lock_is_multiprocessings() -> None:
+    loader = DataLoader(list(range(4)), batch_size=2, num_workers=1)
+    iterator = iter(loader)
+    try:
+        lock = torch_compat.result_queue_writer_lock(iterator)
+        assert lock is iterator._worker_result_queue._wlock
+        assert lock.acquire(timeout=1)
+        lock.release()
+    finally:
+        iterator._shutdown_workers()
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ release moves one of them.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from typing import Any
 
@@ -102,6 +103,19 @@ ITERATOR_ATTRIBUTES = (
     "_next_data",
     "_shutdown_workers",
     "_mark_worker_as_unavailable",
+    "_worker_result_queue",
+    "_workers_done_event",
+    "_dataset_kind",
+    "_dataset",
+    "_auto_collation",
+    "_collate_fn",
+    "_drop_last",
+    "_base_seed",
+    "_worker_init_fn",
+    "_num_workers",
+    "_persistent_workers",
+    "_shared_seed",
+    "_tasks_outstanding",
 )
 
 
@@ -135,19 +149,116 @@ def show_user_dataset_in_worker_info(dataset: Any) -> None:
     _worker._worker_info = dataclasses.replace(info, dataset=dataset)
 
 
+# The parameters of torch's ``_worker_loop``, in order, as ``_MultiProcessingDataLoaderIter``
+# passes them; ``worker_loop_args`` fills them for one worker. torch 2.14 passes the dataset in a
+# one-item list that the worker pops (``dataset_holder``), so that the Process does not keep it.
+WORKER_LOOP = _worker._worker_loop
+WORKER_LOOP_PARAMETERS = tuple(inspect.signature(WORKER_LOOP).parameters)
+KNOWN_WORKER_LOOP_PARAMETERS = (
+    (
+        "dataset_kind",
+        "dataset",  # torch 2.13
+        "index_queue",
+        "data_queue",
+        "done_event",
+        "auto_collation",
+        "collate_fn",
+        "drop_last",
+        "base_seed",
+        "init_fn",
+        "worker_id",
+        "num_workers",
+        "persistent_workers",
+        "shared_seed",
+    ),
+    (
+        "dataset_kind",
+        "dataset_holder",  # torch 2.14
+        "index_queue",
+        "data_queue",
+        "done_event",
+        "auto_collation",
+        "collate_fn",
+        "drop_last",
+        "base_seed",
+        "init_fn",
+        "worker_id",
+        "num_workers",
+        "persistent_workers",
+        "shared_seed",
+    ),
+)
+DATASET_IN_HOLDER = WORKER_LOOP_PARAMETERS[1:2] == ("dataset_holder",)
+
+
+def worker_loop_args(
+    iterator: Any,
+    worker_id: int,
+    index_queue: Any,
+    *,
+    dataset: Any = None,
+    worker_init_fn: Any = None,
+) -> tuple[Any, ...]:
+    """The arguments torch's iterator gives ``_worker_loop`` for worker ``worker_id``.
+
+    A replacement worker started with them takes the dead one's place exactly: same
+    ``worker_id``, same ``base_seed`` (so ``torch.initial_seed()`` is ``base_seed + worker_id``
+    again), the iterator's result queue and done event. ``dataset`` and ``worker_init_fn``
+    replace the iterator's own (an updated quarantine, a per-worker resume).
+    """
+    if dataset is None:
+        dataset = iterator._dataset
+    return (
+        iterator._dataset_kind,
+        [dataset] if DATASET_IN_HOLDER else dataset,
+        index_queue,
+        iterator._worker_result_queue,
+        iterator._workers_done_event,
+        iterator._auto_collation,
+        iterator._collate_fn,
+        iterator._drop_last,
+        iterator._base_seed,
+        iterator._worker_init_fn if worker_init_fn is None else worker_init_fn,
+        worker_id,
+        iterator._num_workers,
+        iterator._persistent_workers,
+        iterator._shared_seed,
+    )
+
+
+def multiprocessing_context_of(iterator_or_loader: Any) -> Any:
+    """The context torch's iterator starts its workers with (``torch.multiprocessing`` by default)."""
+    import torch.multiprocessing
+
+    return getattr(iterator_or_loader, "multiprocessing_context", None) or torch.multiprocessing
+
+
+def result_queue_writer_lock(iterator: Any) -> Any:
+    """The lock every worker's feeder thread holds while it writes a batch to the result queue.
+
+    multiprocessing's private ``Queue._wlock`` (None on Windows, where pipes write atomically). A
+    worker killed while holding it leaves it held for ever and, maybe, half a message in the pipe.
+    """
+    return getattr(iterator._worker_result_queue, "_wlock", None)
+
+
 def is_exception_wrapper(data: Any) -> bool:
     return isinstance(data, ExceptionWrapper)
 
 
 __all__ = [
     "DATAPIPE_TYPES",
+    "DATASET_IN_HOLDER",
     "ITERATOR_ATTRIBUTES",
+    "KNOWN_WORKER_LOOP_PARAMETERS",
     "MP_STATUS_CHECK_INTERVAL",
     "PRIVATE_NAMES",
     "SUPPORTED",
     "SUPPORTED_RANGE",
     "TESTED_TORCH_RANGE",
     "TORCH_VERSION",
+    "WORKER_LOOP",
+    "WORKER_LOOP_PARAMETERS",
     "DatasetKind",
     "ExceptionWrapper",
     "IterableDatasetStopIteration",
@@ -156,6 +267,9 @@ __all__ = [
     "ResumeIteration",
     "SingleProcessIter",
     "is_exception_wrapper",
+    "multiprocessing_context_of",
+    "result_queue_writer_lock",
     "show_user_dataset_in_worker_info",
     "stop_sigchld_checks",
+    "worker_loop_args",
 ]

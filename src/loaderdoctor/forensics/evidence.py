@@ -26,6 +26,7 @@ class Evidence:
     odd_indices: list[Any] | None = None  # collate: samples whose structure differs from the rest
     epoch: int | None = None
     iterable_position: int | None = None  # IterableDataset: items this worker had fetched
+    stream_key: Any = None  # IterableDataset: the key of the item in flight, where known
     sample_file: str | None = None
     # A Python exception (kind == "exception" or "start")
     exception_type: str | None = None
@@ -88,6 +89,9 @@ class Diagnosis:
     python_stack: str | None = None
     alternatives: list[tuple[str, float]] = field(default_factory=list)
     docs: str = ""
+    # IterableDataset: the culprit's position in its worker's stream, and its key where known
+    position: int | None = None
+    key: Any = None
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

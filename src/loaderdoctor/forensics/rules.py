@@ -278,7 +278,10 @@ def _describe_index(ev: Evidence) -> str | None:
     if ev.in_flight_index is not None:
         text = f"sample {ev.in_flight_index!r}"
     elif ev.iterable_position is not None:
-        text = f"item #{ev.iterable_position} of the worker's IterableDataset stream"
+        whose = f"worker {ev.worker_id}'s" if ev.worker_id is not None else "the worker's"
+        text = f"item #{ev.iterable_position} of {whose} stream"
+        if ev.stream_key is not None:
+            text += f" (key {ev.stream_key!r})"
     else:
         return None
     if ev.sample_file:
@@ -311,7 +314,13 @@ def evidence_lines(ev: Evidence) -> list[str]:
         lines.append(described)
     if ev.odd_indices:
         lines.append(f"samples unlike the rest of the batch: {ev.odd_indices!r}")
-    if ev.batch_indices and len(ev.batch_indices) > 1:
+    # A stream's batch has no indices (torch sends None for each item): its culprit is named
+    # by position above.
+    if (
+        ev.batch_indices
+        and len(ev.batch_indices) > 1
+        and any(i is not None for i in ev.batch_indices)
+    ):
         shown = ", ".join(repr(i) for i in ev.batch_indices[:16])
         more = "" if len(ev.batch_indices) <= 16 else f", … ({len(ev.batch_indices)} in all)"
         lines.append(f"batch indices: [{shown}{more}]")
@@ -359,6 +368,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
         signal=ev.signal,
         exit_code=ev.exit_code,
         indices=indices,
+        position=ev.iterable_position,
+        key=ev.stream_key,
         evidence=[*best.reasons, *evidence_lines(ev)],
         fixes=list(cause.fixes),
         explanation=cause.explanation,

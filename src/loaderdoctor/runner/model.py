@@ -36,6 +36,9 @@ class RunIncident:
     signal: str | None = None
     exit_code: int | None = None
     indices: list[Any] = field(default_factory=list)
+    # An IterableDataset's culprit: its position in worker ``worker_id``'s stream, and its key
+    position: int | None = None
+    key: Any = None
     epoch: int | None = None
     batch: int | None = None
     evidence: list[str] = field(default_factory=list)

@@ -5,14 +5,70 @@ The decisions are in ``heal_policy`` (pure); the iterator carries them out.
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
+
+import torch
 
 from loaderdoctor.supervise.heal_policy import ENVIRONMENTAL
 
 
 class HealWarning(UserWarning):
     """Emitted for every healing action: healing is loud, never silent."""
+
+
+# Frames in these directories are not the user's: a warning points past them.
+_INTERNAL_DIRS = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+    os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning point at the user's line (the ``for batch in
+    loader`` line), past every frame of loaderdoctor and torch, whatever path led here."""
+    frame = sys._getframe(1)  # the function that is about to call warnings.warn
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+# Skips and replacements warn one by one up to this many per loader; the report counts them all.
+SAMPLE_WARNINGS = 10
+
+
+def warn_sample_action(
+    title: str, cause: str, action: str, event: dict[str, Any], seen: int
+) -> None:
+    """The HealWarning for a sample skipped or replaced inside a worker (``seen``: how many such
+    actions this loader had before this one). A corrupt shard can skip thousands: after
+    ``SAMPLE_WARNINGS`` one last warning says the rest are only counted."""
+    if seen > SAMPLE_WARNINGS:
+        return
+    if seen == SAMPLE_WARNINGS:
+        message = (
+            f"loaderdoctor healed: more than {SAMPLE_WARNINGS} samples skipped or replaced; the "
+            "rest are not warned about one by one (loader.report counts every one)"
+        )
+    else:
+        position = event.get("position")
+        if position is not None:
+            worker = event.get("worker")
+            whose = f"worker {worker}'s" if worker is not None else "the"
+            what = f"item #{position} of {whose} stream"
+        else:
+            what = f"sample {event.get('index')!r}"
+        if action == "replaced":
+            what += f", replaced by sample {event.get('substitute')!r}"
+        message = f"loaderdoctor healed: {title} [{cause}] -> {action} ({what})"
+        if event.get("note"):
+            message += f"; {event['note']}"
+    warnings.warn(message, HealWarning, stacklevel=user_stacklevel())
 
 
 class ResumeSampler:
@@ -40,4 +96,12 @@ def length_of(sampler: Any) -> int | None:
         return None
 
 
-__all__ = ["ENVIRONMENTAL", "HealWarning", "ResumeSampler", "length_of"]
+__all__ = [
+    "ENVIRONMENTAL",
+    "SAMPLE_WARNINGS",
+    "HealWarning",
+    "ResumeSampler",
+    "length_of",
+    "user_stacklevel",
+    "warn_sample_action",
+]

@@ -29,7 +29,9 @@ CLIMB_AFTER_BATCHES = 1000
 class ActionKind(enum.Enum):
     RAISE = "raised"  # hand the failure to the user
     PROBE = "probe"  # re-try the sample in flight alone in a fresh worker, then decide again
-    RESPAWN = "respawned"  # a fresh pool, same size, with every owed batch sent again
+    RESPAWN = (
+        "respawned"  # the dead worker replaced (alone: ``replaces_one_worker``), owed sent again
+    )
     QUARANTINE = "quarantined"  # the sample in flight is bad: remember it, then respawn
     BACK_OFF = "backed-off"  # the machine is short: one rung down the ladder, then respawn
     FALL_BACK = "fell-back"  # loaderdoctor itself failed: plain torch loading takes over
@@ -48,7 +50,7 @@ class Situation:
     """What the iterator knows when a failure arrives, besides the verdict."""
 
     heal: bool
-    iterable: bool  # a stream cannot be resumed in a fresh pool
+    iterable: bool  # a stream: its workers resume their streams (``culprit`` is a position)
     respawns: int
     num_workers: int
     prefetch_factor: int
@@ -90,6 +92,22 @@ def step_down(num_workers: int, prefetch_factor: int, floor: int) -> tuple[int, 
     return None
 
 
+def replaces_one_worker(action: Action, at: Situation) -> bool:
+    """Whether ``action`` is carried out by replacing the failed worker alone (issue 14).
+
+    So for a dead or hung worker of a map-style pool when the pool keeps its shape; a back-off
+    (prefetch 1, fewer workers, in-process) is a different pool and a stream is not resumed in
+    one worker, so those get a fresh pool. A probe counts: the replacement starts while the
+    sample in flight is re-tried alone, and serves whichever of respawn or quarantine follows.
+    """
+    return (
+        action.kind in (ActionKind.RESPAWN, ActionKind.QUARANTINE, ActionKind.PROBE)
+        and (action.num_workers, action.prefetch_factor) == (at.num_workers, at.prefetch_factor)
+        and at.kind in ("death", "hang")
+        and not at.iterable
+    )
+
+
 class HealPolicy:
     """Decides what to do about one failure. Pure: no processes, no I/O, no clock."""
 
@@ -97,8 +115,10 @@ class HealPolicy:
         keep = Action(ActionKind.RESPAWN, at.num_workers, at.prefetch_factor)
         raise_it = replace(keep, kind=ActionKind.RAISE)
         cause = diagnosis.cause
-        if not at.heal or at.iterable:
-            return raise_it  # healing off, or a stream that cannot be resumed elsewhere
+        if not at.heal:
+            return raise_it
+        if at.iterable:
+            return self._stream(diagnosis, at, keep)
         if cause == "internal-error":
             return replace(keep, kind=ActionKind.FALL_BACK)
         if at.respawns >= MAX_RESPAWNS:
@@ -134,6 +154,22 @@ class HealPolicy:
             return replace(keep, note=f"sample {at.culprit!r} loaded fine alone: not reproducible")
         if cause in ENVIRONMENTAL:
             return self._back_off(diagnosis, at, "")
+        return keep
+
+    def _stream(self, diagnosis: Diagnosis, at: Situation, keep: Action) -> Action:
+        """A stream (IterableDataset): every worker resumes its own stream in a re-started pool of
+        the same size (fewer workers would re-shard the stream), skipping the item in flight.
+
+        No probe (an item of a stream cannot be loaded alone) and no plain-torch fall-back (it
+        would start every stream again from its first item).
+        """
+        raise_it = replace(keep, kind=ActionKind.RAISE)
+        if at.kind not in ("death", "hang") or at.respawns >= MAX_RESPAWNS:
+            return raise_it
+        if at.kind == "death" and at.reached_worker_init is False:
+            return raise_it
+        if diagnosis.cause == "internal-error":
+            return raise_it
         return keep
 
     def _back_off(self, diagnosis: Diagnosis, at: Situation, note: str) -> Action:
@@ -216,5 +252,6 @@ __all__ = [
     "Situation",
     "ladder",
     "process_killing",
+    "replaces_one_worker",
     "step_down",
 ]

@@ -41,6 +41,8 @@ class Incident:
             "signal": d.signal,
             "exit_code": d.exit_code,
             "indices": list(d.indices),
+            "position": d.position,  # a stream's culprit: (worker_id, position[, key])
+            "key": d.key,
             "epoch": d.epoch,
             "batch": d.batch,
             "action": self.action,

@@ -10,8 +10,12 @@ class is thin: it overrides the torch hooks it must and delegates to named parts
 * ``Supervision``: what the loader and its iterators share: the append-only ``IncidentLog``, the
   counts, the quarantine, the back-off ladder (``supervision``).
 
-Its state is an ``IterState``. A rebuilt pool is a new iterator (a successor) that serves the rest
-of the epoch; torch's ``__init__`` never runs twice on one object.
+Its state is an ``IterState``. A dead or hung worker of a map-style pool is replaced alone
+(``_ld_replace``: a new process with its ``worker_id``, started as torch starts one, with the
+batches it owed re-sent); the other workers run on. A pool of another shape (a back-off), a stream,
+or a result queue left locked by a worker killed mid-write gets a rebuilt pool instead: a new
+iterator (a successor) that serves the rest of the epoch; torch's ``__init__`` never runs twice on
+one object.
 """
 
 from __future__ import annotations
@@ -33,23 +37,27 @@ from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import Field, FlightRecorder
-from loaderdoctor.supervise import collect
+from loaderdoctor.supervise import collect, respawn, result_queue
 from loaderdoctor.supervise.errors import LoaderError, WorkerDiedError, WorkerHangError, attach
 from loaderdoctor.supervise.events import EventReader
-from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of
+from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of, user_stacklevel
 from loaderdoctor.supervise.heal_policy import (
     ENVIRONMENTAL,
     Action,
     ActionKind,
     HealPolicy,
     Situation,
+    replaces_one_worker,
 )
 from loaderdoctor.supervise.ledger import Ledger
 from loaderdoctor.supervise.loader_view import wrap_dataset
 from loaderdoctor.supervise.pool import Pool
+from loaderdoctor.supervise.respawn import Replacement
+from loaderdoctor.supervise.result_queue import HalfMessage
 from loaderdoctor.supervise.sample_policy import SkippedBatch
 from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter, internal_evidence
 from loaderdoctor.supervise.start_failure import start_diagnosis, start_error
+from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, new_stream_progress
 from loaderdoctor.supervise.supervision import IterState, LoaderSnapshot, Settings, Supervision
 from loaderdoctor.supervise.worker_collate import SupervisedCollate
 from loaderdoctor.supervise.worker_exceptions import worker_exception
@@ -91,7 +99,24 @@ def _remove_log_dir(path: str, owner_pid: int) -> None:
 
 
 class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
-    def __init__(self, snapshot: LoaderSnapshot, supervision: Supervision, respawns: int = 0):
+    def __init__(
+        self,
+        snapshot: LoaderSnapshot,
+        supervision: Supervision,
+        respawns: int = 0,
+        streams: StreamProgress | None = None,
+    ):
+        self._ld_init_state(snapshot, supervision, respawns, streams)
+        if self._ld_start(self._ld_view(snapshot)):
+            self._ld_watch_pool()
+
+    def _ld_init_state(
+        self,
+        snapshot: LoaderSnapshot,
+        supervision: Supervision,
+        respawns: int,
+        streams: StreamProgress | None,
+    ) -> None:
         self._ld_sup = supervision
         self._ld_snapshot = snapshot  # the user's loader as it was, for successors and probes
         self._ld_state = IterState.RUNNING
@@ -104,21 +129,43 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_ledger = Ledger()
         self._ld_last_index: Any = None
         self._ld_raising: BaseException | None = None
+        self._ld_in_reset = False  # torch's _reset is waiting for its workers' resume replies
+        self._ld_queue_poisoned = False  # a worker died mid-write: the result queue is unusable
+        # The quarantine every worker of this pool knows (it only grows, in insertion order).
+        self._ld_quarantine_known = len(supervision.quarantine)
+        # A worker death's culprit was quarantined while the other workers ran on: with
+        # on_error="replace" they are replaced at the next epoch's start (``_reset``).
+        self._ld_quarantined_a_death = False
         self._ld_start_method = start_method_of(snapshot)
+        self._ld_context = torch_compat.multiprocessing_context_of(snapshot)
         self._ld_iterable = snapshot._dataset_kind == torch_compat.DatasetKind.Iterable
         self._ld_log_dir = collect.make_log_dir()
         self._ld_cleanup = weakref.finalize(self, _remove_log_dir, self._ld_log_dir, os.getpid())
-        self._ld_events = EventReader(self._ld_log_dir, supervision.take_event)
+        # IterableDataset: where each worker's stream stands; a re-started pool resumes from it
+        self._ld_streams = streams if streams is not None else new_stream_progress(snapshot)
+        self._ld_resuming = streams is not None  # a successor: its workers resume their streams
+        self._ld_events = EventReader(
+            self._ld_log_dir,
+            supervision.take_event
+            if self._ld_streams is None
+            else self._ld_streams.take_events(supervision.take_event),
+        )
         generator = snapshot.generator if snapshot.generator is not None else None
         # Replayed by a successor so that its pool draws the same base seed as this one without
         # consuming the user's generator (which would shift every later epoch).
         self._ld_generator_state = (generator or torch.default_generator).get_state()
-        num_workers = snapshot.num_workers
-        self._ld_recorder = FlightRecorder(num_workers)
-        for worker_id in range(num_workers):
+        self._ld_recorder = FlightRecorder(snapshot.num_workers)
+        for worker_id in range(snapshot.num_workers):
             self._ld_recorder.reset_slot(worker_id)
+
+    def _ld_view(self, snapshot: LoaderSnapshot) -> LoaderSnapshot:
+        """The loader as the workers see it: the dataset, collate_fn and init wrapped."""
+        supervision = self._ld_sup
         policy = supervision.sample_policy(snapshot.drop_last)
-        view = snapshot.with_overrides(
+        # With on_error="replace" only a worker finds a quarantined sample's substitute, so such
+        # a sample cannot simply be left out in the main process (see ``_next_index``).
+        self._ld_replacing = policy is not None and policy.on_error == "replace"
+        return snapshot.with_overrides(
             dataset=wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy),
             collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
             worker_init_fn=SupervisedWorkerInit(
@@ -127,15 +174,23 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 self._ld_log_dir,
                 snapshot.dataset,
                 hang_timeout=supervision.settings.hang_timeout,
+                stream_resumes=(
+                    self._ld_streams.resumes(snapshot.num_workers)
+                    if self._ld_streams is not None and self._ld_resuming
+                    else None
+                ),
             ),
         )
+
+    def _ld_start(self, view: LoaderSnapshot) -> bool:
+        """torch's own __init__ starts the workers; False when they could not start."""
         previous = os.environ.get(BOOTSTRAP_DIR_ENV)
         os.environ[BOOTSTRAP_DIR_ENV] = self._ld_log_dir
         try:
             super().__init__(view)
         except Exception as error:
             self._ld_start_failed(error)
-            return
+            return False
         finally:
             if previous is None:
                 os.environ.pop(BOOTSTRAP_DIR_ENV, None)
@@ -145,10 +200,14 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         # while its pid is still registered makes torch's SIGCHLD handler raise at whatever line
         # runs then (seen: inside another iterator's __del__, "Exception ignored in").
         torch_compat.stop_sigchld_checks(self)
+        return True
+
+    def _ld_watch_pool(self) -> None:
+        snapshot = self._ld_snapshot
         self._ld_pool = Pool(
             self._workers, self._index_queues, self._workers_done_event, self._ld_log_dir
         )
-        supervision.worker_pids |= self._ld_pool.pids()
+        self._ld_sup.worker_pids |= self._ld_pool.pids()
         self._ld_watch = WorkerWatch(
             self._ld_pool,
             self._ld_recorder,
@@ -156,7 +215,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             dataset=snapshot.dataset,
             start_method=self._ld_start_method,
             iterable=self._ld_iterable,
-            hang_timeout=supervision.settings.hang_timeout,
+            hang_timeout=self._ld_sup.settings.hang_timeout,
             epoch=self._ld_epoch,
             parts=(
                 ("dataset", snapshot.dataset),
@@ -187,7 +246,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> loading in the main "
             "process (num_workers=0)",
             HealWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
         self._ld_successor = SupervisedSingleProcessIter(
             self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
@@ -198,6 +257,13 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
     # --- bookkeeping of what each batch holds -------------------------------------------------
     def _next_index(self) -> Any:
         index = super()._next_index()
+        # A sample quarantined after these workers started is unknown to their dataset wrapper
+        # (persistent workers keep it for epochs): leave it out here, as the worker would.
+        while not self._ld_replacing and len(self._ld_sup.quarantine) > self._ld_quarantine_known:
+            index, dropped = respawn.without_new_quarantine(self, index)
+            if not dropped:
+                break
+            index = super()._next_index()
         self._ld_last_index = index
         return index
 
@@ -211,11 +277,19 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if not first_iter:
             self._ld_epoch = self._ld_watch.epoch = self._ld_sup.epoch
             self._ld_ledger.clear()
+            self._ld_respawns = 0  # MAX_RESPAWNS is per epoch, as it is for a fresh iterator
+            if self._ld_replacing and self._ld_quarantined_a_death:
+                respawn.refresh_workers(self)
+            if self._ld_streams is not None:
+                self._ld_streams = new_stream_progress(self._ld_snapshot)
             failure: _PoolFailure | None = None
+            self._ld_in_reset = True
             try:
                 super()._reset(loader, first_iter)
             except _PoolFailure as caught:  # a persistent worker died between epochs
                 failure = caught
+            finally:
+                self._ld_in_reset = False
             if failure is not None:
                 try:
                     self._ld_handle(failure)
@@ -230,12 +304,18 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         while True:
             wait = min(POLL_S, max(0.0, deadline - time.monotonic()))
             receive_error: Exception | None = None
+            half: Evidence | None = None
             try:
-                return (True, self._data_queue.get(timeout=wait))
+                return (True, self._ld_receive(wait))
             except queue.Empty:
                 pass
+            except HalfMessage as stalled:
+                half = stalled.evidence
             except Exception as error:
                 receive_error = error
+            if half is not None:
+                self._ld_queue_poisoned = True  # never read again: the pool is rebuilt
+                raise _PoolFailure(half)
             if receive_error is not None:
                 # Outside the except block: the verdict must not arrive chained under the
                 # EOFError/ConnectionResetError of the dead sender.
@@ -253,6 +333,15 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 raise _PoolFailure(evidence)
             if time.monotonic() >= deadline:
                 return (False, None)
+
+    def _ld_receive(self, wait: float) -> Any:
+        if self._data_queue is not self._worker_result_queue:  # pin_memory's thread reads it
+            return self._data_queue.get(timeout=wait)
+        return result_queue.receive(
+            self._data_queue,
+            wait,
+            lambda: self._ld_watch.poll(self._workers_status, self._task_info),
+        )
 
     def _get_data(self) -> Any:
         if self._timeout > 0:
@@ -284,7 +373,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 raise error
             finally:
                 error = None  # type: ignore[assignment]  # no cycle via its traceback
-        if task is not None and not isinstance(data, SkippedBatch):
+        if isinstance(data, StreamBatch):
+            data = self._ld_stream_delivered(data, indices, counted=task is not None)
+        elif task is not None and not isinstance(data, SkippedBatch):
             self._ld_sup.delivered(indices, data)
             if self._ld_sup.backoff is not None:
                 self._ld_sup.backoff.delivered()
@@ -372,7 +463,19 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             culprit=ev.in_flight_index,
             in_process_allowed=sup.settings.allow_in_process,
         )
+        if self._ld_iterable:
+            at = replace(at, culprit=ev.iterable_position)
         action = POLICY.decide(diagnosis, at)
+        # Start the dead worker's replacement now, so that its start-up overlaps the probe
+        # (with on_error="replace" it must know the quarantine: it starts after the decision).
+        replacement = None
+        worker_id = ev.worker_id
+        if (
+            worker_id is not None
+            and not self._ld_replacing
+            and self._ld_can_replace(action, at, ev)
+        ):
+            replacement = self._ld_replace(worker_id)
         if action.kind is ActionKind.PROBE:
             failed_again = probe(self._ld_snapshot, ev.in_flight_index)
             action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
@@ -380,7 +483,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             sup.backoff.failed()
         if action.kind is ActionKind.RAISE:
             self._ld_raise(failure, diagnosis)
-        self._ld_heal(diagnosis, action, ev.in_flight_index)
+        stream = self._ld_stream_culprit(ev, diagnosis) if self._ld_streams is not None else None
+        self._ld_heal(diagnosis, action, at, ev, replacement, stream)
 
     def _ld_raise(self, failure: _PoolFailure, diagnosis: Diagnosis) -> NoReturn:
         self._ld_sup.record(diagnosis, "raised")
@@ -405,11 +509,23 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         finally:
             error = None  # a raised exception kept in a local is a cycle through its frame
 
-    def _ld_heal(self, diagnosis: Diagnosis, action: Action, culprit: Any) -> None:
+    def _ld_heal(
+        self,
+        diagnosis: Diagnosis,
+        action: Action,
+        at: Situation,
+        ev: Evidence,
+        replacement: Replacement | None,
+        stream: tuple[str, str] | None = None,
+    ) -> None:
         sup = self._ld_sup
+        culprit = ev.in_flight_index if stream is None else None  # a stream's is named apart
         if action.note:
             diagnosis.evidence.append(action.note)
         detail = f" (sample {culprit!r})" if culprit is not None else ""
+        recorded_as = action.kind.value
+        if stream is not None:  # a stream's culprit: (how it was recorded, what the warning says)
+            recorded_as, detail = stream
         if action.kind is ActionKind.QUARANTINE:
             sup.quarantine_add(culprit, diagnosis)
         elif action.kind is ActionKind.BACK_OFF:
@@ -426,25 +542,50 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 "plain torch loading takes over for the rest of this loader's life"
             )
             sup.plain_torch = True
-        sup.record(diagnosis, action.kind.value)
+        alone = self._ld_respawned_alone(diagnosis, action, at, ev, replacement)
+        sup.record(diagnosis, recorded_as)
         if action.kind is ActionKind.FALL_BACK:
             warnings.warn(
                 "loaderdoctor's own machinery failed (internal-error, please report it); this "
                 "DataLoader continues as a plain torch DataLoader, without supervision.\n"
                 + format_verdict(diagnosis),
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
         else:
             warnings.warn(
                 f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> "
-                f"{action.kind.value}{detail}",
+                f"{recorded_as}{detail}",
                 HealWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
-        self._ld_hand_over(
-            action.num_workers, action.prefetch_factor, plain=action.kind is ActionKind.FALL_BACK
-        )
+        if not alone:
+            self._ld_hand_over(
+                action.num_workers,
+                action.prefetch_factor,
+                plain=action.kind is ActionKind.FALL_BACK,
+            )
+
+    def _ld_respawned_alone(
+        self,
+        diagnosis: Diagnosis,
+        action: Action,
+        at: Situation,
+        ev: Evidence,
+        replacement: Replacement | None,
+    ) -> bool:
+        """Finish replacing the failed worker alone (True), or say why the pool is rebuilt."""
+        late = self._ld_replacing and replacement is None
+        if late and ev.worker_id is not None and self._ld_can_replace(action, at, ev):
+            replacement = self._ld_replace(ev.worker_id, dataset=respawn.current_dataset(self))
+        if replacement is not None and replacement.refused:
+            diagnosis.evidence.append(replacement.refused)
+            return False
+        if replacement is None or not replaces_one_worker(action, at):
+            return False  # a back-off: the replacement stops with the pool
+        diagnosis.evidence.append(respawn.resend_owed(self, replacement))
+        self._ld_quarantined_a_death |= action.kind is ActionKind.QUARANTINE
+        return True
 
     def _ld_step(self, direction: str, num_workers: int, prefetch_factor: int, reason: str) -> None:
         self._ld_sup.step(direction, num_workers, prefetch_factor, reason)
@@ -460,15 +601,36 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         warnings.warn(
             f"loaderdoctor: {reason}; back up to num_workers={rung[0]}, prefetch_factor={rung[1]}",
             HealWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
         self._ld_hand_over(rung[0], rung[1])
 
     # --- acting ---------------------------------------------------------------------------
+    def _ld_can_replace(self, action: Action, at: Situation, ev: Evidence) -> bool:
+        """The policy replaces one worker, and this pool can do it now."""
+        return (
+            replaces_one_worker(action, at)
+            and ev.worker_id is not None
+            and not self._ld_in_reset  # torch's _reset counts its workers' resume replies
+            and not self._pin_memory  # its thread reads the result queue; ours must not race it
+            and not self._ld_pool.is_alive(ev.worker_id)
+        )
+
+    def _ld_replace(
+        self, worker_id: int, worker_init_fn: Any = None, dataset: Any = None
+    ) -> Replacement:
+        """Start a new process in place of the dead worker ``worker_id``, the others running
+        on; ``worker_init_fn`` or ``dataset`` replace the pool's own (a per-worker resume, a grown
+        quarantine). The owed batches follow with ``respawn.resend_owed``."""
+        return respawn.replace(self, worker_id, worker_init_fn, dataset)
+
     def _ld_hand_over(self, num_workers: int, prefetch_factor: int, plain: bool = False) -> None:
         """Stop this pool; a successor serves what is owed, then the rest of the epoch."""
         owed = self._ld_ledger.owed_in_order()
         self._ld_sup.counts["resent_batches"] += len(owed)
+        if self._ld_streams is not None:
+            self._ld_events.drain()  # every skip the dead worker wrote: a replay drops them too
+            self._ld_stream_undelivered()
         remaining = self._sampler_iter
         self._ld_stop()
         self._ld_ledger.clear()
@@ -494,10 +656,70 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             successor = SupervisedSingleProcessIter(snapshot, self._ld_sup)
         else:
             successor = SupervisedMultiProcessingIter(
-                snapshot, self._ld_sup, respawns=self._ld_respawns + 1
+                snapshot, self._ld_sup, respawns=self._ld_respawns + 1, streams=self._ld_streams
             )
         self._ld_successor = successor
         self._ld_state = IterState.HANDED_OVER
+
+    # --- streams (IterableDataset): positions delivered, culprits skipped ---------------------
+    def _ld_stream_delivered(self, batch: StreamBatch, indices: Any, counted: bool) -> Any:
+        """Unwrap a stream worker's batch; its positions advance that worker's stream."""
+        streams = self._ld_streams
+        if streams is None:  # a StreamBatch reaches only the iterator of a stream
+            return batch.batch
+        streams.delivered(batch)
+        if counted:
+            # counted by what it holds: a stream that batches itself yields whole batches
+            self._ld_sup.delivered(indices, batch.batch)
+            if self._ld_sup.backoff is not None:
+                self._ld_sup.backoff.delivered()
+        for note in streams.notes:
+            warnings.warn(f"loaderdoctor: {note}", HealWarning, stacklevel=user_stacklevel())
+            if streams.incident is not None:
+                streams.incident.evidence.append(note)
+        streams.notes.clear()
+        return batch.batch
+
+    def _mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
+        if not shutdown and self._ld_streams is not None:
+            self._ld_streams.ended(worker_id)  # its stream ended: a re-started one stays ended
+        super()._mark_worker_as_unavailable(worker_id, shutdown)
+
+    def _ld_stream_undelivered(self) -> None:
+        """A worker whose end torch saw may still have batches waiting in torch's reorder buffer
+        (the end marker is read as it comes): its stream has not ended for the user yet."""
+        streams = self._ld_streams
+        assert streams is not None
+        for info in self._task_info.values():
+            if len(info) == 2:
+                streams.not_ended(info[0])
+
+    def _ld_stream_culprit(self, ev: Evidence, diagnosis: Diagnosis) -> tuple[str, str]:
+        """The item in flight at a death is skipped when the stream resumes: (action, detail)."""
+        streams = self._ld_streams
+        assert streams is not None
+        worker, position = ev.worker_id, ev.iterable_position
+        if worker is None or position is None:
+            diagnosis.evidence.append(
+                "every worker resumes its stream after its last delivered item"
+            )
+            return "respawned", ""
+        named = f"item #{position} of worker {worker}'s stream"
+        streams.incident = diagnosis  # a replay found not to match says so in its evidence
+        if streams.culprit(worker, position, diagnosis):
+            self._ld_sup.counts["skipped"] += 1
+            diagnosis.evidence.append(
+                f"{named} is skipped: every worker resumes its stream after its last delivered "
+                f"item, worker {worker} past that item"
+            )
+            return "skipped", f" ({named})"
+        end = streams.stop_at(worker)
+        lost = f"items after #{end - 1}" if end else "items"
+        diagnosis.evidence.append(
+            f"worker {worker} died at its item #{position} again: its stream cannot be read past "
+            f"it, so worker {worker}'s {lost} are lost (the other workers resume)"
+        )
+        return "skipped", f" ({named}; the rest of worker {worker}'s stream is lost)"
 
     def _ld_stop(self) -> None:
         self._ld_pool.stop(self._workers_status)

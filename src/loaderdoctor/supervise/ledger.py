@@ -1,6 +1,7 @@
 """The ledger of one worker pool: every batch handed to a worker is owed until it is delivered.
 
-When a pool is rebuilt, every owed batch is sent again, in order, before the sampler continues, so
+When a pool is rebuilt, every owed batch is sent again, in order, before the sampler continues;
+when one worker is replaced, the batches that worker owed are sent again to its replacement. So
 each healthy sample arrives exactly once: nothing delivered is sent twice, nothing owed is lost.
 """
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from typing import Any
 
+from loaderdoctor import torch_compat
 from loaderdoctor.supervise import collect
 
 SHUTDOWN_GRACE_S = 2.0
@@ -56,6 +58,37 @@ class Pool:
             process.kill()
         process.join(timeout=5)
 
+    def respawn(
+        self, worker_id: int, context: Any, make_args: Callable[[Any], tuple[Any, ...]]
+    ) -> tuple[int | None, int | None]:
+        """Replace worker ``worker_id`` (dead, or killed here) by a new process with its id.
+
+        The new process runs torch's own ``_worker_loop`` with ``make_args(index_queue)`` (see
+        ``torch_compat.worker_loop_args``) on a new index queue; the lists torch's iterator keeps
+        are updated in place, so every other worker keeps running untouched. Returns
+        ``(old pid, new pid)``.
+        """
+        old = self._workers[worker_id]
+        old_pid = old.pid
+        self.kill(worker_id)
+        old_queue = self._index_queues[worker_id]
+        old_queue.cancel_join_thread()
+        old_queue.close()
+        index_queue = context.Queue()
+        index_queue.cancel_join_thread()  # as torch does: a dead reader must not block exit
+        # In place before the start: should it fail, torch's shutdown still finds an open queue.
+        self._index_queues[worker_id] = index_queue
+        process = context.Process(target=torch_compat.WORKER_LOOP, args=make_args(index_queue))
+        process.daemon = True
+        process.start()
+        self._workers[worker_id] = process
+        if old_pid is not None:
+            self.remove_temp_dirs(old_pid)  # the others' are in use (their fd-passing sockets)
+        return old_pid, process.pid
+
+    def index_queue(self, worker_id: int) -> Any:
+        return self._index_queues[worker_id]
+
     def stop(self, busy: list[bool], grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Stop every worker within ``grace_s``, healthy ones cleanly, stuck ones by force.
 
@@ -89,10 +122,16 @@ class Pool:
                 process.kill()
             process.join(timeout=5)
 
-    def remove_temp_dirs(self) -> None:
-        """A killed worker leaves its multiprocessing temp dir behind; remove those that remain."""
+    def remove_temp_dirs(self, pid: int | None = None) -> None:
+        """A killed worker leaves its multiprocessing temp dir behind; remove those that remain
+        (of every worker, or of the worker ``pid`` alone)."""
+        suffix = f"-{pid}.txt" if pid is not None else ".txt"
         try:
-            names = [n for n in os.listdir(self.log_dir) if n.startswith("tempdir-")]
+            names = [
+                n
+                for n in os.listdir(self.log_dir)
+                if n.startswith("tempdir-") and n.endswith(suffix)
+            ]
         except OSError:
             return
         for name in names:

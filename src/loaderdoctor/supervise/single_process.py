@@ -13,7 +13,7 @@ from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise import collect
 from loaderdoctor.supervise.errors import attach
 from loaderdoctor.supervise.exception_tags import MARKER, read_tags
-from loaderdoctor.supervise.heal import ResumeSampler, length_of
+from loaderdoctor.supervise.heal import ResumeSampler, length_of, user_stacklevel
 from loaderdoctor.supervise.loader_view import wrap_dataset
 from loaderdoctor.supervise.sample_policy import SkippedBatch
 from loaderdoctor.supervise.samples import sample_file
@@ -77,6 +77,7 @@ class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
         try:
             return super()._next_data()
         except StopIteration:
+            self._ld_sup.take_in_process_events()  # a stream's last skips come with its end
             if self._ld_sup.backoff is not None:
                 self._ld_sup.backoff.epoch_finished()
             self._ld_sup.tell_watchers("epoch-end")
@@ -130,7 +131,7 @@ class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
             "DataLoader continues as a plain torch DataLoader, without supervision.\n"
             + format_verdict(diagnosis),
             RuntimeWarning,
-            stacklevel=5,
+            stacklevel=user_stacklevel(),
         )
         # The batch in flight is loaded again, by torch alone, then the rest of the epoch.
         pending = [self._ld_last_index] if self._ld_last_index is not None else []

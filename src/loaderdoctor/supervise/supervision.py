@@ -16,6 +16,7 @@ from typing import Any
 
 from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise.batch_count import samples_delivered
+from loaderdoctor.supervise.heal import warn_sample_action
 from loaderdoctor.supervise.heal_policy import Backoff
 from loaderdoctor.supervise.incidents import BackoffStep, IncidentLog, LoaderReport, build_report
 from loaderdoctor.supervise.ledger import new_counts
@@ -87,6 +88,7 @@ class Supervision:
         self.dataset = dataset
         self.log = IncidentLog(owner)
         self.counts = new_counts()
+        self.sample_actions = 0  # skips and replacements warned about (rate-limited)
         self.quarantine: dict[int, QuarantineEntry] = {}
         if settings.quarantine_path is not None:
             self.quarantine = read_quarantine(settings.quarantine_path, dataset_length(dataset))
@@ -198,8 +200,12 @@ class Supervision:
             ev.notes.append(f"failed {attempts} times in a row")
         if action == "replaced":
             ev.notes.append(f"replaced by sample {event.get('substitute')!r}")
+        if event.get("note"):
+            ev.notes.append(event["note"])
         diagnosis = diagnose(ev)
         self.record(diagnosis, action)
+        warn_sample_action(diagnosis.title, diagnosis.cause, action, event, self.sample_actions)
+        self.sample_actions += 1
         self.quarantine_add(index, diagnosis)
 
     def take_in_process_events(self) -> None:

@@ -8,6 +8,7 @@ few numpy item writes. The collate_fn and worker_init_fn wrappers are in ``worke
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,13 @@ from loaderdoctor.supervise.sample_policy import (
     SamplePolicy,
     SkippedBatch,
     _safe_structure,
+)
+from loaderdoctor.supervise.streams import (
+    CHECKED_KEYS,
+    StreamBatch,
+    StreamResume,
+    is_stateful,
+    item_key,
 )
 from loaderdoctor.supervise.worker_state import STATE, _failure, record_event
 
@@ -236,42 +244,184 @@ class SupervisedBatchedMapDataset(SupervisedMapDataset):
             raise
 
 
+_NOT_PASSED = (
+    "a generator ends when it raises: the rest of this worker's stream after item #{position} "
+    "is lost (re-reading the stream raised there again); raise inside a loop that catches the "
+    "error per item, or make __iter__ return an iterator object whose __next__ can go on"
+)
+
+
 class _SupervisedIterator:
-    def __init__(self, iterator: Iterator[Any], policy: SamplePolicy | None = None) -> None:
-        self.iterator = iterator
+    """One worker's stream: counts positions (skipped items included), skips bad items, and
+    resumes a re-started worker's stream where the user's copy stands (``StreamResume``)."""
+
+    def __init__(
+        self, dataset: Any, policy: SamplePolicy | None = None, resume: StreamResume | None = None
+    ) -> None:
+        self.dataset = dataset
         self.policy = policy
+        self.resume = resume
         self.position = 0
+        self.mark = 0  # the position the batch being collected began at
+        # The items of the batch being collected (their keys are taken once per batch, for the
+        # last few only), and the positions in it that returned no item (skipped, dropped).
+        self.items: list[Any] = []
+        self.gaps: set[int] = set()
+        self.notes: list[str] = []
+        self.culprits: list[tuple[int, Any]] = []  # (position, key) of culprits read and dropped
+        self.done = False
+        self.stateful = is_stateful(dataset)
+        self.expected: dict[int, Any] = {}
+        if resume is not None:
+            self.expected = dict(resume.keys)
+            if resume.ended:
+                self.done = True
+            elif resume.state is not None and self.stateful:
+                dataset.load_state_dict(resume.state)
+                self.position = self.mark = resume.skip
+        self.iterator: Iterator[Any] = iter(()) if self.done else iter(dataset)
+        if resume is not None and not resume.replayable and resume.skip and resume.state is None:
+            self.notes.append(
+                f"stream of worker {STATE.worker_id} is not replayable (the dataset says "
+                f"loaderdoctor_replayable=False): up to {resume.skip} items may be duplicated "
+                "or lost"
+            )
 
     def __iter__(self) -> _SupervisedIterator:
         return self
 
+    def _counted_already(self, position: int) -> bool:
+        resume = self.resume
+        return resume is not None and (
+            position < resume.skip or position in resume.culprits or position in resume.reported
+        )
+
     def __next__(self) -> Any:
         slot = STATE.slot
+        resume = self.resume
+        if slot is not None:
+            # Inlined per item (a few item writes): samples_started is position + 1, so the
+            # parent reads the position of the item in flight from it.
+            flat, base, clock = slot.hot_path()
+            flat[base + _INDEX] = NO_INDEX
+            samples_at, stage_at, since_at = base + _SAMPLES, base + _STAGE, base + _SINCE
         while True:  # a loop, not a recursion: a stream may hold thousands of bad records in a row
+            if self.done:
+                raise StopIteration
+            position = self.position
             if slot is not None:
-                slot.fetching(None)
+                flat[samples_at] = position + 1
+                flat[stage_at] = _FETCH
+                flat[since_at] = clock()
             try:
                 item = next(self.iterator)
             except StopIteration:
+                self.done = True
                 if slot is not None:
                     slot.stage(Stage.IDLE)
                 raise
             except Exception as error:
+                self.position += 1
+                self.gaps.add(position)
                 if slot is not None:
                     slot.error()
-                self.position += 1
+                if self._counted_already(position):
+                    self._go_on_after(position, error, report=False)
+                    continue
                 if self.policy is None:
-                    tag_exception(error, position=self.position - 1, stage="fetch")
+                    tag_exception(error, position=position, stage="fetch")
                     raise
-                # A stream cannot retry an item: skip it and read on.
-                failure = _failure(error, None, 1, "fetch")
-                position = self.position - 1
-                record_event(
-                    {**failure, "position": position, "action": "skipped", "dropped": False}
-                )
+                self._go_on_after(position, error, report=True)
                 continue
             self.position += 1
+            if resume is not None and self._counted_already(position):
+                if position < resume.skip:
+                    self._check_replay(position, item)
+                elif position in resume.culprits:  # in flight at a death, counted: its key
+                    self.culprits.append((position, item_key(item)))
+                # else: skipped before the death, counted as skipped: it stays skipped
+                if self.items:
+                    self.gaps.add(position)
+                else:
+                    self.mark = self.position  # the batch begins after what is dropped
+                continue
+            self.items.append(item)
             return item
+
+    def _check_replay(self, position: int, item: Any) -> None:
+        expected = self.expected.pop(position, None)
+        if expected is None:
+            return
+        key = item_key(item)
+        if key != expected:
+            self.expected.clear()  # said once
+            self.notes.append(
+                f"stream of worker {STATE.worker_id} is not replayable: its item #{position} "
+                f"was {expected!r} when delivered and {key!r} when replayed, so up to "
+                f"{self.resume.skip if self.resume else 0} items may be duplicated or lost"
+            )
+
+    def _go_on_after(self, position: int, error: BaseException, report: bool) -> None:
+        """After a bad item: record the skip, and re-open a generator that the error ended."""
+        ended = inspect.isgenerator(self.iterator) and self.iterator.gi_frame is None
+        recovered = not ended or self._reopen_past(position)
+        if report:
+            failure = _failure(error, None, 1, "fetch")
+            event = {**failure, "position": position, "action": "skipped", "dropped": False}
+            if not recovered:
+                event["note"] = _NOT_PASSED.format(position=position)
+            record_event(event)
+        if not recovered:
+            self.done = True
+
+    def _reopen_past(self, position: int) -> bool:
+        """Re-create the stream (as torch does) and read it up to just past ``position``.
+
+        False when the re-read raises at ``position`` again or ends before it: a generator cannot
+        be read past an item that raises.
+        """
+        try:
+            self.iterator = iter(self.dataset)
+        except Exception:
+            return False
+        for _ in range(position + 1):
+            try:
+                next(self.iterator)
+            except StopIteration:
+                return False
+            except Exception:
+                if inspect.isgenerator(self.iterator) and self.iterator.gi_frame is None:
+                    return False
+        return True
+
+    def take_batch(self, batch: Any, worker_id: int) -> StreamBatch:
+        """``batch`` with the positions (and keys) collected since the last call."""
+        wrapped = StreamBatch(
+            batch,
+            worker_id,
+            self.mark,
+            self.position,
+            len(self.items),
+            self._recent_keys(),
+            self.state(),
+            tuple(self.notes),
+            tuple(self.culprits),
+        )
+        self.mark = self.position
+        self.items, self.gaps, self.notes, self.culprits = [], set(), [], []
+        return wrapped
+
+    def _recent_keys(self) -> tuple[tuple[int, Any], ...]:
+        """(position, key) of the batch's last ``CHECKED_KEYS`` items that have a key."""
+        items = self.items
+        if not items:
+            return ()
+        positions = [p for p in range(self.mark, self.position) if p not in self.gaps]
+        pairs = zip(positions[-CHECKED_KEYS:], items[-CHECKED_KEYS:])
+        return tuple((p, key) for p, item in pairs if (key := item_key(item)) is not None)
+
+    def state(self) -> Any:
+        return self.dataset.state_dict() if self.stateful else None
 
 
 class SupervisedIterableDataset(IterableDataset[Any]):
@@ -282,7 +432,10 @@ class SupervisedIterableDataset(IterableDataset[Any]):
         self.policy = policy
 
     def __iter__(self) -> Iterator[Any]:
-        return _SupervisedIterator(iter(self.dataset), self.policy)
+        resume, STATE.stream_resume = STATE.stream_resume, None  # the first epoch only
+        stream = _SupervisedIterator(self.dataset, self.policy, resume)
+        STATE.stream = stream
+        return stream
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or "dataset" not in self.__dict__:

@@ -45,7 +45,7 @@ class SupervisedCollate:
             if healed is not None:
                 if slot is not None:
                     slot.collated()
-                return healed
+                return _with_stream_positions(healed)
             if slot is not None:
                 slot.stage(Stage.IDLE)
             tag_exception(error, index=None, stage="collate", batch=indices, odd=odd)
@@ -54,7 +54,7 @@ class SupervisedCollate:
             slot.collated()
         if self.heal and STATE.good_structure is None and isinstance(samples, list) and samples:
             STATE.good_structure = _safe_structure(samples[0])
-        return batch
+        return _with_stream_positions(batch)
 
     def _reference(self, indices: list[Any]) -> Any:
         """A good sample's structure: from an earlier batch, else a sample outside this batch."""
@@ -81,3 +81,15 @@ class SupervisedCollate:
             event = {**_failure(error, index, 1, "collate"), "action": "skipped", "dropped": False}
             record_event(event)
         return batch
+
+
+def _with_stream_positions(batch: Any) -> Any:
+    """In a stream worker: the batch wrapped with the stream positions (and keys) it holds.
+
+    The main process unwraps it before torch sees the batch; in-process loading (no worker id)
+    and map-style datasets hand the batch on as it is.
+    """
+    stream = STATE.stream
+    if stream is None or STATE.worker_id is None:
+        return batch
+    return stream.take_batch(batch, STATE.worker_id)

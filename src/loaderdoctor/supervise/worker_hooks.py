@@ -44,8 +44,11 @@ class SupervisedWorkerInit:
         log_dir: str,
         dataset: Any,
         hang_timeout: float | None = None,
+        stream_resumes: dict[int, Any] | None = None,
     ) -> None:
         self.user_init = user_init
+        # IterableDataset pools re-started after a death: where each worker's stream resumes
+        self.stream_resumes = stream_resumes or {}
         self.recorder = recorder
         self.log_dir = log_dir
         self.dataset = dataset
@@ -54,6 +57,8 @@ class SupervisedWorkerInit:
     def __call__(self, worker_id: int) -> None:
         STATE.worker_id = worker_id
         STATE.batch_indices = []
+        STATE.stream = None
+        STATE.stream_resume = self.stream_resumes.get(worker_id)
         slot = self.recorder.attach(worker_id)
         STATE.slot = slot
         try:

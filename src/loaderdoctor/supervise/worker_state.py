@@ -26,6 +26,10 @@ class _WorkerState:
         self.known_bad: set[Any] = set()
         self.good_structure: Any = None  # of a sample in a batch that collated (healing)
         self.reference_fetch: Callable[[list[Any]], Any] | None = None
+        # IterableDataset: this worker's stream (its positions and keys, for the batch wrapper)
+        # and, in a re-started worker, where the stream resumes (``streams.StreamResume``)
+        self.stream: Any = None
+        self.stream_resume: Any = None
 
 
 STATE = _WorkerState()

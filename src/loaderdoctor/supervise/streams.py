@@ -1,0 +1,257 @@
+"""Where each worker's stream stands (IterableDataset), and how a re-started worker resumes it.
+
+A stream worker's batches travel wrapped in a ``StreamBatch`` that says which positions of that
+worker's stream they hold (and the items' keys where they expose one). The main process unwraps it
+before torch sees the batch and keeps a ``StreamProgress``: per worker, the end of what the user
+received, the positions skipped on purpose, whether the stream ended. When a pool is re-started,
+every worker gets a ``StreamResume``: re-create the iterator as torch does (``iter(dataset)`` under
+the same ``get_worker_info()``), fast-forward past what was delivered, skip the culprit, go on.
+
+A dataset with ``state_dict()``/``load_state_dict()`` (torchdata's ``Stateful``) resumes from the
+state its worker sent with its last delivered batch instead of replaying. A dataset that sets
+``loaderdoctor_replayable = False`` says its stream cannot be replayed; a replay whose items differ
+from the delivered ones (by key) shows it too. Either way the loss is said, never hidden.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# The last few delivered items of each worker whose keys a replay is checked against.
+CHECKED_KEYS = 64
+REPLAYABLE_ATTRIBUTE = "loaderdoctor_replayable"
+
+
+def item_key(item: Any) -> Any:
+    """A cheap name for a stream item: a WebDataset ``__key__``, a file name, a small scalar."""
+    if isinstance(item, dict):
+        key = item.get("__key__")
+        return key if isinstance(key, (str, int)) else None
+    if isinstance(item, (str, int)) and not isinstance(item, bool):
+        return item if not isinstance(item, str) or len(item) <= 4096 else None
+    if isinstance(item, tuple) and item and isinstance(item[0], str) and len(item[0]) <= 4096:
+        return item[0]  # (path, payload) pairs: the path names the item
+    return None
+
+
+def is_stateful(dataset: Any) -> bool:
+    return callable(getattr(dataset, "state_dict", None)) and callable(
+        getattr(dataset, "load_state_dict", None)
+    )
+
+
+def declared_replayable(dataset: Any) -> bool:
+    return bool(getattr(dataset, REPLAYABLE_ATTRIBUTE, True))
+
+
+class StreamBatch:
+    """A stream worker's batch on its way to the main process, with the positions it holds.
+
+    ``first``/``end``: the stream positions this batch covers (``end`` exclusive, counting items
+    skipped on purpose); ``items``: how many items it holds. ``keys``: (position, key) of its items that have a key. ``state``: the
+    dataset's ``state_dict()`` after this batch (Stateful datasets only). ``notes``: what the
+    worker has to say (a replay that did not match). ``culprits``: (position, key) of items in
+    flight at a death, read again (and dropped) when the stream resumed: their keys name them.
+    """
+
+    __slots__ = (
+        "batch",
+        "culprits",
+        "end",
+        "first",
+        "items",
+        "keys",
+        "notes",
+        "state",
+        "worker_id",
+    )
+
+    def __init__(
+        self,
+        batch: Any,
+        worker_id: int,
+        first: int,
+        end: int,
+        items: int,
+        keys: tuple[tuple[int, Any], ...] = (),
+        state: Any = None,
+        notes: tuple[str, ...] = (),
+        culprits: tuple[tuple[int, Any], ...] = (),
+    ) -> None:
+        self.batch = batch
+        self.worker_id = worker_id
+        self.first = first
+        self.end = end
+        self.items = items
+        self.keys = keys
+        self.state = state
+        self.notes = notes
+        self.culprits = culprits
+
+    def pin_memory(self, device: Any = None) -> StreamBatch:
+        """torch's pin thread calls this: pin the batch inside, keep the positions."""
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        pinned = pin_memory(self.batch, device) if device is not None else pin_memory(self.batch)
+        return StreamBatch(
+            pinned,
+            self.worker_id,
+            self.first,
+            self.end,
+            self.items,
+            self.keys,
+            self.state,
+            self.notes,
+            self.culprits,
+        )
+
+    def __repr__(self) -> str:
+        return f"StreamBatch(worker {self.worker_id}, positions {self.first}..{self.end - 1})"
+
+
+@dataclass(frozen=True)
+class StreamResume:
+    """What a re-started worker needs to resume its stream where the user's copy stands."""
+
+    skip: int  # positions delivered already: replayed and dropped (or restored from ``state``)
+    culprits: frozenset[int] = frozenset()  # read and dropped: the items in flight at deaths
+    reported: frozenset[int] = frozenset()  # skips the main process counted already
+    ended: bool = False  # the stream had ended: stays ended
+    keys: tuple[tuple[int, Any], ...] = ()  # (position, key) of delivered items, to check
+    state: Any = None  # a Stateful dataset's state at ``skip``
+    replayable: bool = True
+
+
+@dataclass
+class _WorkerStream:
+    delivered_end: int = 0
+    culprits: set[int] = field(default_factory=set)
+    reported: set[int] = field(default_factory=set)
+    ended: bool = False
+    stopped: bool = False  # ended by us: it cannot be read past a culprit
+    keys: deque[tuple[int, Any]] = field(default_factory=lambda: deque(maxlen=CHECKED_KEYS))
+    state: Any = None
+    has_state: bool = False
+    unreplayable: bool = False  # a replay of it did not match: its replayed keys name nothing
+    culprit_incidents: dict[int, Any] = field(default_factory=dict)  # position -> Diagnosis
+
+
+class StreamProgress:
+    """The main process's view of every worker's stream, shared along a chain of re-started pools."""
+
+    def __init__(self, replayable: bool = True) -> None:
+        self.workers: dict[int, _WorkerStream] = {}
+        self.replayable = replayable
+        self.notes: list[str] = []  # non-replay findings not yet warned about
+        self.incident: Any = None  # the Diagnosis of the last death healed by a resume
+
+    def _of(self, worker_id: int) -> _WorkerStream:
+        return self.workers.setdefault(worker_id, _WorkerStream())
+
+    def delivered(self, batch: StreamBatch) -> int:
+        """The user received ``batch``: advance its worker. Returns the number of items in it."""
+        stream = self._of(batch.worker_id)
+        stream.delivered_end = max(stream.delivered_end, batch.end)
+        stream.keys.extend(batch.keys)
+        if batch.state is not None:
+            stream.state, stream.has_state = batch.state, True
+        self.notes.extend(batch.notes)
+        if batch.notes:
+            stream.unreplayable = True
+        # a replay that did not match cannot name what was in flight before it
+        for position, key in () if stream.unreplayable else batch.culprits:
+            diagnosis = stream.culprit_incidents.get(position)
+            if diagnosis is not None and key is not None and diagnosis.key is None:
+                diagnosis.key = key
+                diagnosis.evidence.append(
+                    f"item #{position} of worker {batch.worker_id}'s stream has key {key!r} "
+                    "(read again, and dropped, when the stream resumed)"
+                )
+        return batch.items
+
+    def ended(self, worker_id: int) -> None:
+        self._of(worker_id).ended = True
+
+    def not_ended(self, worker_id: int) -> None:
+        """Its end was seen, but not all of its batches reached the user: a replay re-reads them."""
+        stream = self._of(worker_id)
+        if not stream.stopped:
+            stream.ended = False
+
+    def skipped(self, worker_id: int | None, position: int | None) -> None:
+        """A skip the main process counted (an ``on_error`` event): a replay must not count it again."""
+        if worker_id is not None and position is not None:
+            self._of(worker_id).reported.add(position)
+
+    def culprit(self, worker_id: int, position: int, diagnosis: Any = None) -> bool:
+        """The item in flight at a death: dropped when the stream is resumed (``diagnosis`` gets
+        its key when the replay reads it). False when the same position killed this worker
+        before (a stream cannot be read past it)."""
+        stream = self._of(worker_id)
+        if position in stream.culprits:
+            return False
+        stream.culprits.add(position)
+        if diagnosis is not None:
+            stream.culprit_incidents[position] = diagnosis
+        return True
+
+    def stop_at(self, worker_id: int) -> int:
+        """A stream that cannot be read past its culprit: it ends where the user's copy stands."""
+        stream = self._of(worker_id)
+        stream.ended = stream.stopped = True
+        return stream.delivered_end
+
+    def delivered_end(self, worker_id: int) -> int:
+        return self._of(worker_id).delivered_end
+
+    def resume_for(self, worker_id: int) -> StreamResume:
+        stream = self._of(worker_id)
+        return StreamResume(
+            skip=stream.delivered_end,
+            culprits=frozenset(p for p in stream.culprits if p >= stream.delivered_end),
+            reported=frozenset(p for p in stream.reported if p >= stream.delivered_end),
+            ended=stream.ended,
+            keys=tuple(stream.keys),
+            state=stream.state if stream.has_state else None,
+            replayable=self.replayable,
+        )
+
+    def resumes(self, num_workers: int) -> dict[int, StreamResume]:
+        return {worker_id: self.resume_for(worker_id) for worker_id in range(num_workers)}
+
+    def take_events(
+        self, take: Callable[[dict[str, Any]], None]
+    ) -> Callable[[dict[str, Any]], None]:
+        """Wraps the supervision's event sink: stream skips are remembered by position first."""
+
+        def take_event(event: dict[str, Any]) -> None:
+            if event.get("action") == "skipped":
+                self.skipped(event.get("worker"), event.get("position"))
+            take(event)
+
+        return take_event
+
+
+def new_stream_progress(loader: Any) -> StreamProgress | None:
+    """A fresh progress for a loader over an IterableDataset (None for map-style)."""
+    from loaderdoctor import torch_compat
+
+    if loader._dataset_kind != torch_compat.DatasetKind.Iterable:
+        return None
+    return StreamProgress(declared_replayable(loader.dataset))
+
+
+__all__ = [
+    "CHECKED_KEYS",
+    "REPLAYABLE_ATTRIBUTE",
+    "StreamBatch",
+    "StreamProgress",
+    "StreamResume",
+    "declared_replayable",
+    "is_stateful",
+    "item_key",
+    "new_stream_progress",
+]
