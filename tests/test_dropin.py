@@ -168,8 +168,27 @@ START_FAILURES: dict[str, Callable[[str], dict[str, Any]]] = {
 def test_unpicklable_start_raises_torchs_type_with_torchs_warning(case: str, method: str) -> None:
     ours = assert_same_failure(lambda: START_FAILURES[case](method))
     assert ours.diagnosis.cause == "unpicklable"  # type: ignore[attr-defined]
-    # the verdict rides along in the traceback
-    assert any("unpicklable" in note or "pickle" in note for note in ours.__notes__)
+    # the verdict rides along in the traceback, naming the part that cannot cross and why
+    part, error = UNPICKLABLE_PARTS[case]
+    (note,) = ours.__notes__
+    assert note.splitlines()[:5] == [
+        "loaderdoctor verdict: Something that must cross between processes cannot be pickled "
+        "[unpicklable, confidence 0.97]",
+        "  evidence:",
+        f"    - cannot be pickled for {method}: {part} ({error})",
+        f"    - the worker raised {error}",
+        "  fix:",
+    ]
+
+
+UNPICKLABLE_PARTS = {
+    "lambda-worker-init-fn": (
+        "worker_init_fn",
+        "AttributeError: Can't pickle local object '<lambda>.<locals>.<lambda>'",
+    ),
+    "dataset-with-lock": ("dataset", "TypeError: cannot pickle '_thread.lock' object"),
+    "unpicklable-collate-fn": ("collate_fn", "PicklingError: this object cannot be pickled"),
+}
 
 
 class _CannotForkProcess(multiprocessing.context.ForkProcess):

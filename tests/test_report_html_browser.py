@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loaderdoctor.report.html import INCIDENT_COLOR, STATUS_COLORS
+from loaderdoctor.report.html import INCIDENT_COLOR, PALETTE, STATUS_COLORS
 from loaderdoctor.report.run_html import write_html
 from test_run_units import sample_report
 
@@ -41,4 +41,5 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert len(colors) > 50  # text, plots and cards, not a blank or error page
     assert rgb(STATUS_COLORS["crashed"]) in colors  # the status badge and the incident card
     assert rgb(INCIDENT_COLOR) in colors  # incidents marked on the plots
-    assert rgb("#1f77b4") in colors or rgb("#ff7f0e") in colors  # a memory line was drawn
+    # the memory chart: the main process (dashed) and its worker, each in its own colour
+    assert {rgb(PALETTE[0]), rgb(PALETTE[1])} <= colors

@@ -211,11 +211,14 @@ def test_nested_run_is_one_supervisor_and_one_report(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("mode", "batches", "samples", "loaders", "workers"),
     [
-        # 2 workers, one killed; the culprit loads fine alone, so the pool of 2 is rebuilt
-        # (backed off to prefetch 1): 4 worker processes ran, as a 50 ms sampler sees too.
-        ("respawn", 4, 16, 1, 4),
+        # 2 workers, one killed; the culprit loads fine alone (in a worker of its own), so the
+        # pool of 2 is rebuilt (backed off to prefetch 1): 5 worker processes ran, as the
+        # loader's records say (a 50 ms memory sampler, when it catches the short-lived one).
+        ("respawn", 4, 16, 1, 5),
         ("prepared", 3, 12, 1, 0),  # accelerate-style prepare(): the user's one loader
         ("self-batched", 5, 20, 1, 0),  # batch_size=None over a stream batching by 4
+        ("stream", 4, 10, 1, 2),  # 5 items per worker: batches of 4 and 1 in each
+        ("ours", 3, 11, 1, 0),  # loaderdoctor.DataLoader built by the script, 1 sample skipped
     ],
 )
 def test_run_counts_from_the_loaders_own_records(
@@ -234,6 +237,14 @@ def test_run_counts_from_the_loaders_own_records(
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["delivered"] == {"batches": batches, "samples": samples}
     assert [(r["loaders"], r["workers"]) for r in report["ranks"]] == [(loaders, workers)]
+    incidents = [(i["cause"], i["action"], i["indices"]) for i in report["incidents"]]
+    assert incidents == INCIDENTS_OF_COUNTS.get(mode, [])
+
+
+INCIDENTS_OF_COUNTS = {
+    "respawn": [("killed-by-signal", "backed-off", [5])],
+    "ours": [("sample-error", "skipped", [7])],
+}
 
 
 @pytest.mark.slow

@@ -223,7 +223,7 @@ def test_nice_step(span: float, step: float) -> None:
 def test_an_item_of_a_stream_without_batching_counts_its_own_batch(
     item: object, samples: int
 ) -> None:
-    from loaderdoctor.runner.patch import item_length
+    from loaderdoctor.supervise.batch_count import item_length
 
     assert item_length(item) == samples
 
@@ -276,4 +276,31 @@ def test_loaderdoctor_report_refuses_a_damaged_report_in_one_line(tmp_path: Path
     assert result.stderr.splitlines() == [
         f"loaderdoctor report: error: {tmp_path / 'report.json'} is not a loaderdoctor run "
         "report: report.incidents[0]: expected an object, got 1"
+    ]
+
+
+def test_merge_sums_the_states_and_names_loaders_that_ran_as_plain_torch(tmp_path: Path) -> None:
+    from loaderdoctor.runner import core, protocol
+
+    directory = protocol.incidents_dir(tmp_path)
+    Path(directory).mkdir()
+    state = {"pid": 4000, "image": 1, "started": 1.0, "rank": None, "created": 2, "loaders": 2}
+    protocol.write_json(
+        protocol.state_path(directory, 4000, 1),
+        {**state, "unsupervised": 1, "batches": 5, "samples": 20, "worker_pids": [4001, 4002]},
+    )
+    report = core.merge(
+        tmp_path,
+        command=["python", "x.py"],
+        returncode=0,
+        started_wall=0.0,
+        duration_s=1.0,
+        memory=None,
+        interrupted=False,
+    )
+    assert report.delivered == Delivered(5, 20)
+    assert [(r.pid, r.loaders, r.workers) for r in report.ranks] == [(4000, 2, 2)]
+    assert report.notes == [
+        "1 DataLoader(s) ran as plain torch (a keyword or torch release loaderdoctor does not "
+        "know; the command's warning says which): their batches are not in the delivered counts"
     ]

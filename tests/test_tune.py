@@ -196,8 +196,12 @@ def test_a_worker_is_first_predicted_from_what_the_main_process_grew() -> None:
 
 def test_the_shm_budget_counts_too() -> None:
     assert over_budget(100, 10, Budget(1000, 100, "t")) is None
-    assert "memory budget" in (over_budget(1001, 10, Budget(1000, 100, "t")) or "")
-    assert "free shm" in (over_budget(100, 101, Budget(1000, 100, "t")) or "")
+    assert over_budget(1001, 10, Budget(1000, 100, "t")) == (
+        "predicted 1001 B > memory budget 1000 B"
+    )
+    assert over_budget(100, 101, Budget(1000, 100, "t")) == (
+        "predicted /dev/shm 101 B > free shm 100 B"
+    )
     assert over_budget(100, 10**12, Budget(1000, None, "t")) is None
 
 

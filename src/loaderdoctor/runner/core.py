@@ -353,6 +353,13 @@ def merge(
             "no supervised DataLoader was created: the command built none, or its Python ran "
             "without PYTHONPATH (python -I / -E) or without loaderdoctor installed"
         )
+    unsupervised = sum(int(state.get("unsupervised", 0)) for state in states)
+    if unsupervised:
+        notes.append(
+            f"{unsupervised} DataLoader(s) ran as plain torch (a keyword or torch release "
+            "loaderdoctor does not know; the command's warning says which): their batches are "
+            "not in the delivered counts"
+        )
     return RunReport(
         status=run_status(exit_code, incidents),
         command=command,

@@ -3,36 +3,38 @@
 Imported by the bootstrap right after ``torch`` has finished importing. Everything a process
 learns goes to files under ``$LOADERDOCTOR_RUN_DIR/.incidents/`` (names and formats in
 ``protocol``), which the parent merges: one line per incident as it happens (so a process that
-dies hard loses nothing it saw), and this process image's delivered counts, rewritten at most
-once a second, at exit, before an ``os.exec*`` and when ``run`` itself died (``lifeline``).
+dies hard loses nothing it saw), and this process image's state: the sum of its supervised
+loaders' own records (delivered counts, worker pids, quarantine; ``Supervision``), for loaders
+built through torch's name and ours alike. Nothing here counts a batch: the state is rewritten
+when a loader's records change (at most once a second while batches flow, at once when an epoch
+starts or ends), at exit, before an ``os.exec*`` and when ``run`` itself died (``lifeline``).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import inspect
 import os
 import sys
 import threading
 import time
-import types
 import weakref
 from typing import Any
 
 import torch.utils.data
 import torch.utils.data.dataloader
 
-from loaderdoctor import torch_compat
 from loaderdoctor.runner import lifeline, protocol
 from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, HEAL_WARNED_NAME, RUN_DIR_ENV
 from loaderdoctor.supervise import loader as supervised
 
 STATE_EVERY_S = 1.0
 
-_lock = threading.Lock()
-# "created": DataLoaders built; "loaders": those iterated (see RunDataLoader.__iter__).
-_state: dict[str, Any] = {"created": 0, "loaders": 0, "batches": 0, "samples": 0, "quarantine": []}
-_worker_pids: set[int] = set()
+_lock = threading.RLock()  # the records are read again while the lifeline's thread writes
+# DataLoaders built, and those of them that ran as plain torch (their batches are not counted).
+_state: dict[str, Any] = {"created": 0, "unsupervised": 0}
+_incident_pids: set[int] = set()  # workers named by an incident (one may die before it is seen)
 _last_state_write = 0.0
 _applied = False
 _image = 0  # this process image's number among those of its pid (see protocol)
@@ -75,105 +77,6 @@ def _warn_heal_unavailable_once() -> None:
     )
 
 
-def batch_length(batch: Any) -> int | None:
-    """Samples in a collated batch: the leading dimension of its first tensor or list."""
-    for _ in range(8):  # nested structures: (inputs, labels), {"image": ...}
-        if isinstance(batch, torch.Tensor):
-            return int(batch.shape[0]) if batch.dim() > 0 else 1
-        if isinstance(batch, dict):
-            if not batch:
-                return None
-            batch = next(iter(batch.values()))
-        elif isinstance(batch, (list, tuple)):
-            if not batch:
-                return 0
-            if isinstance(batch[0], (torch.Tensor, dict, list, tuple)):
-                batch = batch[0]
-            else:
-                return len(batch)
-        else:
-            return None
-    return None
-
-
-def item_length(item: Any) -> int:
-    """Samples in one item of a stream read with ``batch_size=None``: 1, unless it batched itself.
-
-    A stream that batches itself (webdataset's ``.batched(4)``) yields fields that all share a
-    leading dimension, the batch's: ``(images[4, 3, H, W], labels[4])``, ``{"ids": [4, 512],
-    "__key__": [4 keys]}``. A single sample's fields do not (``(image[3, H, W], label[])``), or
-    are all 1-D (``{"ids": [512], "mask": [512]}``, a text sample). A single sample whose fields
-    happen to agree (points[N, 3] with per-point labels[N]) is counted as N: no rule can tell.
-    """
-    fields = list(item.values()) if isinstance(item, dict) else item
-    if not isinstance(fields, (list, tuple)) or len(fields) < 2:
-        return 1
-    lengths, shapes = set(), set()
-    for field in fields:
-        if isinstance(field, torch.Tensor) and field.dim() > 0:
-            lengths.add(int(field.shape[0]))
-            shapes.add(field.dim())
-        elif isinstance(field, list):
-            lengths.add(len(field))
-            shapes.add(1)
-        else:
-            return 1
-    if len(lengths) == 1 and len(shapes) > 1:  # one leading dimension under fields of 1-D and N-D
-        return lengths.pop()
-    return 1
-
-
-def _count(loader: Any, batch: Any) -> None:
-    samples: int | None
-    if loader.batch_size is None and loader.batch_sampler is None:
-        # Automatic batching off: an item is a sample, or a batch that a stream made itself.
-        iterable = isinstance(loader.dataset, torch.utils.data.IterableDataset)
-        samples = item_length(batch) if iterable else 1
-    else:
-        samples = batch_length(batch)
-        if samples is None:
-            samples = loader.batch_size or 1
-    with _lock:
-        _state["batches"] += 1
-        _state["samples"] += samples
-    _write_state(force=False)
-
-
-def _note_workers(iterator: Any) -> None:
-    """Every worker process a loader ran, respawns included (read from the loader, not sampled)."""
-    supervision = getattr(iterator, "_ld_sup", None)
-    pids = supervision.worker_pids if supervision is not None else set()
-    pids = pids | torch_compat.worker_pids(iterator)
-    if not pids <= _worker_pids:
-        with _lock:
-            _worker_pids.update(pids)
-
-
-_counting_classes: dict[type, type] = {}
-
-
-def _counting_class(base: type) -> type:
-    cls = _counting_classes.get(base)
-    if cls is None:
-
-        def __next__(self: Any) -> Any:
-            try:
-                batch = base.__next__(self)  # type: ignore[attr-defined]
-            except StopIteration:
-                # An epoch's end: its counts are on disk, should the process die before the
-                # next write (a rank stopped by its agent runs no atexit).
-                _write_state(force=True)
-                raise
-            _note_workers(self)
-            _count(self._ld_run_loader, batch)
-            return batch
-
-        cls = type(base.__name__, (base,), {"__next__": __next__, "_ld_run_counting": True})
-        cls.__module__ = base.__module__
-        _counting_classes[base] = cls
-    return cls
-
-
 class RunDataLoader(supervised.DataLoader):
     """The DataLoader every ``torch.utils.data.DataLoader(...)`` call makes under ``run``."""
 
@@ -186,42 +89,64 @@ class RunDataLoader(supervised.DataLoader):
             else:
                 _warn_heal_unavailable_once()
         super().__init__(*args, **kwargs)
-        _loaders.add(self)
-        self._ld_run_iterated = False
-        with _lock:
-            _state["created"] += 1
-        _write_state(force=True)
 
-    def __iter__(self) -> Any:
-        if not self._ld_run_iterated:
-            # Counted when used, not when built: HF accelerate's prepare() builds a second
-            # DataLoader from the user's and iterates only that one (one loader, not two).
-            self._ld_run_iterated = True
-            with _lock:
-                _state["loaders"] += 1
-        iterator = super().__iter__()
-        _note_workers(iterator)
-        _write_state(force=True)
-        if not getattr(iterator, "_ld_run_counting", False):
-            try:
-                # What _count reads, not the loader: iterator -> loader would be a reference
-                # cycle with persistent workers (issue 13).
-                iterator._ld_run_loader = types.SimpleNamespace(
-                    batch_size=self.batch_size,
-                    batch_sampler=self.batch_sampler,
-                    dataset=self.dataset,
-                )
-                iterator.__class__ = _counting_class(type(iterator))
-            except (TypeError, AttributeError):
-                pass  # an iterator type that cannot be extended: not counted
-        return iterator
+
+class LoaderRecord:
+    """What ``run`` keeps of one supervised loader: copies of its own records, taken whenever
+    they change, so that they outlive the loader (a loader built in a function is gone by exit).
+    """
+
+    def __init__(self, supervision: Any) -> None:
+        self.supervision = weakref.ref(supervision)  # the loader's, never kept alive by run
+        self.iterated = False
+        self.counts: dict[str, int] = {}
+        self.worker_pids: set[int] = set()
+        self.quarantine: list[Any] = []
+        self.read(supervision)
+
+    def read(self, supervision: Any, *, quarantine: bool = True) -> None:
+        self.iterated = self.iterated or supervision.epoch >= 0
+        self.counts = dict(supervision.counts)
+        self.worker_pids = set(supervision.worker_pids)
+        if quarantine:  # not per batch: it may hold thousands of samples
+            self.quarantine = list(supervision.quarantine)
+
+    def refresh(self) -> None:
+        supervision = self.supervision()
+        if supervision is not None:
+            self.read(supervision)
+
+
+_records: list[LoaderRecord] = []
+
+
+def _watch_loader(loader: Any) -> None:
+    """Every supervised loader of this process, built through torch's name or ours (issue 14)."""
+    supervision = loader._ld
+    record = LoaderRecord(supervision)
+    with _lock:
+        _records.append(record)
+        _state["created"] += 1
+        if loader._ld_unsupervised is not None:
+            _state["unsupervised"] += 1
+    # The supervision holds the record (through this partial), never the reverse.
+    supervision.watchers.append(functools.partial(_records_changed, record))
+    _write_state(force=True)
+
+
+def _records_changed(record: LoaderRecord, supervision: Any, moment: str) -> None:
+    with _lock:
+        record.read(supervision, quarantine=moment != "delivered")
+    # An epoch's end: its counts are on disk, should the process die before the next write
+    # (a rank stopped by its agent runs no atexit).
+    _write_state(force=moment != "delivered")
 
 
 def _incident_sink(loader: Any, incident: Any) -> None:
     pid = getattr(getattr(incident, "diagnosis", None), "pid", None)
     if isinstance(pid, int) and pid != os.getpid():  # a worker that died before being seen
         with _lock:
-            _worker_pids.add(pid)
+            _incident_pids.add(pid)
     record = {
         "time": time.time(),
         "pid": os.getpid(),
@@ -232,50 +157,43 @@ def _incident_sink(loader: Any, incident: Any) -> None:
     _write_state(force=True)
 
 
-def _write_state(force: bool, read_loaders: bool = True) -> None:
-    """This image's state file; ``read_loaders``: with the healing loaders' quarantines, read
-    from their reports (not from another thread: a report drains the loader's event files)."""
+def _write_state(force: bool) -> None:
+    """This image's state file: the sum of its loaders' own records."""
     global _last_state_write
     now = time.monotonic()
     if not force and now - _last_state_write < STATE_EVERY_S:
         return
     _last_state_write = now
     with _lock:
+        for record in _records:
+            record.refresh()
+        quarantine: set[Any] = set()
+        worker_pids = set(_incident_pids)
+        for record in _records:
+            quarantine.update(record.quarantine)
+            worker_pids |= record.worker_pids
         state = {
             **_state,
+            "loaders": sum(1 for record in _records if record.iterated),
+            "batches": sum(record.counts.get("batches", 0) for record in _records),
+            "samples": sum(record.counts.get("samples", 0) for record in _records),
+            "quarantine": sorted(quarantine, key=repr),
             "pid": os.getpid(),
             "image": _image,
             "started": _started,
             "rank": current_rank(),
             "heal": HEAL_AVAILABLE,
-            "worker_pids": sorted(_worker_pids),
+            "worker_pids": sorted(worker_pids),
         }
-    for loader_report in _loader_reports() if read_loaders else []:
-        state["quarantine"] = sorted(
-            {*state["quarantine"], *getattr(loader_report, "quarantine", [])}, key=repr
-        )
     try:
         protocol.write_json(protocol.state_path(incidents_dir(), os.getpid(), _image), state)
     except OSError:
         pass
 
 
-# Healing loaders keep a ``report`` with their quarantine; read it when the state is written.
-_loaders: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def _loader_reports() -> list[Any]:
-    return [r for r in (getattr(x, "report", None) for x in list(_loaders)) if r is not None]
-
-
 def _flush_state() -> None:
     if _state["created"]:
         _write_state(force=True)
-
-
-def _flush_counts_from_another_thread() -> None:
-    if _state["created"]:
-        _write_state(force=True, read_loaders=False)
 
 
 def _flushing_before(exec_function: Any) -> Any:
@@ -300,8 +218,9 @@ def apply() -> None:
     torch.utils.data.DataLoader = RunDataLoader  # type: ignore[misc]
     torch.utils.data.dataloader.DataLoader = RunDataLoader  # type: ignore[misc]
     supervised.INCIDENT_SINKS.append(_incident_sink)
+    supervised.LOADER_HOOKS.append(_watch_loader)
     atexit.register(_flush_state)
-    lifeline.BEFORE_REPORT.append(_flush_counts_from_another_thread)
+    lifeline.BEFORE_REPORT.append(_flush_state)
     # Every os.exec* ends in one of these two (execvp and execl* call them by name).
     os.execv = _flushing_before(os.execv)
     os.execve = _flushing_before(os.execve)

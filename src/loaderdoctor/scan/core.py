@@ -8,17 +8,21 @@ deaths in a row) a fresh round goes on with the indices left.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loaderdoctor.scan.findings import build_report
 from loaderdoctor.scan.model import BadSample, ScanReport
 from loaderdoctor.scan.shard import Shard
 from loaderdoctor.scan.state import Loaded, ScanState, save_checkpoint
 from loaderdoctor.scan.summary import SummarizingDataset, keep_summary
+
+if TYPE_CHECKING:
+    from loaderdoctor.scan.memcap import MemoryCap
 
 MAX_ROUNDS = 1000
 MAX_EVIDENCE = 8
@@ -54,46 +58,30 @@ def scan_dataset(
     total = len(dataset)
     shard = shard or Shard(0, 1)
     state = resume if resume is not None else ScanState(spec, total)
-    mine = shard.indices(total)
     resumed = len(state)  # every rank reads the same checkpoints: this counts them all
     joined = sharding.join(shard)  # after every rank checked for old checkpoints: saves start here
     saver = _Saver(checkpoint, checkpoint_every, state)
     cap = None
     try:
-        if mem_limit is not None:
-            from loaderdoctor.scan.memcap import create_cap
-
-            cap = create_cap(mem_limit)
-        start = time.perf_counter()
-        try:
-            _scan(
-                dataset,
-                [i for i in mine if not state.done(i)],
-                state,
-                len(mine),
-                cap,
-                num_workers=num_workers,
-                timeout=timeout,
-                progress=progress,
-                saver=saver,
-            )
-        finally:
-            saver.save()  # also when interrupted: the samples scanned so far are kept
-        state, seconds = sharding.gather(state, shard, time.perf_counter() - start)
-        if shard.world_size > 1 and shard.is_leader:
-            saver.state = state  # every rank's results, kept until the report is written
-            saver.save()
+        cap = _memory_cap(mem_limit)
+        state, seconds = _scan_and_gather(
+            dataset,
+            state,
+            shard,
+            cap,
+            saver,
+            num_workers=num_workers,
+            timeout=timeout,
+            progress=progress,
+        )
     finally:
         sharding.leave(joined)
         if cap is not None:
             cap.close()
 
-    def file_of(index: int) -> str | None:
-        return sample_file(dataset, index)
-
     return build_report(
         state,
-        file_of,
+        functools.partial(sample_file, dataset),
         seconds=round(seconds, 3),
         num_workers=num_workers,
         timeout=timeout,
@@ -102,6 +90,52 @@ def scan_dataset(
         ranks=shard.world_size,
         resumed=resumed,
     )
+
+
+def _memory_cap(mem_limit: int | None) -> MemoryCap | None:
+    """A cap on each worker's memory (a cgroup, else ``RLIMIT_AS``), or None without a limit."""
+    if mem_limit is None:
+        return None
+    from loaderdoctor.scan.memcap import create_cap
+
+    return create_cap(mem_limit)
+
+
+def _scan_and_gather(
+    dataset: Any,
+    state: ScanState,
+    shard: Shard,
+    cap: Any,
+    saver: _Saver,
+    *,
+    num_workers: int,
+    timeout: float,
+    progress: Progress | None,
+) -> tuple[ScanState, float]:
+    """Scan this rank's indices not scanned yet, then gather every rank's results and seconds."""
+    from loaderdoctor.scan import shard as sharding
+
+    mine = shard.indices(len(dataset))
+    start = time.perf_counter()
+    try:
+        _scan(
+            dataset,
+            [i for i in mine if not state.done(i)],
+            state,
+            len(mine),
+            cap,
+            num_workers=num_workers,
+            timeout=timeout,
+            progress=progress,
+            saver=saver,
+        )
+    finally:
+        saver.save()  # also when interrupted: the samples scanned so far are kept
+    state, seconds = sharding.gather(state, shard, time.perf_counter() - start)
+    if shard.world_size > 1 and shard.is_leader:
+        saver.state = state  # every rank's results, kept until the report is written
+        saver.save()
+    return state, seconds
 
 
 def _scan(

@@ -50,7 +50,7 @@ from loaderdoctor.supervise.heal_policy import (
     Situation,
     replaces_one_worker,
 )
-from loaderdoctor.supervise.ledger import Ledger, count_delivered
+from loaderdoctor.supervise.ledger import Ledger
 from loaderdoctor.supervise.loader_view import wrap_dataset
 from loaderdoctor.supervise.pool import Pool
 from loaderdoctor.supervise.respawn import Replacement
@@ -375,9 +375,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             finally:
                 error = None  # type: ignore[assignment]  # no cycle via its traceback
         if isinstance(data, StreamBatch):
-            data = self._ld_stream_delivered(data, counted=task is not None)
+            data = self._ld_stream_delivered(data, indices, counted=task is not None)
         elif task is not None and not isinstance(data, SkippedBatch):
-            count_delivered(self._ld_sup.counts, indices)
+            self._ld_sup.delivered(indices, data)
             if self._ld_sup.backoff is not None:
                 self._ld_sup.backoff.delivered()
         return super()._process_data(data, worker_idx)
@@ -445,6 +445,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_events.drain()
         if self._ld_sup.backoff is not None:
             self._ld_sup.backoff.epoch_finished()
+        self._ld_sup.tell_watchers("epoch-end")
 
     def _ld_handle(self, failure: _PoolFailure) -> None:
         """Decide about a failure, then carry the decision out (raise, or heal and hand over)."""
@@ -709,15 +710,15 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_state = IterState.HANDED_OVER
 
     # --- streams (IterableDataset): positions delivered, culprits skipped ---------------------
-    def _ld_stream_delivered(self, batch: StreamBatch, counted: bool) -> Any:
+    def _ld_stream_delivered(self, batch: StreamBatch, indices: Any, counted: bool) -> Any:
         """Unwrap a stream worker's batch; its positions advance that worker's stream."""
         streams = self._ld_streams
         if streams is None:  # a StreamBatch reaches only the iterator of a stream
             return batch.batch
-        items = streams.delivered(batch)
+        streams.delivered(batch)
         if counted:
-            self._ld_sup.counts["batches"] += 1
-            self._ld_sup.counts["samples"] += items
+            # counted by what it holds: a stream that batches itself yields whole batches
+            self._ld_sup.delivered(indices, batch.batch)
             if self._ld_sup.backoff is not None:
                 self._ld_sup.backoff.delivered()
         for note in streams.notes:

@@ -43,11 +43,6 @@ class Ledger:
         return len(self._owed)
 
 
-def count_delivered(counts: dict[str, int], indices: Any) -> None:
-    counts["batches"] += 1
-    counts["samples"] += len(indices) if isinstance(indices, list) else 1
-
-
 def new_counts() -> dict[str, int]:
     return {
         "batches": 0,
@@ -59,4 +54,4 @@ def new_counts() -> dict[str, int]:
     }
 
 
-__all__ = ["Ledger", "count_delivered", "new_counts"]
+__all__ = ["Ledger", "new_counts"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch.utils.data
@@ -30,6 +31,11 @@ else:
 # keyword of a newer torch outside this set reaches torch unchanged, and the loader runs as plain
 # torch (one warning): supervising what it does not know could change what it does.
 KNOWN_TORCH_KEYWORDS = torch_signature.ALL
+
+# Callables told of every supervised loader as it is built: ``hook(loader)``. ``loaderdoctor run``
+# registers one that watches the loader's own records (``loader._ld``: its delivered counts,
+# worker pids and incident log), whether the loader came from torch's name or from ours.
+LOADER_HOOKS: list[Callable[[Any], None]] = []
 
 
 class DataLoader(torch.utils.data.DataLoader[_T_co]):
@@ -77,18 +83,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         allow_in_process: bool = False,
         **torch_keywords: Any,
     ) -> None:
-        if hang_timeout is not None and hang_timeout <= 0:
-            raise ValueError("hang_timeout must be a positive number of seconds, or None")
-        if on_error is None:
-            on_error = "skip" if heal else "raise"
-        if on_error not in ON_ERROR_CHOICES:
-            raise ValueError(
-                f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}, got {on_error!r}"
-            )
-        if retries is None:
-            retries = 1 if on_error != "raise" else 0
-        if retries < 0:
-            raise ValueError("retries must be >= 0")
+        on_error, retries = _checked_settings(hang_timeout, heal, on_error, retries)
         # torch's own keywords (and any a newer torch adds) go to torch as given: torch checks
         # them and raises its own TypeError for one it does not know.
         super().__init__(
@@ -113,18 +108,24 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         self.retries = retries
         self.quarantine_path = os.fspath(quarantine) if quarantine is not None else None
         self.allow_in_process = allow_in_process
-        settings = Settings(
-            hang_timeout=hang_timeout,
-            heal=heal,
-            on_error=on_error,
-            retries=retries,
-            quarantine_path=self.quarantine_path,
-            allow_in_process=allow_in_process,
-        )
-        self._ld = Supervision.of(self, settings)
-        self._ld.base_settings = (self.num_workers, self.prefetch_factor or 0)
+        self._ld = self._ld_supervision()
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
         self._ld_unsupervised = _unsupervised_reason(unknown)
+        for hook in list(LOADER_HOOKS):
+            hook(self)
+
+    def _ld_supervision(self) -> Supervision:
+        settings = Settings(
+            hang_timeout=self.hang_timeout,
+            heal=self.heal,
+            on_error=self.on_error,
+            retries=self.retries,
+            quarantine_path=self.quarantine_path,
+            allow_in_process=self.allow_in_process,
+        )
+        supervision = Supervision.of(self, settings)
+        supervision.base_settings = (self.num_workers, self.prefetch_factor or 0)
+        return supervision
 
     @property
     def incidents(self) -> IncidentLog:
@@ -161,6 +162,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     def __iter__(self) -> Any:
         sup = self._ld
         sup.epoch += 1
+        sup.tell_watchers("iter")
         if self._ld_unsupervised is not None or sup.plain_torch:
             return super().__iter__()
         climbed = _announce(sup.climb_at_epoch_start())
@@ -187,6 +189,23 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             drain()
         self._ld.take_in_process_events()
         return self._ld.report()
+
+
+def _checked_settings(
+    hang_timeout: float | None, heal: bool, on_error: str | None, retries: int | None
+) -> tuple[str, int]:
+    """``on_error`` and ``retries`` with their defaults filled in; ValueError for a bad one."""
+    if hang_timeout is not None and hang_timeout <= 0:
+        raise ValueError("hang_timeout must be a positive number of seconds, or None")
+    if on_error is None:
+        on_error = "skip" if heal else "raise"
+    if on_error not in ON_ERROR_CHOICES:
+        raise ValueError(f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}, got {on_error!r}")
+    if retries is None:
+        retries = 1 if on_error != "raise" else 0
+    if retries < 0:
+        raise ValueError("retries must be >= 0")
+    return on_error, retries
 
 
 def _unsupervised_reason(unknown: list[str]) -> str | None:
@@ -230,6 +249,7 @@ def _announce(step: Any) -> bool:
 __all__ = [
     "INCIDENT_SINKS",
     "KNOWN_TORCH_KEYWORDS",
+    "LOADER_HOOKS",
     "DataLoader",
     "Incident",
     "LoaderReport",

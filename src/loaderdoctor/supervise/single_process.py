@@ -71,9 +71,7 @@ class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
             sup.take_in_process_events()
             if isinstance(data, SkippedBatch):
                 continue
-            index = self._ld_last_index
-            sup.counts["batches"] += 1
-            sup.counts["samples"] += len(index) if isinstance(index, list) else 1
+            sup.delivered(self._ld_last_index, data)
             if sup.backoff is not None:
                 sup.backoff.delivered()
             return data
@@ -85,6 +83,7 @@ class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
             self._ld_sup.take_in_process_events()  # a stream's last skips come with its end
             if self._ld_sup.backoff is not None:
                 self._ld_sup.backoff.epoch_finished()
+            self._ld_sup.tell_watchers("epoch-end")
             raise
         except Exception as error:
             notes = list(getattr(error, "__notes__", []))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoctor.forensics.evidence import Diagnosis
+from loaderdoctor.supervise.batch_count import samples_delivered
 from loaderdoctor.supervise.heal import warn_sample_action
 from loaderdoctor.supervise.heal_policy import Backoff
 from loaderdoctor.supervise.incidents import BackoffStep, IncidentLog, LoaderReport, build_report
@@ -102,12 +103,25 @@ class Supervision:
         self.workers_cannot_start = False
         # loaderdoctor's own machinery failed and healing is on: plain torch loading from now on
         self.plain_torch = False
+        # Told ``watcher(self, moment)`` when the records change: "iter" (an epoch starts),
+        # "delivered" (a batch), "epoch-end". ``loaderdoctor run`` saves its counts from them.
+        self.watchers: list[Callable[[Supervision, str], None]] = []
 
     @classmethod
     def of(cls, loader: Any, settings: Settings) -> Supervision:
         return cls(settings, loader.dataset, weakref.ref(loader))
 
     # --- recording -------------------------------------------------------------------------
+    def delivered(self, indices: Any, batch: Any) -> None:
+        """One batch handed to the user: the loader's delivered counts (the only ones kept)."""
+        self.counts["batches"] += 1
+        self.counts["samples"] += samples_delivered(indices, batch)
+        self.tell_watchers("delivered")
+
+    def tell_watchers(self, moment: str) -> None:
+        for watcher in self.watchers:
+            watcher(self, moment)
+
     def record(self, diagnosis: Diagnosis, action: str) -> None:
         self.log.append(diagnosis, action)
 
@@ -159,7 +173,9 @@ class Supervision:
             counts["dropped"] += 1
         else:
             counts["skipped"] += 1
-            if event.get("position") is None:  # a stream reads on: its batch is not short
+            if event.get("position") is None:
+                # A map-style batch comes short by the sample; a stream reads on past it, and
+                # its batch is counted by what it holds (``batch_count``).
                 counts["samples"] -= 1
         if event.get("stage") == "quarantined":
             return  # known bad from an earlier incident or the quarantine file: no new verdict

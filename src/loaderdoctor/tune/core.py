@@ -12,7 +12,7 @@ from typing import Any
 from loaderdoctor.tune.bounds import analyze
 from loaderdoctor.tune.budget import MemoryModel, default_budget
 from loaderdoctor.tune.measure import MeasureSettings, is_map_style, measure, measure_restart
-from loaderdoctor.tune.model import Budget, LoaderConfig, Startup, Trial, TuneReport
+from loaderdoctor.tune.model import Budget, LoaderConfig, Soak, Startup, Trial, TuneReport
 from loaderdoctor.tune.sampler import own_memory
 from loaderdoctor.tune.search import Progress, Search, SearchResult, SearchSettings
 from loaderdoctor.tune.soak import soak
@@ -72,17 +72,7 @@ def tune_dataset(
     recommended = result.pick
     if startup is not None and startup.recommend_persistent:
         recommended = dataclasses.replace(result.pick, persistent_workers=True)
-    soaked = None
-    if soak_epochs > 0:
-        soaked = soak(
-            dataset,
-            recommended,
-            window,
-            soak_epochs,
-            budget_bytes=budget.memory_bytes,
-            worker_guess_bytes=model.per_worker_bytes,
-            progress=progress,
-        )
+    soaked = _soak(dataset, recommended, window, soak_epochs, budget, model, progress)
     return TuneReport(
         spec=spec,
         batch_size=batch_size,
@@ -103,6 +93,29 @@ def tune_dataset(
         collate=collate,
         notes=notes,
         soak=soaked,
+    )
+
+
+def _soak(
+    dataset: Any,
+    recommended: LoaderConfig,
+    window: MeasureSettings,
+    epochs: int,
+    budget: Budget,
+    model: MemoryModel,
+    progress: Progress | None,
+) -> Soak | None:
+    """The recommended settings run for ``epochs`` whole epochs (None when none are asked)."""
+    if epochs <= 0:
+        return None
+    return soak(
+        dataset,
+        recommended,
+        window,
+        epochs,
+        budget_bytes=budget.memory_bytes,
+        worker_guess_bytes=model.per_worker_bytes,
+        progress=progress,
     )
 
 
