@@ -301,3 +301,25 @@ def test_an_earlier_loader_of_this_process_leaves_no_state_to_the_next(num_worke
             assert delivered_rows(loader, epochs=1) == [[1, 2, 3, 4, 5]]
     finally:
         shutil.rmtree(flag_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_sample_left_alone_in_its_batch_is_no_reference_for_the_next(num_workers: int) -> None:
+    """The first batch loses samples 0 and 3 (they raise) and collates with the ragged sample 4
+    alone; that says nothing of what a good sample looks like, so when 4 comes again beside
+    healthy samples it is 4 that is dropped, not them (found by the ledger property test)."""
+    flag_dir = tempfile.mkdtemp(prefix="ledger-")
+    try:
+        loader = loaderdoctor.DataLoader(
+            Ledger(6, {0: "raise", 3: "raise", 4: "ragged"}, flag_dir),
+            batch_size=3,
+            sampler=[0, 3, 4, 1, 4, 2],
+            num_workers=num_workers,
+            heal=True,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", HealWarning)
+            assert [[int(row[0]) for row in batch] for batch in loader] == [[4], [1, 2]]
+    finally:
+        shutil.rmtree(flag_dir, ignore_errors=True)

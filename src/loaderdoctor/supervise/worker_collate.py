@@ -52,7 +52,14 @@ class SupervisedCollate:
             raise
         if slot is not None:
             slot.collated()
-        if self.heal and STATE.good_structure is None and isinstance(samples, list) and samples:
+        # Samples that collated together share a structure; one sample alone shows nothing (it
+        # may be the odd one, left alone in its batch after the others were skipped).
+        if (
+            self.heal
+            and STATE.good_structure is None
+            and isinstance(samples, list)
+            and len(samples) >= 2
+        ):
             STATE.good_structure = _safe_structure(samples[0])
         return _with_stream_positions(batch)
 
