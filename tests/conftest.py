@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing.process
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,16 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FAULTS = FIXTURES / "faults"
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` of a child that a test interrupts: SIGINT back to its default action.
+
+    A shell starts a background job (``.ci/run &``, nohup) with SIGINT ignored, exec keeps an
+    ignored signal, and Python then never installs its own handler: the child would not see the
+    test's Ctrl-C at all.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_python(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, run_python
+from conftest import FIXTURES, default_sigint, run_python
 
 pytestmark = pytest.mark.slow
 RUN_FIXTURES = FIXTURES / "run"
@@ -129,6 +129,7 @@ def test_interrupt_is_forwarded_and_the_report_written(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )
     try:
         assert process.stdout is not None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, run_python
+from conftest import FIXTURES, default_sigint, run_python
 from loaderdoctor.scan import scan_dataset
 from loaderdoctor.scan.findings import profile
 from loaderdoctor.scan.memcap import PREFIX
@@ -140,6 +140,7 @@ def test_an_interrupted_scan_resumes_without_fetching_again(tmp_path: Path) -> N
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
