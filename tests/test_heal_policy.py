@@ -52,6 +52,9 @@ TABLE = [
     ("native-crash", {"respawns": MAX_RESPAWNS, "culprit": 3}, (R, 4, 2)),
     ("native-crash", {"culprit": 3}, (P, 4, 2)),
     ("native-crash", {"culprit": 3, "probe_failed_again": True}, (Q, 4, 2)),
+    # a sample quarantined already killed a worker that did not know it: no probe again
+    ("native-crash", {"culprit": 3, "culprit_quarantined": True}, (Q, 4, 2)),
+    ("oom-killed", {"culprit": 3, "culprit_quarantined": True}, (Q, 4, 2)),
     ("native-crash", {"culprit": 3, "probe_failed_again": False}, (S, 4, 2)),
     ("native-crash", {}, (S, 4, 2)),
     ("oom-killed", {"culprit": 3, "probe_failed_again": False}, (B, 4, 1)),

@@ -342,10 +342,12 @@ def test_a_replacement_that_dies_too_is_diagnosed_and_replaced_in_turn() -> None
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["kill", "hang"])
-def test_a_replacement_never_fetches_the_sample_that_killed_its_predecessor(fault: str) -> None:
-    """Sample 0 kills (or hangs) the worker that fetches it as a reference for a ragged batch;
-    the replacement, started before the probe, must know that sample is quarantined: a worker
-    does not only fetch the samples the main process sends it (found by the ledger test)."""
+def test_a_replacement_learns_the_quarantine_that_its_predecessor_died_for(fault: str) -> None:
+    """Sample 0 kills (or hangs) the worker that fetches it as a reference for a ragged batch:
+    a worker fetches more than the main process sends it. The replacement, started before the
+    probe, does not know yet that 0 is quarantined and dies of it too; its own replacement
+    knows, and 0 is not probed again (found by the ledger test: before, every replacement
+    started with the pool's first view, and died, until the respawn limit)."""
     import tempfile
 
     from ld_datasets import Ledger
@@ -366,8 +368,13 @@ def test_a_replacement_never_fetches_the_sample_that_killed_its_predecessor(faul
     cause = "killed-by-signal" if fault == "kill" else "worker-hang"
     assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
         (cause, "quarantined"),
+        (cause, "quarantined"),
         ("collate-error", "skipped"),
     ]
+    assert (
+        "sample 0 is quarantined already: a worker that did not know it yet fetched it (as a "
+        "reference or a substitute)"
+    ) in loader.incidents[1].diagnosis.evidence
     assert loader.report.quarantine == [0, 3]  # the ragged one, skipped from its batch, too
 
 
@@ -389,8 +396,7 @@ class CrashOnce(Dataset):
 
 @pytest.mark.slow
 def test_a_sample_that_loads_fine_alone_is_loaded_by_the_replacement(tmp_path) -> None:
-    """A worker crashes once at sample 1: the probe loads it fine, so the replacement that was
-    started as if it were quarantined is replaced by one that loads it."""
+    """A worker crashes once at sample 1: the probe loads it fine, and the replacement loads it."""
     loader = loaderdoctor.DataLoader(
         CrashOnce(str(tmp_path / "crashed")), batch_size=3, num_workers=2, heal=True
     )

@@ -59,6 +59,8 @@ class Situation:
     reached_worker_init: bool | None = None
     culprit: object = None  # the sample in flight
     probe_failed_again: bool | None = None  # None: not probed yet
+    # The culprit is quarantined already: a worker that did not know it yet fetched it
+    culprit_quarantined: bool = False
     in_process_allowed: bool = False  # the user's allow_in_process
 
 
@@ -133,6 +135,15 @@ class HealPolicy:
             # Out of shared memory or descriptors: the batch is still owed; back off. Any other
             # exception is the user's to see (sample errors heal inside the workers).
             return self._back_off(diagnosis, at, "") if cause in ENVIRONMENTAL else raise_it
+        if at.culprit_quarantined and (cause == "worker-hang" or cause in SAMPLE_DEATHS):
+            return replace(
+                keep,
+                kind=ActionKind.QUARANTINE,
+                note=(
+                    f"sample {at.culprit!r} is quarantined already: a worker that did not know "
+                    "it yet fetched it (as a reference or a substitute)"
+                ),
+            )
         if cause == "worker-hang" and at.culprit is not None:
             return replace(keep, kind=ActionKind.QUARANTINE)
         if cause in SAMPLE_DEATHS and at.culprit is not None:

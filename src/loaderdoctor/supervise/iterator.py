@@ -462,6 +462,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             stage=ev.stage,
             reached_worker_init=ev.reached_worker_init,
             culprit=ev.in_flight_index,
+            culprit_quarantined=_quarantined(ev.in_flight_index, sup.quarantine),
             in_process_allowed=sup.settings.allow_in_process,
         )
         if self._ld_iterable:
@@ -477,7 +478,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             and self._ld_streams is None  # a stream's resume waits for the culprit's position
             and self._ld_can_replace(action, at, ev)
         ):
-            replacement = self._ld_replace_early(worker_id, action, ev.in_flight_index)
+            replacement = self._ld_replace_early(worker_id)
         if action.kind is ActionKind.PROBE:
             failed_again = probe(self._ld_snapshot, ev.in_flight_index)
             action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
@@ -583,18 +584,6 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 replacement = self._ld_replace_stream_worker(ev.worker_id)
             else:
                 replacement = self._ld_replace(ev.worker_id, dataset=respawn.current_dataset(self))
-        if (
-            replacement is not None
-            and replacement.assumes_quarantined
-            and not replacement.refused
-            and action.kind is not ActionKind.QUARANTINE
-            and ev.worker_id is not None
-            and replaces_one_worker(action, at)
-        ):
-            # The sample in flight loaded fine alone: a replacement that would skip it is
-            # replaced in turn, by one that loads it.
-            again = self._ld_replace(ev.worker_id, dataset=respawn.current_dataset(self))
-            replacement = again if again.refused else replace(again, old_pid=replacement.old_pid)
         if replacement is not None and replacement.refused:
             diagnosis.evidence.append(replacement.refused)
             return False
@@ -641,18 +630,12 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         quarantine). The owed batches follow with ``respawn.resend_owed``."""
         return respawn.replace(self, worker_id, worker_init_fn, dataset)
 
-    def _ld_replace_early(self, worker_id: int, action: Action, culprit: Any) -> Replacement:
+    def _ld_replace_early(self, worker_id: int) -> Replacement:
         """The replacement started before the probe, so that their start-ups overlap. It knows
-        the quarantine as it is now and, where the sample in flight may be quarantined, that
-        sample too: a worker that does not know a quarantined sample may fetch it as a
-        reference or a substitute, and die of it again."""
-        assumed = culprit is not None and action.kind in (
-            ActionKind.PROBE,
-            ActionKind.QUARANTINE,
-        )
-        extra = (culprit,) if assumed else ()
-        replacement = self._ld_replace(worker_id, dataset=respawn.current_dataset(self, *extra))
-        return replace(replacement, assumes_quarantined=assumed)
+        the quarantine as it is now: a worker fetches more than the main process sends it (a
+        reference sample for a ragged batch), and one started with the pool's first view would
+        fetch a quarantined sample and die of it, replacement after replacement."""
+        return self._ld_replace(worker_id, dataset=respawn.current_dataset(self))
 
     def _ld_replace_stream_worker(self, worker_id: int) -> Replacement:
         """Replace a dead stream worker alone: it resumes its own stream after the last batch
@@ -797,6 +780,13 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             self._ld_cleanup()
             if self._ld_state is IterState.RUNNING:
                 self._ld_state = IterState.CLOSED
+
+
+def _quarantined(index: Any, quarantine: Any) -> bool:
+    try:
+        return index is not None and index in quarantine
+    except TypeError:  # an unhashable index
+        return False
 
 
 def probe(snapshot: LoaderSnapshot, index: Any) -> bool:

@@ -10,7 +10,6 @@ mid-write), and then the caller rebuilds the whole pool instead (issue 14).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import queue
 from dataclasses import dataclass
@@ -34,9 +33,6 @@ class Replacement:
     old_pid: int | None = None
     new_pid: int | None = None
     refused: str = ""
-    # Started before the probe as if the sample in flight were quarantined (the usual verdict),
-    # so that it never fetches that sample itself (a reference or substitute fetch would).
-    assumes_quarantined: bool = False
 
 
 def without_new_quarantine(it: Any, index: Any) -> tuple[Any, bool]:
@@ -110,14 +106,10 @@ def replace(
     return Replacement(worker_id, old_pid, new_pid)
 
 
-def current_dataset(it: Any, *also_quarantined: Any) -> Any:
-    """The user's dataset wrapped with the sample policy as it is now (the quarantine, plus
-    ``also_quarantined``): a worker started with it never fetches those samples, not even as a
-    reference or a substitute, which the main process cannot leave out for it."""
+def current_dataset(it: Any) -> Any:
+    """The user's dataset wrapped with the sample policy as it is now (the quarantine)."""
     snapshot = it._ld_snapshot
     policy = it._ld_sup.sample_policy(it._drop_last)
-    if policy is not None and also_quarantined:
-        policy = dataclasses.replace(policy, quarantined=policy.quarantined | set(also_quarantined))
     return wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy)
 
 
