@@ -77,6 +77,9 @@ def gather(state: ScanState, shard: Shard, seconds: float) -> tuple[ScanState, f
 
     parts: list[tuple[dict[str, object], float] | None] = [None] * shard.world_size
     patient = dist.new_group(backend="gloo", timeout=GATHER_TIMEOUT)
+    # torch 2.14 types new_group's result as a group or NON_GROUP_MEMBER (-100); every rank is a
+    # member of a group of all ranks
+    assert isinstance(patient, dist.ProcessGroup)
     dist.all_gather_object(parts, (state.to_json(), seconds), group=patient)
     if not shard.is_leader:
         return state, seconds
