@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -323,3 +324,38 @@ def test_a_sample_left_alone_in_its_batch_is_no_reference_for_the_next(num_worke
             assert [[int(row[0]) for row in batch] for batch in loader] == [[4], [1, 2]]
     finally:
         shutil.rmtree(flag_dir, ignore_errors=True)
+
+
+def test_a_probe_that_fails_itself_quarantines_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug of ours in the probe (the sample re-tried alone) is logged and counted, and the
+    sample loads again: never "it failed again", which quarantined a healthy sample."""
+    from loaderdoctor.supervise import iterator, supervision
+
+    class BrokenProbe(supervision.Supervision):  # only the probe builds one in iterator.py
+        def delivered(self, *args: object) -> None:
+            raise RuntimeError("a bug of ours in the probe")
+
+    monkeypatch.setattr(iterator, "Supervision", BrokenProbe)
+    dataset = Ledger(12, {5: "kill-once"}, str(tmp_path))
+    loader = loaderdoctor.DataLoader(dataset, batch_size=2, num_workers=2, heal=True)
+    with caplog.at_level(logging.WARNING, logger="loaderdoctor.supervise.iterator"):
+        (epoch,) = delivered(loader)
+
+    assert Counter(epoch) == Counter(range(12))  # sample 5 too: it loads fine the second time
+    assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
+        ("killed-by-signal", "respawned")
+    ]
+    (incident,) = loader.incidents
+    evidence = incident.diagnosis.evidence[-2:]
+    assert evidence[0] == (
+        "sample 5 could not be re-tried alone (RuntimeError: a bug of ours in the probe): "
+        "not quarantined, it loads again in the respawned worker"
+    )
+    assert fnmatch.fnmatch(evidence[1], "worker * respawned alone (pid * -> pid *)*"), evidence
+    assert loader.report.quarantine == []
+    assert loader.report.counts["probe_failures"] == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "loaderdoctor: sample 5 could not be re-tried alone"
+    ]

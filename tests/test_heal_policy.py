@@ -56,6 +56,10 @@ TABLE = [
     ("native-crash", {"culprit": 3, "culprit_quarantined": True}, (Q, 4, 2)),
     ("oom-killed", {"culprit": 3, "culprit_quarantined": True}, (Q, 4, 2)),
     ("native-crash", {"culprit": 3, "probe_failed_again": False}, (S, 4, 2)),
+    # the probe itself failed (its worker could not start, or a bug of ours): it could not tell,
+    # so the sample is not quarantined but loads again in the respawned worker; no back-off
+    ("native-crash", {"culprit": 3, "probe_error": "RuntimeError: boom"}, (S, 4, 2)),
+    ("oom-killed", {"culprit": 3, "probe_error": "RuntimeError: boom"}, (S, 4, 2)),
     ("native-crash", {}, (S, 4, 2)),
     ("oom-killed", {"culprit": 3, "probe_failed_again": False}, (B, 4, 1)),
     ("oom-killed", {"culprit": 3, "probe_failed_again": False, "prefetch_factor": 1}, (B, 2, 1)),
@@ -154,3 +158,12 @@ def test_replaces_one_worker(cause: str, changes: dict, alone: bool) -> None:
     at = replace(BASE, **changes)
     action = HealPolicy().decide(verdict(cause), at)
     assert replaces_one_worker(action, at) is alone
+
+
+def test_a_failed_probe_says_so_in_the_action() -> None:
+    at = replace(BASE, culprit=3, probe_error="RuntimeError: boom")
+    action = HealPolicy().decide(verdict("native-crash"), at)
+    assert action.note == (
+        "sample 3 could not be re-tried alone (RuntimeError: boom): "
+        "not quarantined, it loads again in the respawned worker"
+    )

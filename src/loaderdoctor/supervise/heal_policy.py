@@ -59,6 +59,7 @@ class Situation:
     reached_worker_init: bool | None = None
     culprit: object = None  # the sample in flight
     probe_failed_again: bool | None = None  # None: not probed yet
+    probe_error: str | None = None  # the probe itself failed, so it could not tell
     # The culprit is quarantined already: a worker that did not know it yet fetched it
     culprit_quarantined: bool = False
     in_process_allowed: bool = False  # the user's allow_in_process
@@ -147,24 +148,36 @@ class HealPolicy:
         if cause == "worker-hang" and at.culprit is not None:
             return replace(keep, kind=ActionKind.QUARANTINE)
         if cause in SAMPLE_DEATHS and at.culprit is not None:
-            if at.probe_failed_again is None:
-                return replace(keep, kind=ActionKind.PROBE)
-            if at.probe_failed_again:
-                return replace(
-                    keep,
-                    kind=ActionKind.QUARANTINE,
-                    note=f"sample {at.culprit!r} failed again alone in a fresh worker",
-                )
-            if cause in ENVIRONMENTAL:
-                return self._back_off(
-                    diagnosis,
-                    at,
-                    f"sample {at.culprit!r} loaded fine alone: the machine, not the sample",
-                )
-            return replace(keep, note=f"sample {at.culprit!r} loaded fine alone: not reproducible")
+            return self._sample_death(diagnosis, at, keep)
         if cause in ENVIRONMENTAL:
             return self._back_off(diagnosis, at, "")
         return keep
+
+    def _sample_death(self, diagnosis: Diagnosis, at: Situation, keep: Action) -> Action:
+        """A death at a known sample: re-try it alone, then quarantine it if it fails again."""
+        if at.probe_error is not None:
+            return replace(
+                keep,
+                note=(
+                    f"sample {at.culprit!r} could not be re-tried alone ({at.probe_error}): "
+                    "not quarantined, it loads again in the respawned worker"
+                ),
+            )
+        if at.probe_failed_again is None:
+            return replace(keep, kind=ActionKind.PROBE)
+        if at.probe_failed_again:
+            return replace(
+                keep,
+                kind=ActionKind.QUARANTINE,
+                note=f"sample {at.culprit!r} failed again alone in a fresh worker",
+            )
+        if diagnosis.cause in ENVIRONMENTAL:
+            return self._back_off(
+                diagnosis,
+                at,
+                f"sample {at.culprit!r} loaded fine alone: the machine, not the sample",
+            )
+        return replace(keep, note=f"sample {at.culprit!r} loaded fine alone: not reproducible")
 
     def _stream(self, diagnosis: Diagnosis, at: Situation, keep: Action) -> Action:
         """A stream (IterableDataset): the dead worker's replacement resumes its stream, skipping

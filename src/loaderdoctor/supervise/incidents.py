@@ -6,15 +6,19 @@ all read this one log; nothing else records an incident.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 from loaderdoctor.forensics.evidence import Diagnosis
 
+logger = logging.getLogger(__name__)
+
 # Callables told of every incident of every supervised loader in this process, as it happens:
 # ``sink(loader, incident)``. ``loaderdoctor run`` registers one that appends to the run's report;
-# a sink must not raise (one that does is ignored: a report writer never breaks training).
+# a sink that raises is logged and counted (``counts["sink_failures"]``), never raised: a report
+# writer must not break training.
 INCIDENT_SINKS: list[Callable[[Any, Incident], None]] = []
 
 # Actions after which the loader carried on: the run is "healed", not "crashed".
@@ -80,6 +84,7 @@ class IncidentLog(Sequence[Incident]):
         self._owner = owner
         self.steps: list[BackoffStep] = []
         self.quiet = False  # an isolated re-try made by healing: its parent reports the outcome
+        self.sink_failures = 0
 
     def append(self, diagnosis: Diagnosis, action: str) -> Incident:
         incident = Incident(diagnosis, action)
@@ -90,7 +95,8 @@ class IncidentLog(Sequence[Incident]):
                 try:
                     sink(owner, incident)
                 except Exception:  # a report writer must never break the training loop
-                    pass
+                    self.sink_failures += 1
+                    logger.warning("loaderdoctor: incident sink %r failed", sink, exc_info=True)
         return incident
 
     def step(self, step: BackoffStep) -> None:
@@ -157,7 +163,7 @@ def build_report(log: IncidentLog, quarantine: list[int], counts: dict[str, int]
         incidents=incidents,
         quarantine=quarantine,
         delivered={"batches": counts["batches"], "samples": counts["samples"]},
-        counts=dict(counts),
+        counts={**counts, "sink_failures": log.sink_failures},
         backoff=list(log.steps),
     )
 

@@ -21,6 +21,7 @@ one object.
 from __future__ import annotations
 
 import copy
+import logging
 import multiprocessing
 import os
 import queue
@@ -67,6 +68,8 @@ from loaderdoctor.supervise.worker_watch import WorkerWatch
 
 # How often the main process looks at its workers while it waits for a batch. torch checks every
 # MP_STATUS_CHECK_INTERVAL (5 s) and relies on a SIGCHLD handler for the rest.
+logger = logging.getLogger(__name__)
+
 POLL_S = 0.1
 PROBE_TIMEOUT_S = 60.0
 POLICY = HealPolicy()
@@ -480,14 +483,21 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         ):
             replacement = self._ld_replace_early(worker_id)
         if action.kind is ActionKind.PROBE:
-            failed_again = probe(self._ld_snapshot, ev.in_flight_index)
-            action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
+            action = self._ld_probe(diagnosis, at, ev.in_flight_index)
         if sup.backoff is not None:
             sup.backoff.failed()
         if action.kind is ActionKind.RAISE:
             self._ld_raise(failure, diagnosis)
         stream = self._ld_stream_culprit(ev, diagnosis) if self._ld_streams is not None else None
         self._ld_heal(diagnosis, action, at, ev, replacement, stream)
+
+    def _ld_probe(self, diagnosis: Diagnosis, at: Situation, culprit: Any) -> Action:
+        """Re-try the sample in flight alone, then decide again on what that showed."""
+        outcome = probe(self._ld_snapshot, culprit)
+        if isinstance(outcome, str):  # the probe could not tell: never the sample's failure
+            self._ld_sup.counts["probe_failures"] += 1
+            return POLICY.decide(diagnosis, replace(at, probe_error=outcome))
+        return POLICY.decide(diagnosis, replace(at, probe_failed_again=outcome))
 
     def _ld_raise(self, failure: _PoolFailure, diagnosis: Diagnosis) -> NoReturn:
         self._ld_sup.record(diagnosis, "raised")
@@ -789,8 +799,13 @@ def _quarantined(index: Any, quarantine: Any) -> bool:
         return False
 
 
-def probe(snapshot: LoaderSnapshot, index: Any) -> bool:
-    """Load ``index`` alone in a fresh worker: True when it fails again."""
+def probe(snapshot: LoaderSnapshot, index: Any) -> bool | str:
+    """Load ``index`` alone in a fresh worker: True when it fails again, False when it loads.
+
+    A string says why the probe itself could not tell (its worker could not start, or
+    loaderdoctor's own machinery failed): logged, and never taken for the sample's failure,
+    which would quarantine a healthy sample.
+    """
     loader = torch.utils.data.DataLoader(
         snapshot.dataset,
         batch_size=None,
@@ -812,9 +827,23 @@ def probe(snapshot: LoaderSnapshot, index: Any) -> bool:
     try:
         for _ in SupervisedMultiProcessingIter(LoaderSnapshot(loader), supervision):
             pass
-    except Exception:
-        return True
+    except Exception as error:
+        if any(_fails_at(incident.diagnosis, index) for incident in supervision.log):
+            return True
+        logger.warning("loaderdoctor: sample %r could not be re-tried alone", index, exc_info=True)
+        return f"{type(error).__name__}: {error}"
     return False
+
+
+def _fails_at(diagnosis: Diagnosis, index: Any) -> bool:
+    """The diagnosis is of the sample ``index`` failing (not of a worker that never reached it,
+    nor of loaderdoctor's own machinery)."""
+    if diagnosis.cause == "internal-error":
+        return False
+    try:
+        return index in diagnosis.indices
+    except (TypeError, ValueError):  # an index that does not compare (an array)
+        return False
 
 
 __all__ = ["POLL_S", "SupervisedMultiProcessingIter", "probe", "start_method_of"]

@@ -51,6 +51,7 @@ def new_counts() -> dict[str, int]:
         "replaced": 0,
         "dropped": 0,
         "resent_batches": 0,
+        "probe_failures": 0,  # a sample re-tried alone whose probe could not tell
     }
 
 
