@@ -66,10 +66,10 @@ from loaderdoctor.supervise.worker_exceptions import worker_exception
 from loaderdoctor.supervise.worker_hooks import BOOTSTRAP_DIR_ENV, SupervisedWorkerInit
 from loaderdoctor.supervise.worker_watch import WorkerWatch
 
-# How often the main process looks at its workers while it waits for a batch. torch checks every
-# MP_STATUS_CHECK_INTERVAL (5 s) and relies on a SIGCHLD handler for the rest.
 logger = logging.getLogger(__name__)
 
+# How often the main process looks at its workers while it waits for a batch. torch checks every
+# MP_STATUS_CHECK_INTERVAL (5 s) and relies on a SIGCHLD handler for the rest.
 POLL_S = 0.1
 PROBE_TIMEOUT_S = 60.0
 POLICY = HealPolicy()
