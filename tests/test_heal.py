@@ -326,6 +326,30 @@ def test_a_sample_left_alone_in_its_batch_is_no_reference_for_the_next(num_worke
         shutil.rmtree(flag_dir, ignore_errors=True)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_samples_outside_the_batch_vote_and_do_not_overrule_it(num_workers: int) -> None:
+    """The first batch, 0 3 4 1, holds one ragged sample (1); the samples outside it, 2 and 5,
+    are one ragged and one healthy. They once made the reference alone (the first of a tie: 2,
+    ragged), and 0, 3 and 4 were skipped as the odd ones, every healthy sample of the batch
+    (found by the ledger property test, r14). Each is one vote beside the batch's own."""
+    flag_dir = tempfile.mkdtemp(prefix="ledger-")
+    try:
+        loader = loaderdoctor.DataLoader(
+            Ledger(6, {1: "ragged", 2: "ragged"}, flag_dir),
+            batch_size=4,
+            sampler=[3, 0, 4, 1, 5, 2],
+            num_workers=num_workers,
+            heal=True,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", HealWarning)
+            assert [[int(row[0]) for row in batch] for batch in loader] == [[3, 0, 4], [5]]
+        assert loader.report.quarantine == [1, 2]
+    finally:
+        shutil.rmtree(flag_dir, ignore_errors=True)
+
+
 def test_a_probe_that_fails_itself_quarantines_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

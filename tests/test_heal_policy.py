@@ -167,3 +167,24 @@ def test_a_failed_probe_says_so_in_the_action() -> None:
         "sample 3 could not be re-tried alone (RuntimeError: boom): "
         "not quarantined, it loads again in the respawned worker"
     )
+
+
+def test_odd_samples_a_good_structure_decides_and_outside_samples_vote() -> None:
+    import torch
+
+    from loaderdoctor.supervise.sample_policy import odd_samples
+
+    short, long = ("Tensor", (1,), "torch.int64"), ("Tensor", (2,), "torch.int64")
+    batch = [torch.tensor([3]), torch.tensor([0]), torch.tensor([4]), torch.tensor([1, 1])]
+    indices = [3, 0, 4, 1]
+    assert odd_samples(batch, indices) == [1]  # the majority
+    # samples outside the batch are votes beside the batch's own: one of each changes nothing,
+    # two ragged ones make a tie (undecidable), three outvote the batch
+    assert odd_samples(batch, indices, votes={long: 1, short: 1}) == [1]
+    assert odd_samples(batch, indices, votes={long: 2}) == []
+    assert odd_samples(batch, indices, votes={long: 3}) == [3, 0, 4]
+    # a structure known good (from a batch that collated) decides, whatever the numbers
+    assert odd_samples(batch, indices, reference=long) == [3, 0, 4]
+    tie = [torch.tensor([3]), torch.tensor([0]), torch.tensor([4, 4]), torch.tensor([1, 1])]
+    assert odd_samples(tie, indices) == []
+    assert odd_samples(tie, indices, votes={short: 1}) == [4, 1]

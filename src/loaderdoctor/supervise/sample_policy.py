@@ -4,6 +4,7 @@ test that finds the odd samples of a batch that would not collate.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,12 +57,18 @@ def _safe_structure(sample: Any) -> Any:
         return None
 
 
-def odd_samples(samples: Any, indices: list[Any], reference: Any = None) -> list[Any]:
+def odd_samples(
+    samples: Any,
+    indices: list[Any],
+    reference: Any = None,
+    votes: Mapping[Any, int] | None = None,
+) -> list[Any]:
     """Indices whose structure differs from the rest of the batch (empty when undecidable).
 
-    ``reference`` is the structure of a sample known to be good (from an earlier batch or a
-    reference sample): when some samples match it, the others are the odd ones, whatever their
-    number. Without it the majority decides, and a tie decides nothing.
+    ``reference`` is the structure of a sample known to be good (from a batch that collated):
+    when some samples match it, the others are the odd ones, whatever their number. Without it
+    the majority decides, of the batch's samples and of ``votes`` (structures of samples outside
+    the batch, with their counts); a tie decides nothing.
     """
     if not isinstance(samples, (list, tuple)) or len(samples) != len(indices) or len(samples) < 2:
         return []
@@ -73,7 +80,7 @@ def odd_samples(samples: Any, indices: list[Any], reference: Any = None) -> list
         return []
     if reference is not None and reference in structures:
         return [index for index, s in zip(indices, structures) if s != reference]
-    counts: dict[Any, int] = {}
+    counts: dict[Any, int] = dict(votes or {})
     for structure in structures:
         counts[structure] = counts.get(structure, 0) + 1
     ranked = sorted(counts.values(), reverse=True)

@@ -149,15 +149,17 @@ class SupervisedMapDataset(Dataset[Any]):
             STATE.known_bad.add(candidate)
         return None
 
-    def _reference_sample(self, batch: list[Any]) -> Any:
-        """The most common structure among a few healthy samples outside ``batch``.
+    def _reference_votes(self, batch: list[Any]) -> dict[Any, int]:
+        """The structures of a few healthy samples outside ``batch``, each with its count.
 
-        Used to tell the odd samples of a worker's first failing batch apart (later batches
-        compare with the last batch that collated).
+        Votes beside the batch's own samples, to tell the odd samples of a worker's first failing
+        batch apart (later batches compare with the last batch that collated). Votes, not a
+        verdict: one of these samples may be odd too (two ragged samples of six once made the
+        reference, and the four healthy ones were skipped).
         """
         policy = self.policy
         if policy is None or not policy.dataset_len:
-            return None
+            return {}
         taken = set(batch)
         counts: dict[Any, int] = {}
         tried = 0
@@ -175,14 +177,12 @@ class SupervisedMapDataset(Dataset[Any]):
             if ok:
                 structure = _safe_structure(sample)
                 counts[structure] = counts.get(structure, 0) + 1
-        if not counts:
-            return None
-        return max(counts, key=lambda structure: counts[structure])
+        return counts
 
     def _heal_batch(self, indices: list[Any]) -> list[Any]:
         policy = self.policy
         assert policy is not None
-        STATE.reference_fetch = self._reference_sample
+        STATE.reference_fetch = self._reference_votes
         STATE.batch_indices = list(indices)
         samples: list[Any] = []
         kept_indices: list[Any] = []

@@ -39,8 +39,7 @@ class SupervisedCollate:
         except Exception as error:
             if slot is not None:
                 slot.error()
-            reference = self._reference(indices) if self.heal else None
-            odd = odd_samples(samples, indices, reference)
+            odd = self._odd(samples, indices)
             healed = self._collate_without(samples, indices, odd, error) if self.heal else None
             if healed is not None:
                 if slot is not None:
@@ -63,14 +62,15 @@ class SupervisedCollate:
             STATE.good_structure = _safe_structure(samples[0])
         return _with_stream_positions(batch)
 
-    def _reference(self, indices: list[Any]) -> Any:
-        """A good sample's structure: from an earlier batch, else a sample outside this batch."""
+    def _odd(self, samples: Any, indices: list[Any]) -> list[Any]:
+        """The samples unlike a good one: a good structure from an earlier batch decides; else
+        the majority of this batch's samples and a few outside it, each one vote."""
+        if not self.heal:
+            return odd_samples(samples, indices)
         if STATE.good_structure is not None:
-            return STATE.good_structure
+            return odd_samples(samples, indices, STATE.good_structure)
         fetch = STATE.reference_fetch
-        if fetch is None:
-            return None
-        return fetch(indices)
+        return odd_samples(samples, indices, votes=fetch(indices) if fetch is not None else None)
 
     def _collate_without(
         self, samples: list[Any], indices: list[Any], odd: list[Any], error: BaseException

@@ -25,7 +25,8 @@ class _WorkerState:
         self.events: list[dict[str, Any]] = []
         self.known_bad: set[Any] = set()
         self.good_structure: Any = None  # of a sample in a batch that collated (healing)
-        self.reference_fetch: Callable[[list[Any]], Any] | None = None
+        # votes of samples outside a batch: structure -> count (healing)
+        self.reference_fetch: Callable[[list[Any]], dict[Any, int]] | None = None
         # IterableDataset: this worker's stream (its positions and keys, for the batch wrapper)
         # and, in a re-started worker, where the stream resumes (``streams.StreamResume``)
         self.stream: Any = None
