@@ -112,7 +112,7 @@ def test_cli_json_exits_zero_with_the_four_causes(tmp_path: Path) -> None:
     while list(tmp_path.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert list(tmp_path.iterdir()) == []
-    round_trip = DemoReport.from_json(data)
+    round_trip = DemoReport.from_dict(data)
     assert json.loads(format_json(round_trip)) == data
 
 

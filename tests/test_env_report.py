@@ -87,7 +87,7 @@ def test_json_shape_and_round_trip() -> None:
     ]
     for check in data["checks"]:
         assert {"id", "status", "value", "message", "fix"} <= set(check)
-    again = EnvReport.from_json(data)
+    again = EnvReport.from_dict(data)
     assert again == report
     assert again.failed
 
@@ -108,4 +108,4 @@ def test_every_catalog_check_is_measured_without_a_target() -> None:
     # without a target the dataset checks say what they need instead of guessing
     assert report.check("shm-need").status == "unknown"
     assert report.check("worker-memory").status == "unknown"
-    assert EnvReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    assert EnvReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report

@@ -209,8 +209,8 @@ def test_culprit_is_the_sample_in_flight_and_collate_names_the_odd_samples() -> 
 
 def test_evidence_and_diagnosis_round_trip_through_json() -> None:
     ev = death(signal="SIGKILL", in_flight_index=3, notes=["kernel log not readable: EPERM"])
-    assert Evidence.from_json(ev.to_json()) == ev
+    assert Evidence.from_dict(ev.to_dict()) == ev
     diagnosis = diagnose(ev)
     from loaderdoctor.forensics import Diagnosis
 
-    assert Diagnosis.from_json(diagnosis.to_json()) == diagnosis
+    assert Diagnosis.from_dict(diagnosis.to_dict()) == diagnosis

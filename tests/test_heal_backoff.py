@@ -50,7 +50,7 @@ def test_back_off_climbs_back_after_a_healthy_epoch(tmp_path: Path) -> None:
         "loaderdoctor: a whole epoch without an incident; back up to num_workers=2, "
         "prefetch_factor=2"
     )
-    assert loader.report.to_json()["backoff"][1] == {
+    assert loader.report.to_dict()["backoff"][1] == {
         "direction": "up",
         "num_workers": 2,
         "prefetch_factor": 2,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -39,7 +40,7 @@ def test_a_failing_sink_is_logged_and_counted_not_raised(
     assert caplog.records[0].exc_info is not None
     report = build_report(log, [3], new_counts())
     assert report.counts["sink_failures"] == 2
-    assert report.to_json()["counts"]["sink_failures"] == 2
+    assert report.to_dict()["counts"]["sink_failures"] == 2
 
 
 def test_a_quiet_log_tells_no_sink(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,3 +54,22 @@ def test_a_quiet_log_tells_no_sink(monkeypatch: pytest.MonkeyPatch) -> None:
     log.append(verdict("native-crash"), "raised")
     assert seen == [] and len(log) == 1
     assert build_report(log, [], new_counts()).counts["sink_failures"] == 0
+
+
+def test_to_json_is_json_text_and_to_dict_the_dict() -> None:
+    """`print(loader.report.to_json())` (the README's line) prints JSON, not a Python dict (issue 28)."""
+    log = IncidentLog()
+    log.append(verdict("sample-error"), "skipped")
+    report = build_report(log, [3], new_counts())
+
+    text = report.to_json()
+
+    assert isinstance(text, str)
+    assert json.loads(text) == report.to_dict()
+    assert text.startswith('{\n  "schema": 1,\n  "status": "healed",')
+    assert json.loads(report.to_json(indent=None)) == report.to_dict()
+
+
+def test_a_diagnosis_reads_back_what_to_json_wrote() -> None:
+    diagnosis = verdict("native-crash")
+    assert Diagnosis.from_json(diagnosis.to_json()) == diagnosis

@@ -117,7 +117,7 @@ def test_json_carries_severity_and_counts(tmp_path: Path) -> None:
         ("LD102", "error"),
     ]
     assert (data["files_checked"], data["lines_checked"], data["hidden"]) == (1, 4, 0)
-    assert LintReport.from_json(data).findings[0].severity == "error"
+    assert LintReport.from_dict(data).findings[0].severity == "error"
 
 
 def test_magic_inside_a_notebook_block_is_not_a_syntax_error(tmp_path: Path) -> None:

@@ -346,7 +346,7 @@ def test_report_round_trips_through_json() -> None:
     finding = LintFinding("a.py", 3, 5, "LD105", "message", "fix")
     notebook = LintFinding("n.ipynb", 1, 1, "LD101", "m", "f", cell=2)
     report = LintReport(findings=[finding, notebook])
-    data = report.to_json()
+    data = report.to_dict()
     assert data["schema"] == 1 and set(data["findings"][0]) == {
         "path",
         "line",
@@ -356,9 +356,9 @@ def test_report_round_trips_through_json() -> None:
         "message",
         "fix",
     }
-    assert LintReport.from_json(data).findings == [finding, notebook]
+    assert LintReport.from_dict(data).findings == [finding, notebook]
     with pytest.raises(ValueError):
-        LintReport.from_json({"schema": 99})
+        LintReport.from_dict({"schema": 99})
 
 
 @pytest.mark.slow

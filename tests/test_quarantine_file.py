@@ -137,7 +137,7 @@ def test_indices_past_the_end_warn_once_that_the_file_may_be_another_datasets(
 def _checkpoint(**edits: object) -> dict[str, object]:
     state = ScanState("d.py:train", 10)
     state.loaded[0] = Loaded(0.5, "Tensor[float32](3,)", 4096)
-    document = state.to_json()
+    document = state.to_dict()
     document.update(edits)
     return document
 

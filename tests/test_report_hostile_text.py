@@ -148,7 +148,7 @@ def test_json_renderers_round_trip_any_text(text: str) -> None:
         loaded = json.loads(output)
         if name == "tune":
             assert loaded.pop("snippet") == tune.format_snippet(data[name])
-        assert loaded == json.loads(json.dumps(data[name].to_json(), default=repr))
+        assert loaded == json.loads(json.dumps(data[name].to_dict(), default=repr))
 
 
 def test_file_names_with_markup_are_shown_as_written() -> None:

@@ -80,17 +80,17 @@ def sample_report() -> RunReport:
 
 def test_report_round_trips_through_json() -> None:
     report = sample_report()
-    data = json.loads(json.dumps(report.to_json()))
+    data = json.loads(json.dumps(report.to_dict()))
     assert list(data)[:5] == ["schema", "status", "incidents", "quarantine", "delivered"]
     assert data["delivered"] == {"batches": 5, "samples": 20}
-    assert RunReport.from_json(data) == report
+    assert RunReport.from_dict(data) == report
 
 
 def test_unknown_schema_is_refused() -> None:
-    data = sample_report().to_json()
+    data = sample_report().to_dict()
     data["schema"] = 99
     with pytest.raises(ValueError, match="schema"):
-        RunReport.from_json(data)
+        RunReport.from_dict(data)
 
 
 def test_incident_from_a_sink_record() -> None:
@@ -230,7 +230,7 @@ def test_an_item_of_a_stream_without_batching_counts_its_own_batch(
 
 def _report_json(**edits: object) -> dict[str, object]:
     document = RunReport(status="ok", command=["python", "x.py"], exit_code=0, duration_s=1.0)
-    return {**document.to_json(), **edits}
+    return {**document.to_dict(), **edits}
 
 
 @pytest.mark.parametrize(
@@ -262,7 +262,7 @@ def test_a_report_that_makes_no_sense_is_one_line_naming_the_field(
     document: object, message: str
 ) -> None:
     with pytest.raises(ValueError) as raised:
-        RunReport.from_json(document)
+        RunReport.from_dict(document)
     assert str(raised.value) == message
 
 

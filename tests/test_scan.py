@@ -74,7 +74,7 @@ def test_report_round_trips_through_json() -> None:
     data = json.loads(format_json(report))
     assert data["schema"] == 2 and data["throughput"] == 5.0
     assert [bad["index"] for bad in data["bad"]] == [3, 7]
-    assert ScanReport.from_json(data) == report
+    assert ScanReport.from_dict(data) == report
 
 
 def test_text_renderer_keeps_brackets_and_names_files() -> None:

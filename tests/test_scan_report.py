@@ -209,7 +209,7 @@ def test_bad_markers_merge_neighbours_and_label_only_where_there_is_room() -> No
 
 
 def test_schema_1_json_renders_without_the_new_fields() -> None:
-    report = ScanReport.from_json(json.loads(json.dumps(schema_1_json())))
+    report = ScanReport.from_dict(json.loads(json.dumps(schema_1_json())))
     assert report.hungriest == [] and report.profile is None and report.timeout is None
     out = io.StringIO()
     print_text(report, out)
@@ -221,7 +221,7 @@ def test_schema_1_json_renders_without_the_new_fields() -> None:
     page = format_html(report)
     assert "<svg" not in page and "No per-sample profile in this report" in page
     assert "settings:" not in page and "Memory-hungry" not in page
-    assert format_html(ScanReport.from_json(report.to_json())) == page
+    assert format_html(ScanReport.from_dict(report.to_dict())) == page
 
 
 def test_a_clean_report_says_so() -> None:
@@ -241,7 +241,7 @@ def test_write_html_names_the_file_in_a_folder(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_cli_report_rerenders_a_scan_json(tmp_path: Path) -> None:
     path = tmp_path / "scan.json"
-    path.write_text(json.dumps(sample_report().to_json()))
+    path.write_text(json.dumps(sample_report().to_dict()))
     result = run_python(["-m", "loaderdoctor", "report", str(path)], timeout=60)
     assert result.returncode == 1, result.stderr
     assert result.stdout.startswith("scanned 1000 samples in 12.5 s")

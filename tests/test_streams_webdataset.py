@@ -77,7 +77,7 @@ def test_a_killed_webdataset_worker_resumes_its_shard_and_names_the_culprit_key(
         f"item #7 of worker 2's stream has key {CULPRIT!r} (read again, and dropped, when the "
         "stream resumed)"
     ) in diagnosis.evidence
-    incident = loader.report.to_json()["incidents"][0]
+    incident = loader.report.to_dict()["incidents"][0]
     assert (incident["worker_id"], incident["position"], incident["key"]) == (2, 7, CULPRIT)
     heal = [w for w in caught if issubclass(w.category, HealWarning)]
     assert [w.filename for w in heal] == [__file__]

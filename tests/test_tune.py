@@ -482,9 +482,9 @@ def test_json_round_trip() -> None:
         "pin_memory": False,
     }
     assert data["snippet"] == format_snippet(report)
-    assert TuneReport.from_json(data) == report
+    assert TuneReport.from_dict(data) == report
     with pytest.raises(ValueError, match="schema"):
-        TuneReport.from_json({**data, "schema": 99})
+        TuneReport.from_dict({**data, "schema": 99})
 
 
 def test_soak_summary() -> None:

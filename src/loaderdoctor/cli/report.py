@@ -78,7 +78,7 @@ def rerender_scan(args: argparse.Namespace, data: dict[str, Any]) -> int:
 
     path: Path = args.report_dir
     try:
-        report = ScanReport.from_json(data)
+        report = ScanReport.from_dict(data)
     except (TypeError, ValueError, KeyError) as error:
         raise CommandError(f"{path} is not a loaderdoctor scan report: {error}") from None
     html = None

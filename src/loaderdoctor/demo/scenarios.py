@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import shutil
@@ -114,7 +115,7 @@ class ScenarioResult:
                 return False
         return not self.names_file or d.sample_file == self.planted_file
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "planted": self.planted,
@@ -128,14 +129,14 @@ class ScenarioResult:
             "error": self.error,
             "names_file": self.names_file,
             "dataset_dir": self.dataset_dir,
-            "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
+            "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
             "heal_action": self.heal_action,
             "delivered_samples": self.delivered_samples,
             "quarantine": self.quarantine,
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ScenarioResult:
+    def from_dict(cls, data: dict[str, Any]) -> ScenarioResult:
         diagnosis = data.get("diagnosis")
         return cls(
             name=data["name"],
@@ -143,7 +144,7 @@ class ScenarioResult:
             expected_cause=data["expected_cause"],
             planted_index=data["planted_index"],
             planted_file=data["planted_file"],
-            diagnosis=Diagnosis.from_json(diagnosis) if diagnosis else None,
+            diagnosis=Diagnosis.from_dict(diagnosis) if diagnosis else None,
             seconds=data["seconds"],
             stock_message=data.get("stock_message", ""),
             error_type=data.get("error_type"),
@@ -172,7 +173,16 @@ class DemoReport:
     def passed(self) -> bool:
         return bool(self.scenarios) and all(result.passed for result in self.scenarios)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON text; ``to_dict()`` gives the dict."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> DemoReport:
+        """Read back what :meth:`to_json` wrote."""
+        return cls.from_dict(json.loads(text))
+
+    def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "passed": self.passed,
@@ -184,13 +194,13 @@ class DemoReport:
             "batch_size": self.batch_size,
             "num_workers": self.num_workers,
             "heal": self.heal,
-            "scenarios": [result.to_json() for result in self.scenarios],
+            "scenarios": [result.to_dict() for result in self.scenarios],
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DemoReport:
+    def from_dict(cls, data: dict[str, Any]) -> DemoReport:
         return cls(
-            scenarios=[ScenarioResult.from_json(item) for item in data["scenarios"]],
+            scenarios=[ScenarioResult.from_dict(item) for item in data["scenarios"]],
             seconds=data["seconds"],
             dataset_dir=data.get("dataset_dir", ""),
             dataset_kept=data.get("dataset_kept", False),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -27,7 +28,7 @@ class EnvCheck:
     why: str = ""
     details: dict[str, JsonValue] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, JsonValue]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return {
             "id": self.id,
             "status": self.status,
@@ -40,7 +41,7 @@ class EnvCheck:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, JsonValue]) -> EnvCheck:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> EnvCheck:
         status = data["status"]
         if status not in STATUSES:
             raise ValueError(f"unknown env check status {status!r}")
@@ -82,23 +83,32 @@ class EnvReport:
                 return check
         raise KeyError(check_id)
 
-    def to_json(self) -> dict[str, JsonValue]:
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON text; ``to_dict()`` gives the dict."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> EnvReport:
+        """Read back what :meth:`to_json` wrote."""
+        return cls.from_dict(json.loads(text))
+
+    def to_dict(self) -> dict[str, JsonValue]:
         return {
             "schema": self.schema,
             "target": self.target,
             "settings": dict(self.settings),
             "summary": self.counts(),
-            "checks": [check.to_json() for check in self.checks],
+            "checks": [check.to_dict() for check in self.checks],
             "internal_errors": list(self.internal_errors),
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, JsonValue]) -> EnvReport:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> EnvReport:
         schema = int(data.get("schema", 0))
         if schema != SCHEMA_VERSION:
             raise ValueError(f"env report schema {schema} is not {SCHEMA_VERSION}")
         return cls(
-            checks=[EnvCheck.from_json(item) for item in data.get("checks", [])],
+            checks=[EnvCheck.from_dict(item) for item in data.get("checks", [])],
             target=data.get("target"),
             settings=dict(data.get("settings") or {}),
             internal_errors=[str(line) for line in data.get("internal_errors") or []],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -59,11 +60,11 @@ class Evidence:
     internal_origin: str | None = None  # "file:line in function" of that frame
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Evidence:
+    def from_dict(cls, data: dict[str, Any]) -> Evidence:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -93,13 +94,22 @@ class Diagnosis:
     position: int | None = None
     key: Any = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON text; ``to_dict()`` gives the dict."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> Diagnosis:
+        """Read back what :meth:`to_json` wrote."""
+        return cls.from_dict(json.loads(text))
+
+    def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["alternatives"] = [list(pair) for pair in self.alternatives]
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Diagnosis:
+    def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["alternatives"] = [tuple(pair) for pair in values.get("alternatives", [])]

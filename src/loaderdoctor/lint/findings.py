@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,7 @@ class LintFinding:
     cell: int | None = None
     severity: str = "warning"  # error, warning or info (loaderdoctor.lint.catalog.SEVERITIES)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "path": self.path,
             "line": self.line,
@@ -36,7 +37,7 @@ class LintFinding:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LintFinding:
+    def from_dict(cls, data: dict[str, Any]) -> LintFinding:
         cell = data.get("cell")
         return cls(
             path=str(data["path"]),
@@ -59,7 +60,7 @@ class FixRecord:
     code: str
     description: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "line": self.line,
@@ -68,7 +69,7 @@ class FixRecord:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> FixRecord:
+    def from_dict(cls, data: dict[str, Any]) -> FixRecord:
         return cls(
             path=str(data["path"]),
             line=int(data["line"]),
@@ -98,26 +99,35 @@ class LintReport:
         worst = order.index(threshold)
         return any(order.index(finding.severity) <= worst for finding in self.findings)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON text; ``to_dict()`` gives the dict."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> LintReport:
+        """Read back what :meth:`to_json` wrote."""
+        return cls.from_dict(json.loads(text))
+
+    def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "schema": SCHEMA,
-            "findings": [finding.to_json() for finding in self.findings],
+            "findings": [finding.to_dict() for finding in self.findings],
             "files_checked": self.files_checked,
             "lines_checked": self.lines_checked,
             "hidden": self.hidden,
         }
         if self.fixed:
-            data["fixed"] = [record.to_json() for record in self.fixed]
+            data["fixed"] = [record.to_dict() for record in self.fixed]
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LintReport:
+    def from_dict(cls, data: dict[str, Any]) -> LintReport:
         schema = data.get("schema")
         if schema != SCHEMA:
             raise ValueError(f"unsupported lint report schema {schema!r} (expected {SCHEMA})")
         return cls(
-            findings=[LintFinding.from_json(item) for item in data.get("findings", [])],
-            fixed=[FixRecord.from_json(item) for item in data.get("fixed", [])],
+            findings=[LintFinding.from_dict(item) for item in data.get("findings", [])],
+            fixed=[FixRecord.from_dict(item) for item in data.get("fixed", [])],
             files_checked=int(data.get("files_checked", 0)),
             lines_checked=int(data.get("lines_checked", 0)),
             hidden=int(data.get("hidden", 0)),

@@ -240,4 +240,4 @@ def format_text(report: DemoReport, width: int = 100) -> str:
 
 
 def format_json(report: DemoReport) -> str:
-    return json.dumps(report.to_json(), indent=2) + "\n"
+    return json.dumps(report.to_dict(), indent=2) + "\n"

@@ -94,4 +94,4 @@ def format_text(report: EnvReport, width: int = 100) -> str:
 
 
 def format_json(report: EnvReport) -> str:
-    return json.dumps(report.to_json(), indent=2) + "\n"
+    return json.dumps(report.to_dict(), indent=2) + "\n"

@@ -67,7 +67,7 @@ def format_fix(record: FixRecord) -> str:
 
 
 def format_json(report: LintReport) -> str:
-    return json.dumps(report.to_json(), indent=2) + "\n"
+    return json.dumps(report.to_dict(), indent=2) + "\n"
 
 
 def sarif_log(

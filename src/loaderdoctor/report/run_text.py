@@ -161,4 +161,4 @@ def format_text(report: RunReport, width: int = 100, *, html: Path | None = None
 
 
 def format_json(report: RunReport) -> str:
-    return json.dumps(report.to_json(), indent=2, default=repr) + "\n"
+    return json.dumps(report.to_dict(), indent=2, default=repr) + "\n"

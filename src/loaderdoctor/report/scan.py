@@ -16,7 +16,7 @@ MAX_ROWS = 20
 
 
 def format_json(report: ScanReport) -> str:
-    return json.dumps(report.to_json(), indent=2) + "\n"
+    return json.dumps(report.to_dict(), indent=2) + "\n"
 
 
 def format_summary(report: ScanReport) -> str:

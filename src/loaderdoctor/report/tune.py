@@ -29,7 +29,7 @@ def format_snippet(report: TuneReport) -> str:
 
 
 def format_json(report: TuneReport) -> str:
-    data = report.to_json()
+    data = report.to_dict()
     data["snippet"] = format_snippet(report)
     return json.dumps(data, indent=2) + "\n"
 

@@ -178,7 +178,7 @@ def run_command(settings: RunSettings) -> RunReport:
     started_wall = time.time()
     started = time.monotonic()
     record = RunRecord(os.getpid(), command, started_wall)
-    protocol.write_json(str(incidents_dir / RUN_RECORD_NAME), record.to_json())
+    protocol.write_json(str(incidents_dir / RUN_RECORD_NAME), record.to_dict())
     # True only if nothing replaces it: run and its command both died without a word.
     write_report(_report_of_a_dead_supervisor(report_dir, record, writer=None), report_dir)
     try:
@@ -226,11 +226,11 @@ class RunRecord:
     command: list[str]
     started_wall: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "command": self.command, "started_wall": self.started_wall}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         return cls(
             int(data["pid"]), [str(part) for part in data["command"]], float(data["started_wall"])
         )
@@ -246,7 +246,7 @@ def report_after_supervisor_death(
     """
     data = protocol.read_json(os.path.join(protocol.incidents_dir(report_dir), RUN_RECORD_NAME))
     try:
-        record = RunRecord.from_json(data or {})
+        record = RunRecord.from_dict(data or {})
     except (KeyError, TypeError, ValueError):
         return None
     if record.pid != supervisor:
@@ -417,7 +417,7 @@ def process_summaries(
 
 def write_report(report: RunReport, report_dir: str | os.PathLike[str]) -> Path:
     """``DIR/report.json``, replaced whole (a temporary file per writer, then a rename)."""
-    return write_json_atomically(Path(report_dir) / REPORT_NAME, report.to_json(), indent=2)
+    return write_json_atomically(Path(report_dir) / REPORT_NAME, report.to_dict(), indent=2)
 
 
 def load_report(report_dir: Path) -> RunReport:
@@ -429,6 +429,6 @@ def load_report(report_dir: Path) -> RunReport:
     except (OSError, ValueError) as error:
         raise RunUsageError(f"cannot read {path}: {error}") from None
     try:
-        return RunReport.from_json(data)
+        return RunReport.from_dict(data)
     except (TypeError, ValueError, KeyError) as error:
         raise RunUsageError(f"{path} is not a loaderdoctor run report: {error}") from None

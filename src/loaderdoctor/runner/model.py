@@ -1,12 +1,13 @@
 """The data of a ``loaderdoctor run``: ``RunReport`` and its parts, serializable both ways.
 
-``RunReport.to_json()`` is ``report.json``; its first keys are the DESIGN.md contract (``schema``,
+``RunReport.to_dict()`` is ``report.json``; its first keys are the DESIGN.md contract (``schema``,
 ``status``, ``incidents``, ``quarantine``, ``delivered``), the rest are additions.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -52,16 +53,16 @@ class RunIncident:
     time_s: float | None = None  # seconds after the command started
     diagnosis: dict[str, Any] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunIncident:
+    def from_dict(cls, data: dict[str, Any]) -> RunIncident:
         return cls(**_known(cls, data))
 
     @classmethod
     def from_sink_record(cls, record: dict[str, Any], started_at: float) -> RunIncident:
-        """From a line the child wrote (``Incident.to_json()`` with pid, rank and time)."""
+        """From a line the child wrote (``Incident.to_dict()`` with pid, rank and time)."""
         incident = dict(record.get("incident", {}))
         diagnosis = incident.get("diagnosis") or {}
         values = _known(cls, incident)
@@ -115,7 +116,7 @@ class ProcessMemory:
     series: list[tuple[float, int, int | None, int | None]] = field(default_factory=list)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProcessMemory:
+    def from_dict(cls, data: dict[str, Any]) -> ProcessMemory:
         values = _known(cls, data)
         values["series"] = [tuple(row) for row in values.get("series", [])]
         return cls(**values)
@@ -146,10 +147,10 @@ class MemoryReport:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> MemoryReport:
+    def from_dict(cls, data: dict[str, Any]) -> MemoryReport:
         values = _known(cls, data)
         values["shm_series"] = [tuple(row) for row in values.get("shm_series", [])]
-        values["processes"] = [ProcessMemory.from_json(p) for p in values.get("processes", [])]
+        values["processes"] = [ProcessMemory.from_dict(p) for p in values.get("processes", [])]
         values["findings"] = [MemoryFinding(**f) for f in values.get("findings", [])]
         return cls(**values)
 
@@ -177,14 +178,23 @@ class RunReport:
     supervisor: SupervisorFate = "finished"
     schema: int = SCHEMA
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON text; ``to_dict()`` gives the dict."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunReport:
+        """Read back what :meth:`to_json` wrote."""
+        return cls.from_dict(json.loads(text))
+
+    def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         head = {key: data.pop(key) for key in ("schema", "status", "incidents", "quarantine")}
         head["delivered"] = data.pop("delivered")
         return {**head, **data}
 
     @classmethod
-    def from_json(cls, data: object) -> RunReport:
+    def from_dict(cls, data: object) -> RunReport:
         """The report in ``data``; ``ValueError`` naming the first field that makes no sense."""
         if not isinstance(data, dict):
             raise ShapeError(f"expected a JSON object, got {json_kind(data)}")
@@ -194,14 +204,14 @@ class RunReport:
             )
         check_shape(data, cls, "report")
         values = _known(cls, data)
-        values["incidents"] = [RunIncident.from_json(i) for i in values.get("incidents", [])]
+        values["incidents"] = [RunIncident.from_dict(i) for i in values.get("incidents", [])]
         values["delivered"] = Delivered(**values.get("delivered", {}))
         values["ranks"] = [
             ProcessSummary(**{**r, "delivered": Delivered(**r.get("delivered", {}))})
             for r in values.get("ranks", [])
         ]
         if values.get("memory") is not None:
-            values["memory"] = MemoryReport.from_json(values["memory"])
+            values["memory"] = MemoryReport.from_dict(values["memory"])
         return cls(**values)
 
 

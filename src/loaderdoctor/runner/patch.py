@@ -151,7 +151,7 @@ def _incident_sink(loader: Any, incident: Any) -> None:
         "time": time.time(),
         "pid": os.getpid(),
         "rank": current_rank(),
-        "incident": incident.to_json(),
+        "incident": incident.to_dict(),
     }
     protocol.append_incident(incidents_dir(), os.getpid(), record)
     _write_state(force=True)

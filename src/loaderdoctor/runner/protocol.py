@@ -70,7 +70,7 @@ def next_image_number(directory: str, pid: int) -> int:
 
 # --- the formats ---------------------------------------------------------------------------------
 def incident_line(record: dict[str, Any]) -> str:
-    """``{"time", "pid", "rank", "incident": Incident.to_json()}`` as one line of JSON."""
+    """``{"time", "pid", "rank", "incident": Incident.to_dict()}`` as one line of JSON."""
     import json
 
     return json.dumps(record, default=repr) + "\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -94,13 +95,22 @@ class ScanReport:
     def clean(self) -> bool:
         return not self.bad
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON text; ``to_dict()`` gives the dict."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> ScanReport:
+        """Read back what :meth:`to_json` wrote."""
+        return cls.from_dict(json.loads(text))
+
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["throughput"] = round(self.throughput, 3)
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ScanReport:
+    def from_dict(cls, data: dict[str, Any]) -> ScanReport:
         """The report in ``data``; ``ValueError`` naming the first field that makes no sense."""
         if data.get("schema") not in READABLE_SCHEMAS:
             raise ValueError(f"unsupported scan report schema {data.get('schema')!r}")

@@ -80,13 +80,13 @@ def gather(state: ScanState, shard: Shard, seconds: float) -> tuple[ScanState, f
     # torch 2.14 types new_group's result as a group or NON_GROUP_MEMBER (-100); every rank is a
     # member of a group of all ranks
     assert isinstance(patient, dist.ProcessGroup)
-    dist.all_gather_object(parts, (state.to_json(), seconds), group=patient)
+    dist.all_gather_object(parts, (state.to_dict(), seconds), group=patient)
     if not shard.is_leader:
         return state, seconds
     merged = ScanState(state.spec, state.total)
     for part in parts:
         assert part is not None
-        merged.merge(ScanState.from_json(part[0]))
+        merged.merge(ScanState.from_dict(part[0]))
     return merged, max(part[1] for part in parts if part is not None)
 
 

@@ -57,7 +57,7 @@ class ScanState:
         for index in self.loaded.keys() & self.bad.keys():
             del self.bad[index]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         # Structures repeat across samples: store each once and refer to it by position.
         structures: dict[str, int] = {}
         rows = [
@@ -80,7 +80,7 @@ class ScanState:
         }
 
     @classmethod
-    def from_json(cls, data: object) -> ScanState:
+    def from_dict(cls, data: object) -> ScanState:
         """A state from a checkpoint's JSON; :class:`CheckpointError` names what makes no sense.
 
         Indices go through the quarantine file's own check (``sample_index``), and past
@@ -171,7 +171,7 @@ def _bad(item: object, total: int, where: str) -> BadSample:
 
 
 def save_checkpoint(path: str | os.PathLike[str], state: ScanState) -> None:
-    write_json_atomically(path, state.to_json())
+    write_json_atomically(path, state.to_dict())
 
 
 def load_checkpoint(path: str | os.PathLike[str], spec: str, total: int) -> ScanState:
@@ -184,7 +184,7 @@ def load_checkpoint(path: str | os.PathLike[str], spec: str, total: int) -> Scan
     except ValueError as error:
         raise CheckpointError(f"checkpoint {path} is damaged (not JSON: {error})") from None
     try:
-        state = ScanState.from_json(data)
+        state = ScanState.from_dict(data)
     except CheckpointError as error:
         raise CheckpointError(f"checkpoint {path}: {error}; delete it to start over") from None
     if state.total != total:

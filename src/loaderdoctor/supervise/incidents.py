@@ -6,6 +6,7 @@ all read this one log; nothing else records an incident.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ class Incident:
     # "fell-back" (loaderdoctor's own machinery failed: plain torch loading took over).
     action: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
         return {
             "cause": d.cause,
@@ -52,7 +53,7 @@ class Incident:
             "action": self.action,
             "evidence": list(d.evidence),
             "fixes": list(d.fixes),
-            "diagnosis": d.to_json(),
+            "diagnosis": d.to_dict(),
         }
 
 
@@ -66,7 +67,7 @@ class BackoffStep:
     epoch: int
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "direction": self.direction,
             "num_workers": self.num_workers,
@@ -137,15 +138,19 @@ class LoaderReport:
     counts: dict[str, int]
     backoff: list[BackoffStep] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON text; ``to_dict()`` gives the dict."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_dict(self) -> dict[str, Any]:
         return {
             "schema": 1,
             "status": self.status,
-            "incidents": [incident.to_json() for incident in self.incidents],
+            "incidents": [incident.to_dict() for incident in self.incidents],
             "quarantine": list(self.quarantine),
             "delivered": dict(self.delivered),
             "counts": dict(self.counts),
-            "backoff": [step.to_json() for step in self.backoff],
+            "backoff": [step.to_dict() for step in self.backoff],
         }
 
 

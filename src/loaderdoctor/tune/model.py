@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -82,11 +83,11 @@ class Trial:
     def ok(self) -> bool:
         return self.status == "ok"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Trial:
+    def from_dict(cls, data: dict[str, Any]) -> Trial:
         values = _known(cls, data)
         values["config"] = LoaderConfig(**data["config"])
         return cls(**values)
@@ -102,7 +103,7 @@ class Skipped:
     predicted_shm_bytes: int | None = None
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Skipped:
+    def from_dict(cls, data: dict[str, Any]) -> Skipped:
         values = _known(cls, data)
         values["config"] = LoaderConfig(**data["config"])
         return cls(**values)
@@ -156,7 +157,7 @@ class Soak:
     note: str | None = None
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Soak:
+    def from_dict(cls, data: dict[str, Any]) -> Soak:
         values = _known(cls, data)
         values["epochs"] = [SoakEpoch(**_known(SoakEpoch, e)) for e in data["epochs"]]
         return cls(**values)
@@ -185,21 +186,30 @@ class TuneReport:
     soak: Soak | None = None
     schema: int = SCHEMA
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON text; ``to_dict()`` gives the dict."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> TuneReport:
+        """Read back what :meth:`to_json` wrote."""
+        return cls.from_dict(json.loads(text))
+
+    def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["dataloader_kwargs"] = {"batch_size": self.batch_size, **self.recommended.kwargs()}
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TuneReport:
+    def from_dict(cls, data: dict[str, Any]) -> TuneReport:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"unsupported tune report schema {data.get('schema')!r}")
         values = _known(cls, data)
         values["budget"] = Budget(**data["budget"])
-        values["trials"] = [Trial.from_json(t) for t in data["trials"]]
-        values["skipped"] = [Skipped.from_json(s) for s in data["skipped"]]
+        values["trials"] = [Trial.from_dict(t) for t in data["trials"]]
+        values["skipped"] = [Skipped.from_dict(s) for s in data["skipped"]]
         values["recommended"] = LoaderConfig(**data["recommended"])
         values["bound"] = Bound(**data["bound"])
         values["startup"] = Startup(**data["startup"]) if data.get("startup") else None
-        values["soak"] = Soak.from_json(data["soak"]) if data.get("soak") else None
+        values["soak"] = Soak.from_dict(data["soak"]) if data.get("soak") else None
         return cls(**values)
