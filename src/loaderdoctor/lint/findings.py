@@ -87,6 +87,7 @@ class LintReport:
     lines_checked: int = 0
     fixed: list[FixRecord] = field(default_factory=list)
     hidden: int = 0  # findings below the severity asked for (info, by default)
+    seconds: float = 0.0  # how long the lint took, reading files included
 
     def count(self, severity: str) -> int:
         return sum(1 for finding in self.findings if finding.severity == severity)
@@ -115,6 +116,7 @@ class LintReport:
             "files_checked": self.files_checked,
             "lines_checked": self.lines_checked,
             "hidden": self.hidden,
+            "seconds": round(self.seconds, 3),
         }
         if self.fixed:
             data["fixed"] = [record.to_dict() for record in self.fixed]
@@ -131,4 +133,5 @@ class LintReport:
             files_checked=int(data.get("files_checked", 0)),
             lines_checked=int(data.get("lines_checked", 0)),
             hidden=int(data.get("hidden", 0)),
+            seconds=float(data.get("seconds", 0.0)),
         )

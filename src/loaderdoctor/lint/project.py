@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from loaderdoctor.lint.calls import CallGraph
 from loaderdoctor.lint.model import (
     _FUNCTIONS,
     DatasetClass,
@@ -68,6 +69,8 @@ class Project:
         self._loader_classes: list[tuple[LoaderCall, ModuleModel, ast.ClassDef | None]] | None = (
             None
         )
+        self._calls_by_name: dict[str, list[tuple[ModuleModel, ast.Call]]] | None = None
+        self.graph = CallGraph(self)
 
     # -- modules -----------------------------------------------------------------------------
 
@@ -209,6 +212,25 @@ class Project:
         if found and isinstance(found[1], _FUNCTIONS):
             return found[0], found[1]
         return None
+
+    def constructions(
+        self, module: ModuleModel, cls: ast.ClassDef
+    ) -> list[tuple[ModuleModel, ast.Call]]:
+        """Every call in a linted module that builds an instance of ``cls`` (argument flow)."""
+        if self._calls_by_name is None:
+            index: dict[str, list[tuple[ModuleModel, ast.Call]]] = {}
+            for model in self.modules:
+                for call in model.calls:
+                    func = call.func
+                    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                    index.setdefault(name, []).append((model, call))
+            self._calls_by_name = index
+        found = []
+        for model, call in self._calls_by_name.get(cls.name, ()):
+            resolved = self.resolve(model, call.func)
+            if resolved is not None and resolved[1] is cls:
+                found.append((model, call))
+        return found
 
     # -- Dataset classes ---------------------------------------------------------------------
 

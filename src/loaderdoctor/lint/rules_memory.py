@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from loaderdoctor.lint.calls import bind_arguments
 from loaderdoctor.lint.model import DatasetClass, FunctionNode, Hit, ModuleModel
 from loaderdoctor.lint.project import Project
 from loaderdoctor.lint.rules_dataset import uses_self_attribute
@@ -115,6 +116,14 @@ class _Kind:
 
 
 NONE = _Kind(_NONE, "")
+# yolov5's label cache: a dict of per-image numpy arrays pickled into an .npy file. Reading it
+# copies the pages of the containers and of every array's object header, not the arrays' data.
+_PICKLED_CACHE = _Kind(
+    _BIG,
+    "Python objects unpickled from `numpy.load(allow_pickle=True)` (per-entry lists, tuples "
+    "and numpy array headers; what grows per worker is those objects, not the array data)",
+    "numpy.load(allow_pickle=True)",
+)
 _FILE = _Kind(_NEUTRAL, "an open file")
 _FRAME = _Kind(_NEUTRAL, "a pandas DataFrame")
 _SAFE = _Kind(_NONE, "safe")
@@ -156,6 +165,8 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
         converted: set[str] = set()
         for function, owner in dataset.init_methods():
             flow = _Flow(owner.module, owner, 0)
+            if function.name == "__init__" and owner is dataset:
+                flow.seed(_passed_in(project, dataset, function))
             flow.run(function)
             converted |= flow.converted
             for attr, (kind, node) in flow.attributes.items():
@@ -174,6 +185,22 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
                     continue  # self.cfg = data; self.samples = data["list"]: one object, once
                 reported.add(id(kind))
             yield _hit(dataset, owner, attr, kind, node, user)
+
+
+def _passed_in(project: Project, dataset: DatasetClass, init: FunctionNode) -> dict[str, _Kind]:
+    """What the project's constructions of the Dataset pass to ``__init__``: a roidb loaded
+    from a pickle cache by the training script and handed in (argument flow, across modules)."""
+    passed: dict[str, _Kind] = {}
+    for module, call in project.constructions(dataset.module, dataset.node):
+        scope = module.scopes.scope_of(call)
+        caller = _Flow(module, None, 1)
+        if not isinstance(scope, ast.Lambda):
+            caller.run(scope)
+        for name, value in bind_arguments(call, init, method=True).items():
+            kind = caller.kind(value)
+            if kind.level:
+                passed[name] = passed.get(name, NONE).stronger(kind)
+    return passed
 
 
 def _library_tables(dataset: DatasetClass) -> Iterator[Hit]:
@@ -372,6 +399,8 @@ class _Flow:
             return self._call(node, depth)
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             return self._comprehension(node, depth)
+        if isinstance(node, ast.Starred):  # zip(*cache.values())
+            return self.kind(node.value, depth + 1)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             return self.kind(node.left, depth + 1).stronger(self.kind(node.right, depth + 1))
         if isinstance(node, ast.IfExp):
@@ -427,17 +456,20 @@ class _Flow:
                         return _records("DataFrame.values.tolist")
                     return _listing("column values from a DataFrame", "tolist")
                 return _FRAME if func.attr not in ("to_records", "to_numpy") else NONE
+            if func.attr == "item" and base.source == "numpy.load":
+                return _PICKLED_CACHE  # np.load(cache, allow_pickle=True).item(): a dict
             if base.level == _BIG and func.attr == "keys":
                 return _listing("ids (the keys of loaded data)", base.source)
             if base.level == _BIG and func.attr in _SAME_KIND_METHODS:
                 return base
             receiver = func.value
             if isinstance(receiver, ast.Name) and receiver.id == "self" and self.owner:
-                return self._helper_method(func.attr, depth)
+                return self._helper_method(func.attr, node, depth)
         if isinstance(func, (ast.Name, ast.Attribute)) and self.depth < _MAX_DEPTH:
             found = self.model.project.function(self.model, func, _LOADS_SOMETHING)
             if found is not None:
                 flow = _Flow(found[0], None, self.depth + 1)
+                flow.seed(self._arguments(node, found[1], method=False, depth=depth))
                 flow.run(found[1])
                 return flow.returns
         for argument in node.args:  # os.path.join(root, name) of a listed name: still a name
@@ -446,15 +478,26 @@ class _Flow:
                 return argument_kind
         return NONE
 
-    def _helper_method(self, name: str, depth: int) -> _Kind:
+    def _helper_method(self, name: str, call: ast.Call, depth: int) -> _Kind:
         assert self.owner is not None
         found = self.owner.find(name)
         if found is None or self.depth >= _MAX_DEPTH:
             return NONE
         function, owner = found
         flow = _Flow(owner.module, owner, self.depth + 1)
+        flow.seed(self._arguments(call, function, method=True, depth=depth))
         flow.run(function)
         return flow.returns
+
+    def _arguments(
+        self, call: ast.Call, function: FunctionNode, method: bool, depth: int
+    ) -> dict[str, _Kind]:
+        """What each parameter of ``function`` holds in this call (argument flow)."""
+        bound = bind_arguments(call, function, method)
+        return {name: self.kind(value, depth + 1) for name, value in bound.items()}
+
+    def seed(self, parameters: dict[str, _Kind]) -> None:
+        self.env.update({name: kind for name, kind in parameters.items() if kind.level})
 
     def _item(self, iterable: _Kind) -> _Kind:
         """What a loop over ``iterable`` binds per turn."""
