@@ -86,6 +86,7 @@ class LintReport:
     files_checked: int = 0
     lines_checked: int = 0
     fixed: list[FixRecord] = field(default_factory=list)
+    unfixed: list[FixRecord] = field(default_factory=list)  # --fix declined, and why
     hidden: int = 0  # findings below the severity asked for (info, by default)
     seconds: float = 0.0  # how long the lint took, reading files included
 
@@ -120,6 +121,8 @@ class LintReport:
         }
         if self.fixed:
             data["fixed"] = [record.to_dict() for record in self.fixed]
+        if self.unfixed:
+            data["unfixed"] = [record.to_dict() for record in self.unfixed]
         return data
 
     @classmethod
@@ -130,6 +133,7 @@ class LintReport:
         return cls(
             findings=[LintFinding.from_dict(item) for item in data.get("findings", [])],
             fixed=[FixRecord.from_dict(item) for item in data.get("fixed", [])],
+            unfixed=[FixRecord.from_dict(item) for item in data.get("unfixed", [])],
             files_checked=int(data.get("files_checked", 0)),
             lines_checked=int(data.get("lines_checked", 0)),
             hidden=int(data.get("hidden", 0)),

@@ -35,6 +35,7 @@ def format_text(report: LintReport, show_fixes: bool = True, summary: bool = Tru
     the files were read at all; ``summary=False`` (``--quiet``) prints only the findings.
     """
     lines = [f"fixed {format_fix(record)}" for record in report.fixed]
+    lines += [f"not fixed {format_fix(record)}" for record in report.unfixed]
     for finding in report.findings:
         lines.append(format_finding(finding))
         if show_fixes and finding.fix:
