@@ -180,3 +180,12 @@ def test_magic_lines_become_statements_of_the_same_shape(line: str, stripped: st
     from loaderdoctor.lint.engine import _magic_as_statement
 
     assert _magic_as_statement(line) == stripped
+
+
+def test_records_built_by_helper_methods_from_a_coco_index() -> None:  # item 2
+    # CocoBoxes derives from a Dataset of a module read after its own, and duck-types
+    # __getitem__ + __len__: it is still judged with its base (YOLOX's COCODataset).
+    assert findings(".", cwd=PROJECTS / "coco_helpers") == [
+        "datasets/coco.py:13:28 LD107 `CocoBoxes.annotations` keeps per-record Python objects "
+        f"built from a COCO index (pycocotools) and `__getitem__` {COPY_ON_READ}"
+    ]  # CocoSizes (line 31) keeps one numpy array of sizes: nothing

@@ -23,7 +23,15 @@ def findings_of(root: Path, *paths: str, severity: str = "warning") -> list[str]
 
 
 @pytest.mark.parametrize(
-    "name", ["detection", "segmentation", "opencv_chain", "imported_fit", "records_flow"]
+    "name",
+    [
+        "detection",
+        "segmentation",
+        "opencv_chain",
+        "imported_fit",
+        "records_flow",
+        "coco_helpers",
+    ],
 )
 def test_project_gives_exactly_the_expected_findings(name: str) -> None:
     root = PROJECTS / name

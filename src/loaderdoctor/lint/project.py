@@ -263,23 +263,28 @@ class Project:
         table: dict[int, DatasetClass] = {}
         self._datasets = table
         pending = [(module, node) for module in self.modules for node in module.classes_in_order()]
-        changed = True
-        while changed:  # a class may derive from a Dataset defined further down, or elsewhere
-            changed = False
-            for module, node in pending:
-                if id(node) in table:
-                    continue
-                dataset = self._as_dataset(module, node)
-                if dataset is not None:
-                    table[id(node)] = dataset
-                    changed = True
+        # A class may derive from a Dataset defined further down, or in a module read later:
+        # a class whose project base is not decided yet waits, so that a duck-typed subclass
+        # (``__getitem__`` + ``__len__``) is not fixed without its bases; then the rest.
+        for postpone in (True, False):
+            changed = True
+            while changed:
+                changed = False
+                for module, node in pending:
+                    if id(node) in table:
+                        continue
+                    dataset = self._as_dataset(module, node, postpone=postpone)
+                    if dataset is not None:
+                        table[id(node)] = dataset
+                        changed = True
         return table
 
     def _as_dataset(
-        self, module: ModuleModel, node: ast.ClassDef, depth: int = 0
+        self, module: ModuleModel, node: ast.ClassDef, depth: int = 0, postpone: bool = False
     ) -> DatasetClass | None:
         table = self._datasets or {}
         explicit = False
+        undecided = False
         bases: list[DatasetClass] = []
         for base in node.bases:
             name = module.scopes.qualified(base) or ""
@@ -297,6 +302,8 @@ class Project:
                 if known is not None:
                     explicit = explicit or known.explicit
                     bases.append(known)
+                elif self._checked(base_module):
+                    undecided = True
             elif name.startswith(_DATASET_BASE_PREFIXES) and name.endswith("Dataset"):
                 explicit = True
             elif name.startswith("torchvision.datasets."):
@@ -309,6 +316,8 @@ class Project:
         duck = {"__getitem__", "__len__"} <= methods
         if not (explicit or bases or duck):
             return None
+        if postpone and undecided:
+            return None  # decided once its project bases are
         local = module.scopes.enclosing(node, _FUNCTIONS) is not None
         return DatasetClass(node, module, explicit, local, bases)
 

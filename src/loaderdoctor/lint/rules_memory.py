@@ -95,6 +95,8 @@ _PASS_THROUGH = frozenset(
 _SAME_KIND_METHODS = frozenset({"items", "values", "keys", "get", "copy", "pop", "setdefault"})
 _ROW_METHODS = frozenset({"iterrows", "itertuples", "to_dict", "to_records"})
 _MAX_DEPTH = 3
+# pycocotools.coco.COCO methods that return the index's own records (lists of dicts).
+_COCO_RECORDS = frozenset({"loadImgs", "loadAnns", "loadCats"})
 # A helper module not parsed yet is read for a loader function only if it could hold one.
 _LOADS_SOMETHING = re.compile(
     r"json|pickle|yaml|torch\.load|np\.load|numpy|msgpack|csv|COCO|LVIS|read_|joblib|mmcv|listdir|glob"
@@ -136,6 +138,8 @@ def _loaded(source: str) -> _Kind:
 
 
 def _records(source: str) -> _Kind:
+    if source.startswith(("a COCO", "an LVIS")):
+        return _Kind(_BIG, f"per-record Python objects built from {source}", source)
     return _Kind(_BIG, f"per-record Python objects built from `{source}` data", source)
 
 
@@ -458,6 +462,8 @@ class _Flow:
                 return _FRAME if func.attr not in ("to_records", "to_numpy") else NONE
             if func.attr == "item" and base.source == "numpy.load":
                 return _PICKLED_CACHE  # np.load(cache, allow_pickle=True).item(): a dict
+            if base.source.startswith("a COCO") and func.attr in _COCO_RECORDS:
+                return _row(base.source)  # coco.loadImgs(id_)[0]: one image's record
             if base.level == _BIG and func.attr == "keys":
                 return _listing("ids (the keys of loaded data)", base.source)
             if base.level == _BIG and func.attr in _SAME_KIND_METHODS:
@@ -485,6 +491,7 @@ class _Flow:
             return NONE
         function, owner = found
         flow = _Flow(owner.module, owner, self.depth + 1)
+        flow.attributes = dict(self.attributes)  # self.coco set before the helper is called
         flow.seed(self._arguments(call, function, method=True, depth=depth))
         flow.run(function)
         return flow.returns
