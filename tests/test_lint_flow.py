@@ -189,3 +189,19 @@ def test_records_built_by_helper_methods_from_a_coco_index() -> None:  # item 2
         "datasets/coco.py:13:28 LD107 `CocoBoxes.annotations` keeps per-record Python objects "
         f"built from a COCO index (pycocotools) and `__getitem__` {COPY_ON_READ}"
     ]  # CocoSizes (line 31) keeps one numpy array of sizes: nothing
+
+
+def test_pickled_cache_of_numpy_arrays_says_what_grows() -> None:  # item 2, the other way
+    path = CORPUS / "clean" / "ld107_pickled_arrays_cache.py"
+    report = check_paths([path], min_severity="info")
+    assert [(f.line, f.code, f.severity, f.message) for f in report.findings] == [
+        (
+            23,
+            "LD107",
+            "info",
+            "`PointClouds.points` is a Python list of numpy arrays unpickled by `pickle.load` "
+            "(the same arrays `__init__` builds when there is no cache), read in `__getitem__`: "
+            "reading it copies only the list and each array's header per worker, not the "
+            "array data",
+        )
+    ]

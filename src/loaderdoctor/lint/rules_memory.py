@@ -118,6 +118,7 @@ class _Kind:
 
 
 NONE = _Kind(_NONE, "")
+_ARRAY = _Kind(_NEUTRAL, "a numpy array")
 # yolov5's label cache: a dict of per-image numpy arrays pickled into an .npy file. Reading it
 # copies the pages of the containers and of every array's object header, not the arrays' data.
 _PICKLED_CACHE = _Kind(
@@ -167,12 +168,14 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
             continue
         attributes: dict[str, tuple[_Kind, ast.AST, DatasetClass]] = {}
         converted: set[str] = set()
+        arrays: set[str] = set()
         for function, owner in dataset.init_methods():
             flow = _Flow(owner.module, owner, 0)
             if function.name == "__init__" and owner is dataset:
                 flow.seed(_passed_in(project, dataset, function))
             flow.run(function)
             converted |= flow.converted
+            arrays |= flow.arrays
             for attr, (kind, node) in flow.attributes.items():
                 known = attributes.get(attr)
                 if known is None or kind.level > known[0].level:
@@ -184,6 +187,8 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
             user = uses_self_attribute(workers, attr)
             if user is None:
                 continue
+            if kind.level == _BIG and attr in arrays and kind.source in _UNPICKLERS:
+                kind = _unpickled_arrays(kind.source)  # the cache is the arrays built here
             if kind.level == _BIG:
                 if id(kind) in reported:
                     continue  # self.cfg = data; self.samples = data["list"]: one object, once
@@ -223,9 +228,26 @@ def _library_tables(dataset: DatasetClass) -> Iterator[Hit]:
             )
 
 
+_UNPICKLERS = frozenset({"pickle.load", "pickle.loads", "joblib.load", "torch.load", "dill.load"})
+
+
+def _unpickled_arrays(source: str) -> _Kind:
+    return _Kind(_INFO, f"numpy arrays unpickled by `{source}`", source)
+
+
 def _hit(
     dataset: DatasetClass, owner: DatasetClass, attr: str, kind: _Kind, node: ast.AST, user: str
 ) -> Hit:
+    if kind.level == _INFO and kind.what.startswith("numpy arrays"):
+        return Hit(
+            owner.module,
+            node,
+            "LD107",
+            f"`{dataset.name}.{attr}` is a Python list of {kind.what} (the same arrays "
+            f"`__init__` builds when there is no cache), read in `{user}`: reading it copies "
+            "only the list and each array's header per worker, not the array data",
+            severity="info",
+        )
     if kind.level >= _BIG:
         return Hit(
             owner.module,
@@ -257,6 +279,7 @@ class _Flow:
         self.env: dict[str, _Kind] = {}
         self.attributes: dict[str, tuple[_Kind, ast.AST]] = {}
         self.converted: set[str] = set()
+        self.arrays: set[str] = set()  # self.x filled with numpy arrays (x[i] = np.loadtxt(...))
         self.returns = NONE
 
     def run(self, function: ast.AST) -> None:
@@ -318,6 +341,9 @@ class _Flow:
             for element in target.elts:  # images, anns = json.load(f)
                 self._store(element, kind, value, merge)
         elif isinstance(target, ast.Subscript):
+            if kind is _ARRAY and is_self_attribute(target.value):
+                assert isinstance(target.value, ast.Attribute)
+                self.arrays.add(target.value.attr)
             self._fill(target.value, self._element(value), value)
 
     def _bind(self, target: ast.AST, kind: _Kind) -> None:
@@ -394,6 +420,8 @@ class _Flow:
             return _field(base)
         if isinstance(node, ast.Subscript):
             base = self.kind(node.value, depth + 1)
+            if base is _ARRAY:
+                return _ARRAY  # point_set[0:n, :]
             if base.level == _BIG and not base.what.startswith("per-record"):
                 return base  # data["annotations"]
             if base is _FRAME:
@@ -440,6 +468,10 @@ class _Flow:
             return _FILE
         if name in _SAFE_SINKS:
             return _SAFE
+        if name.startswith("numpy.") or (
+            isinstance(node.func, ast.Attribute) and node.func.attr == "astype"
+        ):
+            return _ARRAY
         if name in _PASS_THROUGH and node.args:
             return self.kind(node.args[-1], depth + 1)
         func = node.func
