@@ -205,3 +205,8 @@ def test_pickled_cache_of_numpy_arrays_says_what_grows() -> None:  # item 2, the
             "array data",
         )
     ]
+
+
+def test_a_handle_opened_from_a_listed_name_is_not_a_list_of_names() -> None:  # item 2
+    path = CORPUS / "clean" / "ld107_walked_root_opened.py"
+    assert check_paths([path], min_severity="info").findings == []

@@ -95,6 +95,23 @@ _PASS_THROUGH = frozenset(
 _SAME_KIND_METHODS = frozenset({"items", "values", "keys", "get", "copy", "pop", "setdefault"})
 _ROW_METHODS = frozenset({"iterrows", "itertuples", "to_dict", "to_records"})
 _MAX_DEPTH = 3
+_PATH_BUILDERS = frozenset(
+    {
+        "os.path.join",
+        "os.path.abspath",
+        "os.path.normpath",
+        "os.path.realpath",
+        "os.path.relpath",
+        "os.path.basename",
+        "os.path.splitext",
+        "os.path.expanduser",
+        "pathlib.Path",
+        "Path",
+        "str",
+        "os.fspath",
+    }
+)
+_STRING_METHODS = frozenset({"replace", "strip", "rstrip", "lstrip", "format", "lower", "upper"})
 # pycocotools.coco.COCO methods that return the index's own records (lists of dicts).
 _COCO_RECORDS = frozenset({"loadImgs", "loadAnns", "loadCats"})
 # A helper module not parsed yet is read for a loader function only if it could hold one.
@@ -510,10 +527,13 @@ class _Flow:
                 flow.seed(self._arguments(node, found[1], method=False, depth=depth))
                 flow.run(found[1])
                 return flow.returns
-        for argument in node.args:  # os.path.join(root, name) of a listed name: still a name
-            argument_kind = self.kind(argument, depth + 1)
-            if argument_kind.level == _INFO:
-                return argument_kind
+        # os.path.join(root, name) of a listed name is still a name; lmdb.open(name) is not.
+        method = func.attr if isinstance(func, ast.Attribute) else ""
+        if name in _PATH_BUILDERS or method in _STRING_METHODS:
+            for argument in (*node.args, func.value if method else None):
+                argument_kind = self.kind(argument, depth + 1)
+                if argument_kind.level == _INFO:
+                    return argument_kind
         return NONE
 
     def _helper_method(self, name: str, call: ast.Call, depth: int) -> _Kind:
@@ -536,7 +556,9 @@ class _Flow:
         return {name: self.kind(value, depth + 1) for name, value in bound.items()}
 
     def seed(self, parameters: dict[str, _Kind]) -> None:
-        self.env.update({name: kind for name, kind in parameters.items() if kind.level})
+        """Parameters that hold loaded records. A listed name is not seeded: one name from a
+        listing and the listing itself look alike here, and a name passed in is one name."""
+        self.env.update({k: kind for k, kind in parameters.items() if kind.level >= _ROW})
 
     def _item(self, iterable: _Kind) -> _Kind:
         """What a loop over ``iterable`` binds per turn."""
