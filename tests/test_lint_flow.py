@@ -196,7 +196,7 @@ def test_pickled_cache_of_numpy_arrays_says_what_grows() -> None:  # item 2, the
     report = check_paths([path], min_severity="info")
     assert [(f.line, f.code, f.severity, f.message) for f in report.findings] == [
         (
-            23,
+            32,
             "LD107",
             "info",
             "`PointClouds.points` is a Python list of numpy arrays unpickled by `pickle.load` "

@@ -335,7 +335,14 @@ class _Flow:
                 if item.optional_vars is not None:
                     self._bind(item.optional_vars, self.kind(item.context_expr))
             self._block(node.body)
-        elif isinstance(node, (ast.If, ast.While)):
+        elif isinstance(node, ast.If):  # either branch may run: what each binds, merged
+            before = dict(self.env)
+            self._block(node.body)
+            taken, self.env = self.env, before
+            self._block(node.orelse)
+            for name, kind in taken.items():
+                self.env[name] = self.env.get(name, NONE).stronger(kind)
+        elif isinstance(node, ast.While):
             self._block(node.body)
             self._block(node.orelse)
         elif isinstance(node, ast.Try):
@@ -558,7 +565,9 @@ class _Flow:
     def seed(self, parameters: dict[str, _Kind]) -> None:
         """Parameters that hold loaded records. A listed name is not seeded: one name from a
         listing and the listing itself look alike here, and a name passed in is one name."""
-        self.env.update({k: kind for k, kind in parameters.items() if kind.level >= _ROW})
+        self.env.update(
+            {k: kind for k, kind in parameters.items() if kind.level >= _ROW or kind is _ARRAY}
+        )
 
     def _item(self, iterable: _Kind) -> _Kind:
         """What a loop over ``iterable`` binds per turn."""

@@ -9,13 +9,22 @@ import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 
+def farthest_points(points, count):
+    chosen = np.zeros(count, dtype=np.int64)
+    return points[chosen]
+
+
 class PointClouds(Dataset):
-    def __init__(self, files, cache):
+    def __init__(self, files, cache, uniform=False):
         if not os.path.exists(cache):
             self.points = [None] * len(files)
             for index, name in enumerate(files):
                 cloud = np.loadtxt(name, delimiter=",").astype(np.float32)
-                self.points[index] = cloud[:1024, :]
+                if uniform:
+                    cloud = farthest_points(cloud, 1024)
+                else:
+                    cloud = cloud[:1024, :]
+                self.points[index] = cloud
             with open(cache, "wb") as f:
                 pickle.dump(self.points, f)
         else:
