@@ -82,6 +82,8 @@ class _File:
     source: _Source
     notebook: bool
     wanted: bool  # given by name or relevant by its text; else parsed only on demand
+    parsed: bool = False
+    model: ModuleModel | None = None  # parsed as soon as it was read (start-up)
 
 
 @dataclass
@@ -155,7 +157,7 @@ def _check_project(files: list[_File], options: _Options, report: LintReport) ->
     pending: list[PendingModule] = []
     for file in files:
         if file.wanted:
-            model = _parse(file, options, report)
+            model = file.model if file.parsed else _parse(file, options, report)
             if model is not None:
                 modules.append(model)
                 sources[id(model)] = file.source
@@ -441,8 +443,10 @@ def check_paths(
         wanted = given is None or notebook or bool(_RELEVANT.search(source.text))
         project, base = roots.of(path, given)
         module_name = _module_name(path.resolve() if base else path, base)
-        files = projects.setdefault(project, [])
-        files.append(_File(name, module_name, source, notebook, wanted))
+        file = _File(name, module_name, source, notebook, wanted)
+        if wanted:  # parse while the next files are read: the first finding comes sooner
+            file.model, file.parsed = _parse(file, options, report), True
+        projects.setdefault(project, []).append(file)
     for files in projects.values():
         _mark_subclass_modules(files)
         _mark_importers(files)
