@@ -211,20 +211,45 @@ def wrap_in_main(source: str) -> tuple[str, str | None]:
     for index, statement in enumerate(tree.body):
         docstring = index == 0 and isinstance(statement, ast.Expr)
         docstring = docstring and isinstance(getattr(statement, "value", None), ast.Constant)
-        if docstring or isinstance(
-            statement,
-            (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef),
-        ):
+        if docstring or isinstance(statement, _STAYS):
             stays.append(statement)
         elif isinstance(statement, ast.If) and _is_main_guard(statement.test):
-            return (
-                source,
-                'it already has an `if __name__ == "__main__":` block; move the top-level code into it',
+            return source, (
+                'it already has an `if __name__ == "__main__":` block; move the top-level '
+                "code into it"
             )
         else:
             moves.append(statement)
+    reason = _why_not_wrapped(stays, moves)
+    if reason is not None:
+        return source, reason
+    name = _unique_name(
+        "main",
+        {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        | {getattr(s, "name", "") for s in stays},
+    )
+    lines = source.splitlines(keepends=True)
+    body: list[str] = []
+    keep = [True] * len(lines)
+    for statement in moves:
+        for number in range(statement.lineno, (statement.end_lineno or statement.lineno) + 1):
+            keep[number - 1] = False
+            text = lines[number - 1]
+            body.append(f"    {text}" if text.strip() else text)
+    if body and not body[-1].endswith("\n"):
+        body[-1] += "\n"
+    rest = _close_gaps(lines, keep).rstrip("\n")
+    new = f"{rest}\n\n\ndef {name}():\n{''.join(body)}\n\n{_GUARD}\n    {name}()\n"
+    return new.lstrip("\n"), None
+
+
+_STAYS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _why_not_wrapped(stays: list[ast.stmt], moves: list[ast.stmt]) -> str | None:
+    """Why moving ``moves`` into a function would change what the script does, if it would."""
     if not moves:
-        return source, "no top-level code to move"
+        return "no top-level code to move"
     moved_names = {
         node.id
         for statement in moves
@@ -241,42 +266,24 @@ def wrap_in_main(source: str) -> tuple[str, str | None]:
                 and node.id not in local
             ):
                 where = getattr(statement, "name", "an import")
-                return source, (
+                return (
                     f"`{where}` (line {statement.lineno}) reads `{node.id}`, which the top-level "
                     "code sets: it would become a local of main(); pass it as an argument first"
                 )
     for statement in moves:
         for node in ast.walk(statement):
             if isinstance(node, (ast.Global, ast.Nonlocal)):
-                return source, f"line {node.lineno} declares `global`: a reader must decide"
+                return f"line {node.lineno} declares `global`: a reader must decide"
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if node.end_lineno != node.lineno:
-                    return source, (
+                    return (
                         f"the string at line {node.lineno} spans lines: indenting it would "
                         "change its text"
                     )
-    lines = source.splitlines(keepends=True)
     taken = {statement.lineno for statement in moves}
     if len(taken) != len(moves) or any(s.lineno in taken for s in stays):
-        return source, "two statements share a line"
-    name = _unique_name(
-        "main",
-        {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        | {getattr(s, "name", "") for s in stays},
-    )
-    body: list[str] = []
-    spans = [(s.lineno, s.end_lineno or s.lineno) for s in moves]
-    keep = [True] * len(lines)
-    for first, last in spans:
-        for number in range(first, last + 1):
-            keep[number - 1] = False
-            text = lines[number - 1]
-            body.append(f"    {text}" if text.strip() else text)
-    if body and not body[-1].endswith("\n"):
-        body[-1] += "\n"
-    rest = _close_gaps(lines, keep).rstrip("\n")
-    new = f"{rest}\n\n\ndef {name}():\n{''.join(body)}\n\n{_GUARD}\n    {name}()\n"
-    return new.lstrip("\n"), None
+        return "two statements share a line"
+    return None
 
 
 def _close_gaps(lines: list[str], keep: list[bool]) -> str:

@@ -500,33 +500,9 @@ class _Flow:
             return self.kind(node.args[-1], depth + 1)
         func = node.func
         if isinstance(func, ast.Attribute):
-            base = self.kind(func.value, depth + 1)
-            if func.attr in _LISTING_METHODS:
-                source = "lines of a text file" if "lines" in func.attr else "file names"
-                return _listing(source, f".{func.attr}()")
-            if func.attr == "split" and isinstance(func.value, ast.Call):
-                inner = func.value.func
-                if isinstance(inner, ast.Attribute) and inner.attr == "read":
-                    return _listing("lines of a text file", ".read().split()")
-            if base is _FRAME:
-                if func.attr in _ROW_METHODS and func.attr != "to_records":
-                    return _records(f"DataFrame.{func.attr}")
-                if func.attr in ("tolist", "to_list"):
-                    if _is_whole_frame(func.value):
-                        return _records("DataFrame.values.tolist")
-                    return _listing("column values from a DataFrame", "tolist")
-                return _FRAME if func.attr not in ("to_records", "to_numpy") else NONE
-            if func.attr == "item" and base.source == "numpy.load":
-                return _PICKLED_CACHE  # np.load(cache, allow_pickle=True).item(): a dict
-            if base.source.startswith("a COCO") and func.attr in _COCO_RECORDS:
-                return _row(base.source)  # coco.loadImgs(id_)[0]: one image's record
-            if base.level == _BIG and func.attr == "keys":
-                return _listing("ids (the keys of loaded data)", base.source)
-            if base.level == _BIG and func.attr in _SAME_KIND_METHODS:
-                return base
-            receiver = func.value
-            if isinstance(receiver, ast.Name) and receiver.id == "self" and self.owner:
-                return self._helper_method(func.attr, node, depth)
+            found_kind = self._method_call(node, func, depth)
+            if found_kind is not None:
+                return found_kind
         if isinstance(func, (ast.Name, ast.Attribute)) and self.depth < _MAX_DEPTH:
             found = self.model.project.function(self.model, func, _LOADS_SOMETHING)
             if found is not None:
@@ -535,13 +511,45 @@ class _Flow:
                 flow.run(found[1])
                 return flow.returns
         # os.path.join(root, name) of a listed name is still a name; lmdb.open(name) is not.
+        receiver = func.value if isinstance(func, ast.Attribute) else None
         method = func.attr if isinstance(func, ast.Attribute) else ""
         if name in _PATH_BUILDERS or method in _STRING_METHODS:
-            for argument in (*node.args, func.value if method else None):
+            for argument in (*node.args, receiver):
                 argument_kind = self.kind(argument, depth + 1)
                 if argument_kind.level == _INFO:
                     return argument_kind
         return NONE
+
+    def _method_call(self, node: ast.Call, func: ast.Attribute, depth: int) -> _Kind | None:
+        """``x.method(...)``: what a method of a known value returns (None: not known here)."""
+        base = self.kind(func.value, depth + 1)
+        if func.attr in _LISTING_METHODS:
+            source = "lines of a text file" if "lines" in func.attr else "file names"
+            return _listing(source, f".{func.attr}()")
+        if func.attr == "split" and isinstance(func.value, ast.Call):
+            inner = func.value.func
+            if isinstance(inner, ast.Attribute) and inner.attr == "read":
+                return _listing("lines of a text file", ".read().split()")
+        if base is _FRAME:
+            if func.attr in _ROW_METHODS and func.attr != "to_records":
+                return _records(f"DataFrame.{func.attr}")
+            if func.attr in ("tolist", "to_list"):
+                if _is_whole_frame(func.value):
+                    return _records("DataFrame.values.tolist")
+                return _listing("column values from a DataFrame", "tolist")
+            return _FRAME if func.attr not in ("to_records", "to_numpy") else NONE
+        if func.attr == "item" and base.source == "numpy.load":
+            return _PICKLED_CACHE  # np.load(cache, allow_pickle=True).item(): a dict
+        if base.source.startswith("a COCO") and func.attr in _COCO_RECORDS:
+            return _row(base.source)  # coco.loadImgs(id_)[0]: one image's record
+        if base.level == _BIG and func.attr == "keys":
+            return _listing("ids (the keys of loaded data)", base.source)
+        if base.level == _BIG and func.attr in _SAME_KIND_METHODS:
+            return base
+        receiver = func.value
+        if isinstance(receiver, ast.Name) and receiver.id == "self" and self.owner:
+            return self._helper_method(func.attr, node, depth)
+        return None
 
     def _helper_method(self, name: str, call: ast.Call, depth: int) -> _Kind:
         assert self.owner is not None
