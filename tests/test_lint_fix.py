@@ -226,3 +226,29 @@ def test_ld101_fix_of_a_function_local_that_shadows_a_module_name_is_allowed() -
         "def main():\n    loader = make()\n    train(loader)\n\n\n"
         'if __name__ == "__main__":\n    main()\n'
     )
+
+
+@pytest.mark.slow
+def test_cli_fix_wraps_one_script_and_says_why_not_the_other(tmp_path: Path) -> None:
+    wrapped = tmp_path / "ld101_top_level_loop.py"
+    shutil.copy(CORPUS / "bad" / "ld101_top_level_loop.py", wrapped)
+    kept = tmp_path / "ld101_epoch_loop_calls_train.py"
+    shutil.copy(CORPUS / "bad" / "ld101_epoch_loop_calls_train.py", kept)
+    before = kept.read_text()
+    result = subprocess.run(
+        [sys.executable, "-m", "loaderdoctor", "lint", "--fix", "--select", "LD101", "-q"]
+        + [str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines()[:2] == [
+        f"fixed {wrapped}:7: LD101 moved the top-level code into main(), called under "
+        '`if __name__ == "__main__":`',
+        f"not fixed {kept}:18: LD101 `train` (line 12) reads `loader`, which the top-level code "
+        "sets: it would become a local of main(); pass it as an argument first",
+    ]
+    assert kept.read_text() == before
+    assert wrapped.read_text().endswith('\n\nif __name__ == "__main__":\n    main()\n')
+    assert check_source(wrapped.read_text(), str(wrapped)) == []

@@ -361,9 +361,7 @@ def fix_paths(
         source, _ = read_source(path)
         new_text, reason = wrap_in_main(source.text)
         if reason is not None:
-            unfixed.append(
-                FixRecord(name, finding.line, "LD101", f"not wrapped in main(): {reason}")
-            )
+            unfixed.append(FixRecord(name, finding.line, "LD101", reason))
             continue
         with path.open("w", encoding="utf-8", newline="") as handle:
             handle.write(new_text)
