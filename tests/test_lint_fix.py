@@ -228,6 +228,9 @@ def test_ld101_fix_of_a_function_local_that_shadows_a_module_name_is_allowed() -
     )
 
 
+LINT_FIX = (sys.executable, "-m", "loaderdoctor", "lint", "--fix")
+
+
 @pytest.mark.slow
 def test_cli_fix_wraps_one_script_and_says_why_not_the_other(tmp_path: Path) -> None:
     wrapped = tmp_path / "ld101_top_level_loop.py"
@@ -236,8 +239,7 @@ def test_cli_fix_wraps_one_script_and_says_why_not_the_other(tmp_path: Path) -> 
     shutil.copy(CORPUS / "bad" / "ld101_epoch_loop_calls_train.py", kept)
     before = kept.read_text()
     result = subprocess.run(
-        [sys.executable, "-m", "loaderdoctor", "lint", "--fix", "--select", "LD101", "-q"]
-        + [str(tmp_path)],
+        [*LINT_FIX, "--select", "LD101", "-q", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,
