@@ -61,6 +61,7 @@ class Project:
             self._adopt(module)
         for waiting in pending or []:
             self._index(waiting.module_name, waiting)
+        _adopt_loader_subclasses(self)
         self.fork_everywhere = any(module.sets_fork for module in self.modules)
         self.sets_cv2_threads = any(_sets_cv2_threads(module) for module in self.modules)
         self._datasets: dict[int, DatasetClass] | None = None
@@ -388,3 +389,54 @@ def spawn_where(project: Project, loader: LoaderCall) -> str:
     if project.platform in ("windows", "macos"):
         return f"on {'Windows' if project.platform == 'windows' else 'macOS'} (spawn)"
     return "on Windows and macOS (spawn) and Linux from Python 3.14 (forkserver)"
+
+
+def _adopt_loader_subclasses(project: Project) -> None:
+    """``AudioDataLoader(dataset, num_workers=4)`` of a project ``class AudioDataLoader(DataLoader)``
+    starts workers as a DataLoader does: its calls join their modules' loaders."""
+    candidates = [
+        (module, node)
+        for module in project.modules
+        for node in module.classes_in_order()
+        if node.bases
+    ]
+    found: dict[int, ast.ClassDef] = {}
+    changed = True
+    while changed:  # a subclass of a subclass
+        changed = False
+        for module, node in candidates:
+            if id(node) in found:
+                continue
+            for base in node.bases:
+                resolved = project.resolve(module, base)
+                if module._is_loader(base) or (resolved is not None and id(resolved[1]) in found):
+                    found[id(node)] = node
+                    changed = True
+                    break
+    if not found:
+        return
+    names = {node.name for node in found.values()}
+    for module in project.modules:
+        known = {id(loader.node) for loader in module.loaders}
+        for call in module.calls:
+            func = call.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name not in names or id(call) in known:
+                continue
+            resolved = project.resolve(module, func)
+            if resolved is None or id(resolved[1]) not in found:
+                continue
+            cls = resolved[1]
+            assert isinstance(cls, ast.ClassDef)
+            if _passes_through(cls) or "num_workers" in {k.arg for k in call.keywords}:
+                module.loaders.append(module._loader(call))
+
+
+def _passes_through(cls: ast.ClassDef) -> bool:
+    """No ``__init__`` of its own, or one taking ``(self, *args, **kwargs)``: DataLoader's
+    parameters and defaults hold."""
+    for statement in cls.body:
+        if isinstance(statement, _FUNCTIONS) and statement.name == "__init__":
+            arguments = statement.args
+            return len(arguments.args) == 1 and arguments.vararg is not None
+    return True
