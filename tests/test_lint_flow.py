@@ -210,3 +210,11 @@ def test_pickled_cache_of_numpy_arrays_says_what_grows() -> None:  # item 2, the
 def test_a_handle_opened_from_a_listed_name_is_not_a_list_of_names() -> None:  # item 2
     path = CORPUS / "clean" / "ld107_walked_root_opened.py"
     assert check_paths([path], min_severity="info").findings == []
+
+
+def test_cuda_in_a_helper_module_called_from_getitem() -> None:
+    assert findings(".", cwd=PROJECTS / "cuda_helper") == [
+        "data.py:11:16 LD103 `.cuda()` (helpers.py:5) is reached from `Points.__getitem__` "
+        "through `to_tensor()` and runs in every DataLoader worker: a forked worker cannot "
+        "initialise CUDA, a spawned one builds its own context"
+    ]  # Labels' helper only calls torch.cuda.is_available(): nothing

@@ -141,6 +141,7 @@ def check_cuda_in_workers(project: Project) -> Iterator[Hit]:
                     f"{what} in `{owner.name}.{method.name}` runs in every DataLoader worker: "
                     "a forked worker cannot initialise CUDA, a spawned one builds its own context",
                 )
+        yield from _cuda_through_calls(project, dataset)
     for model in project.modules:
         for loader in model.loaders:
             collate = loader.arguments.get("collate_fn")
@@ -157,6 +158,31 @@ def check_cuda_in_workers(project: Project) -> Iterator[Hit]:
                     f"{what} in the collate_fn runs in every DataLoader worker: a forked worker "
                     "cannot initialise CUDA, a spawned one builds its own context",
                 )
+
+
+def _cuda_through_calls(project: Project, dataset: DatasetClass) -> Iterator[Hit]:
+    """CUDA in a project function that a worker method calls (``to_device(x)`` in utils)."""
+    methods = {id(method) for method, _ in dataset.worker_methods()}
+    for method, owner in dataset.worker_methods():
+        start = Caller(owner.module, method, owner.node, dataset)
+        for reached, path in project.graph.reach(start):
+            if not path.edges or id(reached.function) in methods:
+                continue  # worker methods are judged on their own
+            use = next(iter(_cuda_uses(reached.module, reached.function, None)), None)
+            if use is None:
+                continue
+            node, what = use
+            line = getattr(node, "lineno", 0)
+            yield Hit(
+                owner.module,
+                path.edges[0].call,
+                "LD103",
+                f"{what} ({reached.module.path}:{line}) is reached from "
+                f"`{owner.name}.{method.name}` through {path.describe()} and runs in every "
+                "DataLoader worker: a forked worker cannot initialise CUDA, a spawned one builds "
+                "its own context",
+            )
+            return  # one per Dataset: the first path a reader can follow
 
 
 def _collate_function(model: ModuleModel, node: ast.expr) -> ast.AST | None:
