@@ -32,6 +32,7 @@ def findings_of(root: Path, *paths: str, severity: str = "warning") -> list[str]
         "records_flow",
         "coco_helpers",
         "cuda_helper",
+        "handle_helper",
     ],
 )
 def test_project_gives_exactly_the_expected_findings(name: str) -> None:

@@ -350,20 +350,29 @@ def _handle_opener(
     ):
         helper = owner.find(value.func.attr)  # self.env = self._open_env(path)
         if helper is not None:
-            function, helper_owner = helper
-            for node in walk_local(function):
-                if isinstance(node, ast.Return) and node.value is not None:
-                    found = _handle_opener(helper_owner.module, node.value, helper_owner, depth + 1)
-                    if found:
-                        return found
-                    if isinstance(node.value, ast.Name):
-                        for binding in helper_owner.module.scopes.lookup(node.value.id, node):
-                            if isinstance(binding, ast.expr):
-                                found = _handle_opener(
-                                    helper_owner.module, binding, helper_owner, depth + 1
-                                )
-                                if found:
-                                    return found
+            return _returned_handle(helper[1].module, helper[0], helper[1], depth)
+        return None
+    found = model.project.function(model, value.func)  # self.db = open_db(path), in utils
+    if found is not None:
+        return _returned_handle(found[0], found[1], owner, depth)
+    return None
+
+
+def _returned_handle(
+    model: ModuleModel, function: FunctionNode, owner: DatasetClass, depth: int
+) -> str | None:
+    """The handle a helper returns, directly or through a local it opened."""
+    for node in walk_local(function):
+        if isinstance(node, ast.Return) and node.value is not None:
+            found = _handle_opener(model, node.value, owner, depth + 1)
+            if found:
+                return found
+            if isinstance(node.value, ast.Name):
+                for binding in model.scopes.lookup(node.value.id, node):
+                    if isinstance(binding, ast.expr):
+                        found = _handle_opener(model, binding, owner, depth + 1)
+                        if found:
+                            return found
     return None
 
 
