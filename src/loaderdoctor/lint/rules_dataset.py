@@ -253,7 +253,7 @@ def check_shared_handles(project: Project) -> Iterator[Hit]:
                 for derived, derived_value, _, _ in assignments
                 if derived != attr and _root_attribute(derived_value) == attr
             ]
-            read = _read_on_every_item(owner.module, workers, family)
+            read = _read_on_every_item(workers, family, _constant_flags(dataset, assignments))
             if read is None:
                 continue
             name, user = read
@@ -284,8 +284,26 @@ def _root_attribute(value: ast.AST) -> str | None:
     return None
 
 
+def _constant_flags(
+    dataset: DatasetClass, assignments: list[tuple[str, ast.expr, FunctionNode, DatasetClass]]
+) -> dict[str, object]:
+    """``self.use_cache = False`` in ``__init__``, never set again: a branch on it is dead."""
+    values: dict[str, list[ast.expr]] = {}
+    for attr, value, _, _ in assignments:
+        values.setdefault(attr, []).append(value)
+    return {
+        attr: found[0].value
+        for attr, found in values.items()
+        if len(found) == 1
+        and isinstance(found[0], ast.Constant)
+        and not stored_elsewhere(dataset, attr)
+    }
+
+
 def _read_on_every_item(
-    model: ModuleModel, workers: list[tuple[FunctionNode, DatasetClass]], family: list[str]
+    workers: list[tuple[FunctionNode, DatasetClass]],
+    family: list[str],
+    flags: dict[str, object],
 ) -> tuple[str, str] | None:
     """(attribute, worker method) of a read of the handle: one on every item if any, else one
     in a branch that may run; None when every read sits in a branch that never runs."""
@@ -296,7 +314,7 @@ def _read_on_every_item(
                 continue
             if not (is_self_attribute(node) and node.attr in family):
                 continue
-            branch = _branch_kind(owner.module, function, node)
+            branch = _branch_kind(owner.module, function, node, flags)
             if branch == "always":
                 return node.attr, function.name
             if branch == "maybe" and conditional is None:
@@ -304,13 +322,18 @@ def _read_on_every_item(
     return conditional
 
 
-def _branch_kind(model: ModuleModel, function: ast.AST, node: ast.AST) -> str:
-    """always: on every call; maybe: under a condition; never: under ``if False:``."""
+def _branch_kind(
+    model: ModuleModel, function: ast.AST, node: ast.AST, flags: dict[str, object]
+) -> str:
+    """always: on every call; maybe: under a condition; never: under ``if False:`` or under
+    ``if self.flag:`` where ``__init__`` set the flag to False for good."""
     kind = "always"
     child, parent = node, model.scopes.parents.get(node)
     while parent is not None and parent is not function:
         if isinstance(parent, (ast.If, ast.While, ast.IfExp)) and child is not parent.test:
-            test = model.scopes.evaluate(parent.test)
+            test = _flag_value(parent.test, flags)
+            if test is UNKNOWN:
+                test = model.scopes.evaluate(parent.test)
             in_body = any(child is item for item in _as_list(parent.body))
             if isinstance(test, (bool, int)) and not isinstance(test, type(UNKNOWN)):
                 if bool(test) != in_body:
@@ -321,6 +344,16 @@ def _branch_kind(model: ModuleModel, function: ast.AST, node: ast.AST) -> str:
             kind = "maybe"
         child, parent = parent, model.scopes.parents.get(parent)
     return kind
+
+
+def _flag_value(test: ast.expr, flags: dict[str, object]) -> object:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _flag_value(test.operand, flags)
+        return UNKNOWN if inner is UNKNOWN else not inner
+    if is_self_attribute(test):
+        assert isinstance(test, ast.Attribute)
+        return flags.get(test.attr, UNKNOWN)
+    return UNKNOWN
 
 
 def _as_list(body: object) -> list[ast.AST]:

@@ -33,7 +33,23 @@ class OnlyDead(Dataset):
         return index
 
 
+class CacheOff(Dataset):
+    """The raw file is read only when a cache flag, off for good, is on."""
+
+    def __init__(self, path):
+        self.raw = h5py.File(path, "r")
+        self.use_raw = False
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, index):
+        if self.use_raw:
+            return self.raw["x"][index]
+        return index
+
+
 def main():
-    for dataset in (Lazy("x.h5"), OnlyDead("y.h5")):
+    for dataset in (Lazy("x.h5"), OnlyDead("y.h5"), CacheOff("z.h5")):
         for batch in DataLoader(dataset, num_workers=4):
             pass
