@@ -57,7 +57,7 @@ def test_records_through_helpers_constructors_and_pickled_caches() -> None:  # i
         "`numpy.load(allow_pickle=True)` (per-entry lists, tuples and numpy array headers; "
         "what grows per worker is those objects, not the array data) and `__getitem__` "
         f"{COPY_ON_READ}",
-    ]  # Files (line 60): the helper returns a numpy array of the loaded names: nothing
+    ]  # Files: a numpy array of the loaded names; Boxes: rebound only after the call: nothing
 
 
 def test_roidb_passed_in_is_judged_only_with_the_code_that_passes_it() -> None:  # item 2

@@ -220,6 +220,7 @@ def _passed_in(project: Project, dataset: DatasetClass, init: FunctionNode) -> d
     for module, call in project.constructions(dataset.module, dataset.node):
         scope = module.scopes.scope_of(call)
         caller = _Flow(module, None, 1)
+        caller.until = call.lineno  # what the arguments hold when the call is made
         if not isinstance(scope, ast.Lambda):
             caller.run(scope)
         for name, value in bind_arguments(call, init, method=True).items():
@@ -298,6 +299,7 @@ class _Flow:
         self.converted: set[str] = set()
         self.arrays: set[str] = set()  # self.x filled with numpy arrays (x[i] = np.loadtxt(...))
         self.returns = NONE
+        self.until: int | None = None  # stop before the statement holding this line (a call)
 
     def run(self, function: ast.AST) -> None:
         body = getattr(function, "body", [])
@@ -308,6 +310,8 @@ class _Flow:
 
     def _block(self, statements: list[ast.stmt]) -> None:
         for statement in statements:
+            if self.until is not None and _at_or_after(statement, self.until):
+                return
             self._statement(statement)
 
     def _statement(self, node: ast.stmt) -> None:
@@ -615,6 +619,18 @@ class _Flow:
             return source if source.level == _INFO else NONE
         finally:
             self.env = saved
+
+
+_COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)
+
+
+def _at_or_after(statement: ast.stmt, line: int) -> bool:
+    """Whether ``statement`` starts after ``line``, or is the simple statement holding it (a
+    block holding it is entered: what its first statements bind counts)."""
+    if statement.lineno > line:
+        return True
+    end = statement.end_lineno or statement.lineno
+    return end >= line and not isinstance(statement, _COMPOUND)
 
 
 def _field(base: _Kind) -> _Kind:

@@ -1,6 +1,8 @@
+import pickle
+
 from torch.utils.data import DataLoader
 
-from roidb_data import Files, LabelCache, Records, RoiDataset, combined_roidb
+from roidb_data import Boxes, Files, LabelCache, Records, RoiDataset, combined_roidb
 
 
 def main():
@@ -18,3 +20,10 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+def check_pickling():
+    boxes = [1, 2, 3]
+    dataset = Boxes(boxes)
+    boxes = pickle.loads(pickle.dumps(boxes))  # rebound after the call: not what was passed
+    return dataset, boxes
