@@ -158,6 +158,9 @@ def test_spawn_unpickling_error_is_not_a_collate_error() -> None:
         "loading /data/shm_exhausted/Bus error/too_many_open_files.json",
         "    batch = default_collate(samples)  # stack expects each tensor to be equal size",
         "epoch 3 step 1200 loss 0.0042 lr 3e-4",
+        "INFO: validation finished, no error",
+        "`Trainer.fit` stopped: `max_epochs=10` reached.",
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
     ],
 )
 def test_no_cause_from_a_substring_alone(text: str) -> None:

@@ -399,7 +399,8 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "prose-hang",
         "text",
         r"^(?=.*\b(?:hangs?|hanging|hung|stuck|freez(?:es|ing|e)|frozen|stall(?:s|ed)?"
-        r"|deadlock(?:s|ed)?|stop(?:s|ped)? (?:with|without|running|responding)"
+        r"|deadlock(?:s|ed)?|stop(?:s|ped)? (?:with|without|running|responding|working)"
+        r"|just stops?"
         r"|never (?:ends|returns|finishes))\b)"
         r"(?=.*\b(?:epoch|training|dataloader|data ?loader|iteration|batch|loader|num_workers"
         r"|workers?|no (?:other )?(?:error|message|output)|forever)\b)",
@@ -431,10 +432,11 @@ SYMPTOMS: tuple[Symptom, ...] = (
     Symptom(
         "prose-silent",
         "text",
-        r"\b(?:no (?:other )?(?:error|message|output|traceback)|without (?:any )?(?:error|message)"
-        r"|nothing (?:is )?printed)\b",
+        r"^(?=.*\b(?:no (?:other )?(?:error|message|output|traceback)"
+        r"|without (?:any )?(?:error|message)|nothing (?:is )?printed)\b)"
+        r"(?=.*\b(?:dataloader|data ?loader|loader|training|epoch|workers?|stops?|stopped|just)\b)",
         (("worker-hang", 0.3),),
-        "No error at all: a stuck worker prints nothing.",
+        "No error at all, said of a training run: a stuck worker prints nothing.",
         words=("no", "without", "nothing"),
     ),
 )
