@@ -423,3 +423,18 @@ def test_cli_file_stdin_and_exit_status(tmp_path) -> None:
         "  1  nothing found: no known DataLoader failure in the text",
         "  2  the log cannot be read (a missing file, a directory)",
     ]
+
+
+def test_text_shows_a_line_once_with_the_note_of_each_row() -> None:
+    text = format_text(
+        explain_text("RuntimeError: DataLoader worker (pid(s) 25) exited unexpectedly")
+    )
+    assert text.splitlines()[:5] == [
+        "loaderdoctor explain: most likely causes, from the message alone",
+        "1. shm-exhausted (58%): /dev/shm is full",
+        "   line 1: RuntimeError: DataLoader worker (pid(s) 25) exited unexpectedly",
+        "     torch's catch-all: a worker is gone. The lines above it often say why; alone, it "
+        "cannot.",
+        "     A worker pid this small means a PID namespace: a container, whose /dev/shm is 64 MB "
+        "unless --shm-size (or a memory-backed volume) says otherwise.",
+    ]

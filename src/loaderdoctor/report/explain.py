@@ -70,10 +70,12 @@ def _ambiguity(explanation: Explanation) -> list[str]:
 
 def _cause(rank: int, guess: CauseGuess) -> list[str]:
     lines = [f"{rank}. {guess.cause} ({guess.likelihood:.0%}): {guess.title}"]
-    for match in guess.lines[:LINES_SHOWN]:
-        lines.append(f"   line {match.line_number}: {match.line}")
-        lines.append(f"     {match.note}")
-    hidden = guess.lines_matched - min(LINES_SHOWN, len(guess.lines))
+    shown = guess.lines[:LINES_SHOWN]
+    for index, match in enumerate(shown):
+        if index == 0 or shown[index - 1].line_number != match.line_number:
+            lines.append(f"   line {match.line_number}: {match.line}")
+        lines.append(f"     {match.note}")  # two rows on one line: the line once, both notes
+    hidden = guess.lines_matched - len(shown)
     if hidden > 0:
         lines.append(f"   (and {hidden} more matching lines)")
     lines.append("   next checks:")
