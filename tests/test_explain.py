@@ -438,3 +438,19 @@ def test_text_shows_a_line_once_with_the_note_of_each_row() -> None:
         "     A worker pid this small means a PID namespace: a container, whose /dev/shm is 64 MB "
         "unless --shm-size (or a memory-backed volume) says otherwise.",
     ]
+
+
+@pytest.mark.parametrize(
+    ("command", "script"),
+    [
+        ("$ python3 tools/finetune_seg.py --cfg seg.yaml", "finetune_seg.py"),
+        ("!python train_vae.py --epochs 3", "train_vae.py"),
+        ("torchrun --nproc_per_node 8 tools/train_net.py --cfg x.yaml", "train_net.py"),
+    ],
+)
+def test_the_command_line_names_the_script(command: str, script: str) -> None:
+    explanation = explain_text(f"{command}\n{KILLED.replace('Killed', 'Segmentation fault')}")
+    assert explanation.script == script
+    assert explanation.causes[0].checks[0] == (
+        f"python -X faulthandler {script}   (prints the Python stack of the crash)"
+    )

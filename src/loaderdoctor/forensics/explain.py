@@ -118,7 +118,7 @@ def explain_lines(lines: Iterable[str], prefilter: bool = True) -> Explanation:
     splitter = MessageSplitter(keep_line=may_match if prefilter else lambda line: True)
     for message in split_messages(lines, splitter):
         _score(message, evidence)
-    script = splitter.script
+    script = splitter.script or splitter.command_script
     explanation = Explanation(script=script, lines_read=splitter.lines_read)
     explanation.causes = _rank(evidence, script or UNKNOWN_SCRIPT)
     _mark_ties(explanation, script or UNKNOWN_SCRIPT)

@@ -106,6 +106,7 @@ class MessageSplitter:
         self.base_indent = 0
         self.pending_caught: list[tuple[int, str]] = []
         self.script = ""  # the user's script, from the first `<module>` frame outside libraries
+        self.command_script = ""  # or from the command line the log shows (`python x.py ...`)
         self.lines_read = 0
 
     def idle_skips(self, raw: str) -> bool:
@@ -190,6 +191,10 @@ class MessageSplitter:
         if not line.strip() or BOX_ART.match(line) or CARETS.match(line):
             return
         frame = parse_frame(line) if "File" in line or " in " in line else None
+        if not frame and not self.command_script:
+            command = COMMAND.search(line)
+            if command:
+                self.command_script = re.split(r"[\\/]", command.group(1))[-1]
         if frame:  # a traceback pasted without its first line
             self.current = Message(number)
             self.in_traceback = True
@@ -225,6 +230,10 @@ class MessageSplitter:
         yield from self.flush()
 
 
+COMMAND = re.compile(
+    r"(?:^|[\s$!>])(?:python[\d.]*|torchrun|accelerate launch|deepspeed)\s[^\n]*?"
+    r"([\w./\\:-]+\.py)\b"
+)
 LIBRARY_PATH = re.compile(
     r"site-packages|dist-packages|[\\/]lib[\\/]python\d|[\\/]Lib[\\/]|^<|runpy\.py|multiprocessing"
 )
@@ -243,6 +252,7 @@ def _may_be_structural(raw: str) -> bool:
         or "File" in raw
         or "Traceback" in raw
         or " in " in raw
+        or ".py" in raw
         or "│" in raw
     )
 
