@@ -65,6 +65,7 @@ FRAME_TAGS: tuple[FrameTag, ...] = (
     FrameTag("semlock", r"synchronize\.py :: __init__|SemLock|:: (?:Queue|SimpleQueue) ::", False),
     FrameTag("feeder", r"queues\.py :: _feed ::", False),
     FrameTag("waiting", r":: _try_get_(?:data|batch) ::|data_queue\.get\(", False),
+    FrameTag("fork", r"popen_fork\.py|os\.fork\(\)", False),
 )
 
 PAGING_TEXTS = (  # WinError 1455 in Windows' display languages: the message often has no code
@@ -141,6 +142,15 @@ SYMPTOMS: tuple[Symptom, ...] = (
         (("shm-exhausted", 0.9),),
         "ENOSPC while creating a DataLoader queue's semaphore: POSIX semaphores live in /dev/shm.",
         needs="semlock",
+    ),
+    Symptom(
+        "fork-enomem",
+        "error",
+        ERR + r"OSError: \[Errno 12\] Cannot allocate memory",
+        (("oom-killed", 0.8),),
+        "ENOMEM while forking a worker: the machine (or the cgroup) had no memory left to start "
+        "it; the same fixes as an OOM kill.",
+        needs="fork",
     ),
     Symptom(
         "segfault",
@@ -329,11 +339,12 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "pickling",
         "text",
         r"Can't (?:pickle|get) local object|Can't pickle <|cannot pickle '|can't pickle \w+ objects"
+        r"|(?:cannot|can't|can not) be pickled"
         r"|Can't get attribute .* on <module '__(?:mp_)?main__'|^\s*[\w.]*PicklingError: ",
         (("unpicklable", 0.9),),
         "spawn/forkserver pickle the dataset, collate_fn and worker_init_fn; this one cannot be "
         "(the wording changed in Python 3.12.5, 3.13 and 3.14; the cause did not).",
-        words=("pickle", "local", "attribute", "picklingerror"),
+        words=("pickle", "pickled", "local", "attribute", "picklingerror"),
     ),
     Symptom(
         "spawn-unpickle",
