@@ -181,10 +181,10 @@ def test_growth_of_spawn_workers_is_not_copy_on_read() -> None:
 
 def test_terminal_summary() -> None:
     report = sample_report()
-    assert format_headline(report) == "crashed: exit code 1 after 3.2 s"
+    assert format_headline(report) == "the command failed: exit code 1 after 3.2 s"
     text = format_text(report, width=120, html=Path("/tmp/r/report.html"))
     lines = text.splitlines()
-    assert lines[0] == "loaderdoctor run crashed: exit code 1 after 3.2 s"
+    assert lines[0] == "loaderdoctor run: the command failed: exit code 1 after 3.2 s"
     assert lines[1] == "  5 batches, 20 samples delivered by 1 ranks (1 supervised DataLoader)"
     assert "rank 1, worker 1, sample 21, batch 5" in text
     assert "copy-on-read: Every fork worker's private memory grows" in text

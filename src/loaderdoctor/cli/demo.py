@@ -33,6 +33,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="load with heal=True: each epoch finishes, the culprit is skipped or quarantined",
     )
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    parser.epilog = (
+        "Exit status: 0 every planted fault got its verdict (and, with --heal, every epoch "
+        "finished), 1 one did not, 2 a usage error (--keep DIR not empty)."
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "logfile", nargs="?", metavar="LOGFILE", help="the log of the failed run (default: stdin)"
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.epilog = (
+        "Exit status: 0 a likely cause named, 1 none recognised, 2 an unreadable LOGFILE."
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -61,6 +61,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="write throughput and memory against workers (.html, .svg, .png)",
     )
+    parser.epilog = (
+        "Exit status: 0 a configuration is recommended, 1 none fits the memory budget, 2 a "
+        "usage error (a SPEC that does not load, a dataset that fails: see loaderdoctor scan)."
+    )
 
 
 def _validate(args: argparse.Namespace) -> int | None:

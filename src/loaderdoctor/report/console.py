@@ -30,11 +30,17 @@ def terminal(
     soft_wrap: bool = False,
 ) -> Iterator[Console]:
     """A rich console on ``file`` (stdout by default); ``plain``: no colour, not a terminal;
-    ``soft_wrap``: long lines of text are not folded at the width (tables still are)."""
+    ``soft_wrap``: long lines of text are not folded at the width (tables still are).
+
+    Output that is not a terminal (``| tee``, a log file, nohup) is never folded: a log is read
+    by copying file names and paths out of it, and there is no screen edge to fold at.
+    """
     from rich.console import Console
     from rich.text import Text
 
     stream = EscapingStream(file if file is not None else sys.stdout)
+    if not plain and not stream.isatty():
+        soft_wrap = True
     out = cast("IO[str]", stream)  # a TextIOBase: what rich calls on a file, it has
     if plain:
         console = Console(

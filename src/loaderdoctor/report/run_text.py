@@ -18,13 +18,22 @@ MAX_DETAILED_INCIDENTS = 3
 
 
 def format_headline(report: RunReport) -> str:
-    """``"crashed: exit code 139 (SIGSEGV) after 4.2 s"``."""
+    """``"the command failed: exit code 139 (SIGSEGV) after 4.2 s"``: what became of the user's
+    command, never worded as if loaderdoctor itself had crashed; Ctrl-C is not a failure."""
+    interrupted = report.interrupted or report.signal == "SIGINT"
     ended = f"exit code {report.exit_code}"
-    if report.signal:
+    if report.signal and report.signal != "SIGINT":  # 130 after an interruption says SIGINT
         ended += f" ({report.signal})"
-    if report.interrupted:
-        ended += ", interrupted"
-    return f"{report.status}: {ended} after {format_seconds(report.duration_s)}"
+    after = f"{ended} after {format_seconds(report.duration_s)}"
+    if interrupted:
+        return f"the command was interrupted: {after}"
+    if report.exit_code != 0:
+        return f"the command failed: {after}"
+    if report.status == "crashed":  # it went on after a DataLoader raised
+        return f"the command succeeded but a DataLoader raised: {after}"
+    if report.status == "healed":
+        return f"the command succeeded, healed: {after}"
+    return f"the command succeeded: {after}"
 
 
 def format_delivered(report: RunReport) -> str:
@@ -124,7 +133,7 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
     from rich.console import Group
     from rich.text import Text
 
-    headline = Text("loaderdoctor run ", style="bold")
+    headline = Text("loaderdoctor run: ", style="bold")
     headline.append(format_headline(report), style=STATUS_STYLES.get(report.status, ""))
     parts: list[RenderableType] = [headline, Text(f"  {format_delivered(report)}")]
     if report.incidents:

@@ -1,0 +1,176 @@
+"""What a new user reads and what the exit status says (issue 28 items 5, 6 and 9's usage).
+
+Through a pipe (``| tee``, a CI log) and through a pseudo-terminal at 80 columns: the same words.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_terminal import plain, run_in_pty
+from conftest import run_python
+from loaderdoctor.cli import EXIT_STATUS_HELP, main
+from test_run_units import sample_report
+
+HEADLINE = re.compile(r"^loaderdoctor run: (.*) after [0-9.]+ (?:ms|s)$", re.MULTILINE)
+
+
+def headline(text: str) -> str:
+    found = HEADLINE.findall(text)
+    assert len(found) == 1, text
+    return str(found[0])
+
+
+# --- --help teaches the exit status --------------------------------------------------------------
+def test_top_level_help_says_what_the_exit_status_means(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit) as stop:
+        main(["--help"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.endswith(f"\n{EXIT_STATUS_HELP}\n")
+
+
+@pytest.mark.parametrize(
+    ("command", "status"),
+    [
+        ("demo", "Exit status: 0 every planted fault got its verdict"),
+        ("env", "Exit status: 0 every check passed (warnings allowed), 1 a check failed"),
+        ("lint", "Exit status: 0 clean, 1 a finding at --fail-on or worse, 2 bad usage."),
+        ("run", "Exit status: the command's own (128 + N after signal N); 2 for a usage error."),
+        ("report", "Exit status: 0 the run succeeded (healed or not)"),
+        ("explain", "Exit status: 0 a likely cause named, 1 none recognised"),
+        ("scan", "Exit status: 0 clean, 1 bad samples found, 2 usage error, 130 interrupted"),
+        ("tune", "Exit status: 0 a configuration is recommended, 1 none fits the memory budget"),
+    ],
+)
+def test_each_command_help_says_what_its_exit_status_means(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str, status: str
+) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per paragraph: compare it whole
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert status in capsys.readouterr().out
+
+
+# --- a typo'd flag shows the subcommand's usage ----------------------------------------------------
+def test_a_typod_flag_shows_the_subcommands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["scan", "data.py:train", "--num-worker", "4", "--time-out", "3"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: loaderdoctor scan [-h] [--num-workers N]")
+    assert err.endswith("loaderdoctor scan: error: unrecognized arguments: --time-out 3\n"), (
+        err
+    )  # --num-worker is argparse's prefix of --num-workers: accepted
+
+
+def test_an_unknown_flag_before_any_command_keeps_the_top_level_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["--verbose", "env"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: loaderdoctor [-h] [--version] COMMAND ...")
+    assert err.endswith("loaderdoctor: error: unrecognized arguments: --verbose\n")
+
+
+# --- run: "the command failed", not "loaderdoctor crashed"; Ctrl-C is an interruption ------------
+FAILS = ["-c", "import sys; sys.exit(1)"]
+CTRL_C = ["-c", "import os, signal, time; os.kill(os.getpid(), signal.SIGINT); time.sleep(9)"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("through", ["pipe", "pty"])
+@pytest.mark.parametrize(
+    ("command", "code", "expected"),
+    [
+        (FAILS, 1, "the command failed: exit code 1"),
+        (CTRL_C, 130, "the command was interrupted: exit code 130"),
+        (["-c", "pass"], 0, "the command succeeded: exit code 0"),
+    ],
+)
+def test_run_says_what_became_of_the_command(
+    tmp_path: Path, through: str, command: list[str], code: int, expected: str
+) -> None:
+    args = ["-m", "loaderdoctor", "run", "--report-dir", str(tmp_path / "r")]
+    args += ["--", sys.executable, *command]
+    if through == "pipe":
+        result = run_python(args, cwd=str(tmp_path))
+        shown = result.stderr
+    else:
+        result = run_in_pty(args, cwd=str(tmp_path))
+        shown = plain(result.stdout)
+    assert result.returncode == code, shown
+    assert headline(shown) == expected
+    assert "crashed" not in shown
+
+
+def healed_run_report(folder: Path, exit_code: int) -> Path:
+    report = sample_report()
+    report.incidents[0].action = "skipped"
+    report.exit_code = exit_code
+    report.status = "healed" if exit_code == 0 else "crashed"
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps(report.to_dict()))
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("exit_code", "status"), [(0, 0), (1, 1)])
+def test_report_exits_0_for_a_healed_run_whose_command_succeeded(
+    tmp_path: Path, exit_code: int, status: int
+) -> None:
+    folder = healed_run_report(tmp_path / "r", exit_code)
+    result = run_python(["-m", "loaderdoctor", "report", str(folder), "--no-html"])
+    assert result.returncode == status, result.stderr
+    expected = (
+        "the command succeeded, healed: exit code 0"
+        if exit_code == 0
+        else "the command failed: exit code 1"
+    )
+    assert headline(result.stdout) == expected
+
+
+# --- no report is overwritten without a word ------------------------------------------------------
+@pytest.mark.slow
+def test_a_later_run_keeps_the_earlier_report(tmp_path: Path) -> None:
+    """`run` twice in one folder: the crash report of the first survives `run -- ls`."""
+    first = run_python(
+        ["-m", "loaderdoctor", "run", "--", sys.executable, *FAILS], cwd=str(tmp_path)
+    )
+    assert first.returncode == 1, first.stderr
+    folder = tmp_path / "loaderdoctor-report"
+    crash_report = (folder / "report.json").read_text()
+    second = run_python(["-m", "loaderdoctor", "run", "--", "ls"], cwd=str(tmp_path))
+    assert second.returncode == 0, second.stderr
+    (kept,) = (folder / "earlier").iterdir()
+    assert second.stderr.splitlines()[0] == (
+        f"loaderdoctor run: the earlier report in loaderdoctor-report is kept in "
+        f"loaderdoctor-report/earlier/{kept.name}"
+    )
+    assert re.fullmatch(r"\d{8}-\d{6}", kept.name)
+    assert (kept / "report.json").read_text() == crash_report
+    assert sorted(p.name for p in kept.iterdir()) == ["report.html", "report.json"]
+    assert json.loads((folder / "report.json").read_text())["command"] == ["ls"]
+
+
+@pytest.mark.slow
+def test_report_of_a_scan_json_names_its_page_after_it(tmp_path: Path) -> None:
+    from test_scan_report import sample_report as sample_scan
+
+    for name in ("scan.json", "scan2.json"):
+        (tmp_path / name).write_text(json.dumps(sample_scan().to_dict()))
+    (tmp_path / "scan.html").write_text("the first scan's page")
+    result = run_python(["-m", "loaderdoctor", "report", str(tmp_path / "scan2.json")])
+    assert result.returncode == 1, result.stderr
+    assert (tmp_path / "scan.html").read_text() == "the first scan's page"
+    assert "<h2>Bad samples</h2>" in (tmp_path / "scan2.html").read_text()
+    assert result.stdout.splitlines()[-1] == f"report: {tmp_path / 'scan2.html'}"
