@@ -105,6 +105,7 @@ def test_json_report_snippet_plot_and_soak(datasets: Path, tmp_path: Path) -> No
         "--soak", "2",
         "--json",
         "--plot", str(plot),
+        env={"LOADERDOCTOR_PROGRESS_INTERVAL": "3600"},  # a progress line every hour: none
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)

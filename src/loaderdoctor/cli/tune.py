@@ -142,10 +142,13 @@ def without_quarantined(dataset: Any, path: str) -> Any:
 
 
 @contextmanager
-def progress_bar(enabled: bool) -> Iterator[Callable[[int, int, str], None] | None]:
-    """A rich progress bar on stderr (trials done of planned, the configuration running)."""
-    if not enabled:
-        yield None
+def progress_bar() -> Iterator[Callable[[int, int, str], None] | None]:
+    """A rich progress bar on stderr (trials done of planned, the configuration running) where
+    stderr is a terminal; elsewhere (a log, ``| tee``) a line every 10 s (``report.progress``)."""
+    if not sys.stderr.isatty():
+        from loaderdoctor.report.progress import ProgressLines
+
+        yield ProgressLines("tuning", "trials", sys.stderr).update
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -175,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         dataset = without_quarantined(dataset, args.quarantine)
     from loaderdoctor.tune import DatasetError, tune_dataset
 
-    with progress_bar(sys.stderr.isatty()) as progress:
+    with progress_bar() as progress:
         try:
             report = tune_dataset(
                 dataset,
