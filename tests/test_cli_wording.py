@@ -174,3 +174,57 @@ def test_report_of_a_scan_json_names_its_page_after_it(tmp_path: Path) -> None:
     assert (tmp_path / "scan.html").read_text() == "the first scan's page"
     assert "<h2>Bad samples</h2>" in (tmp_path / "scan2.html").read_text()
     assert result.stdout.splitlines()[-1] == f"report: {tmp_path / 'scan2.html'}"
+
+
+# --- an error comes first, and alone ---------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("through", ["pipe", "pty"])
+def test_demo_keep_into_a_full_folder_is_one_line_before_any_intro(
+    tmp_path: Path, through: str
+) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "mine.txt").write_text("the user's own file")
+    args = ["-m", "loaderdoctor", "demo", "--keep", "data"]
+    if through == "pipe":
+        result = run_python(args, cwd=str(tmp_path))
+        assert result.stdout == ""
+        shown = result.stderr
+    else:
+        result = run_in_pty(args, cwd=str(tmp_path))
+        shown = plain(result.stdout)
+    assert result.returncode == 2
+    assert shown == "loaderdoctor demo: error: data exists and is not an empty directory\n"
+
+
+TWO_LOADERS = """
+import torch
+from loaderdoctor import DataLoader
+
+
+class Three(torch.utils.data.Dataset):
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, index):
+        if index == 3:
+            raise ValueError("sample 3 is unreadable")
+        return index
+
+
+if __name__ == "__main__":
+    for run in range(2):  # two loaders built at one line, each skipping sample 3
+        loader = DataLoader(Three(), batch_size=2, num_workers=1, heal=True)
+        assert sum(len(batch) for batch in loader) == 5
+"""
+
+
+@pytest.mark.slow
+def test_each_heal_action_warns_even_when_worded_alike(tmp_path: Path) -> None:
+    """README: "each action emits a HealWarning"; Python shows one text once per line."""
+    (tmp_path / "two.py").write_text(TWO_LOADERS)
+    result = run_python([str(tmp_path / "two.py")], env={"PYTHONWARNINGS": ""})
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if "HealWarning" in line]
+    assert len(warned) == 2, result.stderr
+    assert warned[0] == warned[1]
+    assert warned[0].startswith(f"{tmp_path / 'two.py'}:19: HealWarning: loaderdoctor healed: ")

@@ -87,7 +87,8 @@ def schema_1_json() -> dict:
 # --- unit: data in, exact output --------------------------------------------------------------
 def test_summary_keeps_its_first_line_and_adds_the_settings() -> None:
     assert format_summary(sample_report()).splitlines() == [
-        "scanned 1000 samples in 12.5 s (64.0 samples/s, 4 workers): 3 bad, 1 outliers",
+        "scanned 1000 samples: 200 before the interruption (from the checkpoint), 800 now in "
+        "12.5 s (64.0 samples/s, 4 workers): 3 bad, 1 outliers",
         "settings: timeout 60 s, memory cap 512 MiB per worker (cgroup v1), 2 ranks, "
         "200 samples from checkpoint",
     ]
@@ -124,7 +125,8 @@ def test_text_has_the_memory_hungry_table_after_the_slowest(
     out = io.StringIO()
     print_text(report, out)
     assert out.getvalue() == (
-        "scanned 1000 samples in 12.5 s (64.0 samples/s, 4 workers): 1 bad, 0 outliers\n"
+        "scanned 1000 samples: 200 before the interruption (from the checkpoint), 800 now in "
+        "12.5 s (64.0 samples/s, 4 workers): 1 bad, 0 outliers\n"
         "settings: timeout 60 s, memory cap 512 MiB per worker (cgroup v1), 2 ranks, 200 samples "
         "from checkpoint\n"
         "bad samples\n"

@@ -22,11 +22,16 @@ def format_json(report: ScanReport) -> str:
 def format_summary(report: ScanReport) -> str:
     """The counts, the time and the throughput; then the settings, if the report records any."""
     verdict = "clean" if report.clean else f"{len(report.bad)} bad"
-    counts = (
-        f"scanned {report.total} samples in {format_seconds(report.seconds)} "
-        f"({report.throughput:.1f} samples/s, {report.num_workers} workers): {verdict}, "
-        f"{len(report.outliers)} outliers"
-    )
+    rate = f"{report.throughput:.1f} samples/s, {report.num_workers} workers"
+    took = format_seconds(report.seconds)
+    if report.resumed:  # the time is this run's: say which samples it covers
+        counts = (
+            f"scanned {report.total} samples: {report.resumed} before the interruption (from "
+            f"the checkpoint), {report.total - report.resumed} now in {took} ({rate})"
+        )
+    else:
+        counts = f"scanned {report.total} samples in {took} ({rate})"
+    counts += f": {verdict}, {len(report.outliers)} outliers"
     settings = format_settings(report)
     return f"{counts}\nsettings: {settings}" if settings else counts
 

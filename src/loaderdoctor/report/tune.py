@@ -32,7 +32,8 @@ def format_json(report: TuneReport) -> str:
     data = report.to_dict()
     nothing_fits = format_nothing_fits(report)
     data["snippet"] = format_snippet(report) if nothing_fits is None else None
-    data["nothing_fits"] = nothing_fits
+    if nothing_fits is not None:
+        data["nothing_fits"] = nothing_fits
     return json.dumps(data, indent=2) + "\n"
 
 
