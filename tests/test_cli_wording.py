@@ -111,6 +111,11 @@ def test_run_says_what_became_of_the_command(
     assert result.returncode == code, shown
     assert headline(shown) == expected
     assert "crashed" not in shown
+    lines = shown.splitlines()
+    assert lines[-1].startswith("verdict: no DataLoader worker died")  # the verdict comes last
+    if through == "pipe":  # a log has no edge to fold at: the paths stay whole, to copy
+        folder = tmp_path / "r"
+        assert lines[-2] == f"  report: {folder / 'report.json'}, {folder / 'report.html'}"
 
 
 def healed_run_report(folder: Path, exit_code: int) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from loaderdoctor.report.console import render_plain, terminal
-from loaderdoctor.runner.model import RunIncident, RunReport
+from loaderdoctor.runner.model import HEALING_ACTIONS, RunIncident, RunReport
 from loaderdoctor.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -34,6 +34,22 @@ def format_headline(report: RunReport) -> str:
     if report.status == "healed":
         return f"the command succeeded, healed: {after}"
     return f"the command succeeded: {after}"
+
+
+def format_verdict(report: RunReport) -> str:
+    """The summary's last line, what a log's reader looks for first: the incident that ended the
+    run (its cause, title and where), what was healed, or that no worker died."""
+    raised = [i for i in report.incidents if i.action not in HEALING_ACTIONS]
+    if raised:
+        first = raised[0]
+        more = f" (+{len(raised) - 1} more)" if len(raised) > 1 else ""
+        return f"verdict: {first.cause}: {first.title} ({format_where(first)}){more}"
+    if report.incidents:
+        causes = sorted({i.cause for i in report.incidents})
+        return f"verdict: {len(report.incidents)} incident(s) healed ({', '.join(causes)})"
+    if report.exit_code != 0 and not (report.interrupted or report.signal == "SIGINT"):
+        return "verdict: no DataLoader worker died; the command failed on its own"
+    return "verdict: no DataLoader worker died"
 
 
 def format_delivered(report: RunReport) -> str:
@@ -150,6 +166,7 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
     if html is not None:
         written.append(str(html))
     parts.append(Text(f"  report: {', '.join(written)}", style="dim"))
+    parts.append(Text(format_verdict(report), style=STATUS_STYLES.get(report.status, "")))
     return Group(*parts)
 
 
