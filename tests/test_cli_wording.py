@@ -233,3 +233,22 @@ def test_each_heal_action_warns_even_when_worded_alike(tmp_path: Path) -> None:
     assert len(warned) == 2, result.stderr
     assert warned[0] == warned[1]
     assert warned[0].startswith(f"{tmp_path / 'two.py'}:19: HealWarning: loaderdoctor healed: ")
+
+
+# --- a log keeps names whole (item 7) --------------------------------------------------------------
+@pytest.mark.slow
+def test_a_scan_in_a_log_keeps_file_names_whole(tmp_path: Path) -> None:
+    from PIL import Image
+
+    images = tmp_path / "photos_of_the_validation_split" / "class_with_a_long_name"
+    images.mkdir(parents=True)
+    for number in range(4):
+        Image.new("RGB", (16, 16), (number, 0, 0)).save(images / f"img{number}.png")
+    bad = images / ("a_truncated_image_whose_name_is_longer_than_a_terminal_line_" * 2 + ".png")
+    Image.new("RGB", (16, 16)).save(bad)
+    bad.write_bytes(bad.read_bytes()[:60])
+    out = ["--out", str(tmp_path / "q.json"), "--num-workers", "1"]
+    result = run_python(["-m", "loaderdoctor", "scan", str(tmp_path), *out], env={"COLUMNS": "80"})
+    assert result.returncode == 1, result.stderr
+    (row,) = [line for line in result.stdout.splitlines() if str(bad) in line]
+    assert row.startswith("│ ")  # the bad-samples table's row, the whole path in one cell

@@ -119,7 +119,7 @@ def test_settings_name_only_what_was_set(fields: dict, settings: str) -> None:
 def test_text_has_the_memory_hungry_table_after_the_slowest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("COLUMNS", "100")  # not a terminal: the tables take their natural width
     report = sample_report()
     report.bad, report.outliers = report.bad[:1], []
     out = io.StringIO()
@@ -130,12 +130,11 @@ def test_text_has_the_memory_hungry_table_after_the_slowest(
         "settings: timeout 60 s, memory cap 512 MiB per worker (cgroup v1), 2 ranks, 200 samples "
         "from checkpoint\n"
         "bad samples\n"
-        "┏━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
-        "┃ index ┃ cause        ┃ file               ┃ message                                              ┃\n"
-        "┡━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
-        "│ 420   │ sample-error │ /data/img_0420.jpg │ OSError: image file is truncated                     │\n"
-        "│       │              │                    │ <script>alert(1)</script>                            │\n"
-        "└───────┴──────────────┴────────────────────┴──────────────────────────────────────────────────────┘\n"
+        "┏━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
+        "┃ index ┃ cause        ┃ file               ┃ message                                                    ┃\n"
+        "┡━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
+        "│ 420   │ sample-error │ /data/img_0420.jpg │ OSError: image file is truncated <script>alert(1)</script> │\n"
+        "└───────┴──────────────┴────────────────────┴────────────────────────────────────────────────────────────┘\n"
         "slowest samples\n"
         "┏━━━━━━━┳━━━━━━┳━━━━━━━━━━━━━━━━━━━━┓\n"
         "┃ index ┃ ms   ┃ file               ┃\n"

@@ -19,6 +19,16 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 Report = TypeVar("Report")
+# The width a table may take where output is not a terminal (a log, ``| tee``): its natural width,
+# file names whole, since nothing folds a log's lines but its reader's viewer.
+LOG_WIDTH = 1000
+
+
+def width_for(file: IO[str] | None) -> int | None:
+    """``None`` (the terminal's own width) on a terminal, ``LOG_WIDTH`` elsewhere: for renderers
+    whose tables hold file names and paths (and no panel or rule that would fill the width)."""
+    stream = file if file is not None else sys.stdout
+    return None if stream.isatty() else LOG_WIDTH
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from loaderdoctor.report.console import render_plain, terminal
+from loaderdoctor.report.console import render_plain, terminal, width_for
 from loaderdoctor.runner.model import HEALING_ACTIONS, RunIncident, RunReport
 from loaderdoctor.units import format_bytes, format_seconds
 
@@ -173,7 +173,7 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
 def print_text(report: RunReport, file: IO[str] | None = None, *, html: Path | None = None) -> None:
     """The summary on ``file`` (stdout by default; ``run`` passes stderr, so that the command's
     stdout stays byte-identical under it)."""
-    with terminal(file) as console:
+    with terminal(file, width=width_for(file)) as console:
         console.print(build_summary(report, html))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import IO, TYPE_CHECKING
 
-from loaderdoctor.report.console import render_plain, terminal
+from loaderdoctor.report.console import render_plain, terminal, width_for
 from loaderdoctor.scan.model import ScanReport
 from loaderdoctor.units import format_bytes, format_mib, format_ms, format_seconds
 
@@ -70,7 +70,7 @@ def print_text(
     report: ScanReport, file: IO[str] | None = None, *, quarantine_path: str | None = None
 ) -> None:
     """The summary, then a table per finding kind (bad, outliers, slowest, memory-hungry)."""
-    with terminal(file, soft_wrap=True) as console:
+    with terminal(file, width=width_for(file), soft_wrap=True) as console:
         print_report(report, console, quarantine_path)
 
 
