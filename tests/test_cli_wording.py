@@ -45,7 +45,7 @@ def test_top_level_help_says_what_the_exit_status_means(
         ("lint", "Exit status: 0 clean, 1 a finding at --fail-on or worse, 2 bad usage."),
         ("run", "Exit status: the command's own (128 + N after signal N); 2 for a usage error."),
         ("report", "Exit status: 0 the run succeeded (healed or not)"),
-        ("explain", "Exit status: 0 a likely cause named, 1 none recognised"),
+        ("explain", "exit status:\n  0  a cause was named"),
         ("scan", "Exit status: 0 clean, 1 bad samples found, 2 usage error, 130 interrupted"),
         ("tune", "Exit status: 0 a configuration is recommended, 1 none fits the memory budget"),
     ],
