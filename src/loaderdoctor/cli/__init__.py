@@ -59,8 +59,9 @@ def commands() -> dict[str, Command]:
 EXIT_STATUS_HELP = (
     "Exit status: 0 nothing wrong found, 1 something found (a failed check, a bad sample, a "
     "lint finding, a run whose command failed), 2 a usage error, 3 an internal error of "
-    "loaderdoctor's (please report it), 130 interrupted; run exits with its command's own status. "
-    "loaderdoctor COMMAND --help says what each command's status means."
+    "loaderdoctor's (please report it), 130 interrupted; run exits with its command's own status, "
+    "and explain, like grep, 0 when it names a cause. loaderdoctor COMMAND --help says what each "
+    "command's status means."
 )
 
 
