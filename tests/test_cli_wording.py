@@ -252,3 +252,20 @@ def test_a_scan_in_a_log_keeps_file_names_whole(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     (row,) = [line for line in result.stdout.splitlines() if str(bad) in line]
     assert row.startswith("│ ")  # the bad-samples table's row, the whole path in one cell
+
+
+# --- "more:" works wherever loaderdoctor is installed (item 9) -------------------------------------
+@pytest.mark.slow
+def test_explain_cause_prints_the_page_away_from_any_checkout(tmp_path: Path) -> None:
+    page = Path(__file__).parents[1] / "docs" / "causes" / "native-crash.md"
+    result = run_python(
+        ["-m", "loaderdoctor", "explain", "--cause", "native-crash"], cwd=str(tmp_path)
+    )
+    assert (result.returncode, result.stdout) == (0, page.read_text(encoding="utf-8"))
+    unknown = run_python(
+        ["-m", "loaderdoctor", "explain", "--cause", "segfault"], cwd=str(tmp_path)
+    )
+    assert unknown.returncode == 2
+    assert unknown.stderr.startswith(
+        "loaderdoctor explain: error: --cause segfault: no such cause (known: sample-error, "
+    )

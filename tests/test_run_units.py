@@ -187,6 +187,7 @@ def test_terminal_summary() -> None:
     assert lines[0] == "loaderdoctor run: the command failed: exit code 1 after 3.2 s"
     assert lines[1] == "  5 batches, 20 samples delivered by 1 ranks (1 supervised DataLoader)"
     assert "rank 1, worker 1, sample 21, batch 5" in text
+    assert "    more: loaderdoctor explain --cause native-crash" in lines  # works when installed
     assert "copy-on-read: Every fork worker's private memory grows" in text
     assert lines[-2:] == [
         "  report: /tmp/r/report.json, /tmp/r/report.html",

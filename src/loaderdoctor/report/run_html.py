@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from loaderdoctor.forensics.catalog import page_command
 from loaderdoctor.report.chart import Chart, Line, svg_chart
 from loaderdoctor.report.html import (
     PALETTE,
@@ -109,11 +110,10 @@ def _incident_card(incident: RunIncident) -> str:
         parts.append("</ul>")
     if incident.docs:
         href = file_href(incident.docs)
-        label = _e(incident.docs)
         parts.append(
-            f'<p class="muted">More: <a href="{_e(href)}">{label}</a></p>'
-            if href
-            else f'<p class="muted">More: <code>{label}</code></p>'
+            f'<p class="muted">More: <a href="{_e(href)}">{_e(incident.docs)}</a></p>'
+            if href  # a checkout: its page; elsewhere the command that prints it
+            else f'<p class="muted">More: <code>{_e(page_command(incident.cause))}</code></p>'
         )
     parts.append("</div>")
     return "".join(parts)

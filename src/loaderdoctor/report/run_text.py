@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from loaderdoctor.forensics.catalog import page_command
 from loaderdoctor.report.console import render_plain, terminal, width_for
 from loaderdoctor.runner.model import HEALING_ACTIONS, RunIncident, RunReport
 from loaderdoctor.units import format_bytes, format_seconds
@@ -127,7 +128,7 @@ def _incident_details(incident: RunIncident) -> list[RenderableType]:
     if incident.fixes:
         parts.append(Text(f"    fix: {incident.fixes[0]}", style="green"))
     if incident.docs:
-        parts.append(Text(f"    more: {incident.docs}", style="dim"))
+        parts.append(Text(f"    more: {page_command(incident.cause)}", style="dim"))
     return parts
 
 
