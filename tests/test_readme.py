@@ -101,6 +101,7 @@ class Numbers(Dataset[torch.Tensor]):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 8 worker processes")  # 2 cores
 def test_the_python_snippets_run_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
