@@ -113,8 +113,9 @@ class Ledger(Dataset):
     """Returns its index; ``faults`` maps index -> how that sample fails.
 
     raise / raise-once: ValueError (always / the first time only); kill / kill-once: the worker
-    SIGKILLs itself; hang: sleeps far past any hang timeout; ragged: a sample of another shape.
-    "-once" faults remember in ``flag_dir`` that they fired.
+    SIGKILLs itself; kill-once-when-collated: it does so the first time, once a batch has
+    collated (``TouchingCollate``); hang: sleeps far past any hang timeout; ragged: a sample of another
+    shape. "-once" faults remember in ``flag_dir`` that they fired.
     """
 
     def __init__(self, n: int, faults: dict[int, str], flag_dir: str) -> None:
@@ -144,6 +145,13 @@ class Ledger(Dataset):
             if torch.utils.data.get_worker_info() is not None:
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"would kill the main process at {index}")
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if fault == "kill-once-when-collated" and in_worker and self._first_time(index):
+            collated = os.path.join(self.flag_dir, "collated")
+            deadline = time.monotonic() + 120  # bounded: a broken run fails, it does not hang
+            while not os.path.exists(collated) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGKILL)
         if fault == "hang" and torch.utils.data.get_worker_info() is not None:
             time.sleep(600)
         if fault == "ragged":
@@ -177,3 +185,17 @@ class StreamLedger(torch.utils.data.IterableDataset):
             if fault == "kill-once" and first:
                 os.kill(os.getpid(), signal.SIGKILL)
             yield torch.tensor([i])
+
+
+class TouchingCollate:
+    """torch's default collate that first leaves a file in ``flag_dir``: a batch has collated
+    (its samples' skips were recorded), for ``Ledger``'s "kill-when-collated"."""
+
+    def __init__(self, flag_dir: str) -> None:
+        self.flag_dir = flag_dir
+
+    def __call__(self, samples):
+        import os
+
+        open(os.path.join(self.flag_dir, "collated"), "w").close()
+        return torch.utils.data.default_collate(samples)

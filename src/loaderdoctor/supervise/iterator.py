@@ -56,7 +56,7 @@ from loaderdoctor.supervise.loader_view import wrap_dataset
 from loaderdoctor.supervise.pool import Pool
 from loaderdoctor.supervise.respawn import Replacement
 from loaderdoctor.supervise.result_queue import HalfMessage
-from loaderdoctor.supervise.sample_policy import SkippedBatch
+from loaderdoctor.supervise.sample_policy import HealedBatch, SkippedBatch
 from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter, internal_evidence
 from loaderdoctor.supervise.start_failure import start_diagnosis, start_error
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, new_stream_progress
@@ -132,6 +132,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_epoch = supervision.epoch
         self._ld_ledger = Ledger()
         self._ld_last_index: Any = None
+        self._ld_pending_skips = 0  # left out of batches not sent yet (``_next_index``)
         self._ld_raising: BaseException | None = None
         self._ld_in_reset = False  # torch's _reset is waiting for its workers' resume replies
         self._ld_queue_poisoned = False  # a worker died mid-write: the result queue is unusable
@@ -262,10 +263,12 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
     def _next_index(self) -> Any:
         index = super()._next_index()
         # A sample quarantined after these workers started is unknown to their dataset wrapper
-        # (persistent workers keep it for epochs): leave it out here, as the worker would.
+        # (persistent workers keep it for epochs): leave it out here, as the worker would; it
+        # counts as skipped when the batch it was left out of (or the next one) is delivered.
         while not self._ld_replacing and len(self._ld_sup.quarantine) > self._ld_quarantine_known:
-            index, dropped = respawn.without_new_quarantine(self, index)
-            if not dropped:
+            index, bad = respawn.without_new_quarantine(self, index)
+            self._ld_pending_skips += bad
+            if index is not None:
                 break
             index = super()._next_index()
         self._ld_last_index = index
@@ -275,7 +278,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         sent = self._send_idx
         super()._try_put_index()
         if self._send_idx != sent:
-            self._ld_ledger.owe(sent, self._ld_last_index)
+            self._ld_ledger.owe(sent, self._ld_last_index, self._ld_pending_skips)
+            self._ld_pending_skips = 0
 
     def _reset(self, loader: Any, first_iter: bool = False) -> None:
         if not first_iter:
@@ -359,7 +363,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         return super()._get_data()
 
     def _process_data(self, data: Any, worker_idx: int) -> Any:
-        task, indices = self._ld_ledger.settle_handed_over(self._task_info)
+        task, indices, skipped = self._ld_ledger.settle_handed_over(self._task_info)
+        self._ld_sup.counts["skipped"] += skipped
         self._ld_events.drain_if_new(self._ld_recorder.total(Field.EVENTS))
         if torch_compat.is_exception_wrapper(data):
             self._workers_num_tasks[worker_idx] -= 1
@@ -370,7 +375,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             healable = diagnosis.cause in ENVIRONMENTAL or diagnosis.cause == "internal-error"
             try:
                 if self._ld_sup.settings.heal and healable and task is not None:
-                    self._ld_ledger.owe(task, indices)  # still owed to the user
+                    self._ld_sup.counts["skipped"] -= skipped
+                    self._ld_ledger.owe(task, indices, skipped)  # still owed to the user
                     raise _PoolFailure(ev, error, diagnosis)
                 self._ld_sup.record(diagnosis, "raised")
                 self._ld_raising = error  # raised on purpose: the user's, not an internal error
@@ -379,10 +385,15 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 error = None  # type: ignore[assignment]  # no cycle via its traceback
         if isinstance(data, StreamBatch):
             data = self._ld_stream_delivered(data, indices, counted=task is not None)
-        elif task is not None and not isinstance(data, SkippedBatch):
-            self._ld_sup.delivered(indices, data)
+        elif isinstance(data, SkippedBatch):
+            if task is not None:
+                self._ld_sup.take_events(data.events)
+        elif task is not None:
+            data = self._ld_sup.delivered_batch(indices, data)
             if self._ld_sup.backoff is not None:
                 self._ld_sup.backoff.delivered()
+        elif isinstance(data, HealedBatch):
+            data = data.batch
         return super()._process_data(data, worker_idx)
 
     # --- the decision point ---------------------------------------------------------------
@@ -445,6 +456,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         return data
 
     def _ld_epoch_done(self) -> None:
+        self._ld_sup.counts["skipped"] += self._ld_pending_skips  # the epoch's last batches
+        self._ld_pending_skips = 0
         self._ld_events.drain()
         if self._ld_sup.backoff is not None:
             self._ld_sup.backoff.epoch_finished()
@@ -669,6 +682,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         """Stop this pool; a successor serves what is owed, then the rest of the epoch."""
         owed = self._ld_ledger.owed_in_order()
         self._ld_sup.counts["resent_batches"] += len(owed)
+        # what was left out of the owed batches: the successor does not know it (counted now)
+        self._ld_sup.counts["skipped"] += self._ld_ledger.skipped_owed() + self._ld_pending_skips
+        self._ld_pending_skips = 0
         if self._ld_streams is not None:
             self._ld_events.drain()  # every skip the dead worker wrote: a replay drops them too
             self._ld_stream_undelivered()
@@ -710,6 +726,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             return batch.batch
         streams.delivered(batch)
         if counted:
+            self._ld_sup.take_events(batch.events)
             # counted by what it holds: a stream that batches itself yields whole batches
             self._ld_sup.delivered(indices, batch.batch)
             if self._ld_sup.backoff is not None:

@@ -35,25 +35,21 @@ class Replacement:
     refused: str = ""
 
 
-def without_new_quarantine(it: Any, index: Any) -> tuple[Any, bool]:
-    """(the batch without samples quarantined since this pool started, whether it is gone)."""
+def without_new_quarantine(it: Any, index: Any) -> tuple[Any, int]:
+    """(the batch without samples quarantined since this pool started, or None when none is
+    left; how many were left out). The caller counts them when the batch is delivered."""
     if it._ld_replacing:
-        return index, False  # the workers know the quarantine (``refresh_workers``)
+        return index, 0  # the workers know the quarantine (``refresh_workers``)
     fresh = set(list(it._ld_sup.quarantine)[it._ld_quarantine_known :])
-    counts = it._ld_sup.counts
     if not isinstance(index, list):
-        if index in fresh:
-            counts["skipped"] += 1
-            return None, True
-        return index, False
+        return (None, 1) if index in fresh else (index, 0)
     bad = [i for i in index if i in fresh]
     if not bad:
-        return index, False
-    if len(bad) == len(index) or it._drop_last:  # as the worker's wrapper decides
-        counts["dropped"] += len(bad)
-        return None, True
-    counts["skipped"] += len(bad)
-    return [i for i in index if i not in fresh], False
+        return index, 0
+    # short, drop_last or not, as the worker's wrapper leaves it: its healthy samples arrive
+    if len(bad) == len(index):
+        return None, len(bad)
+    return [i for i in index if i not in fresh], len(bad)
 
 
 def replace(
@@ -144,13 +140,16 @@ def resend_owed(it: Any, replacement: Replacement) -> str:
         task for task, info in it._task_info.items() if info[0] == worker_id and len(info) == 1
     )
     index_queue = it._ld_pool.index_queue(worker_id)
+    ledger = it._ld_ledger
     for task in owed:
-        batch, gone = without_new_quarantine(it, it._ld_ledger.indices_of(task))
-        if gone:  # nothing of it is left to load: it is skipped here, in its turn
+        batch, bad = without_new_quarantine(it, ledger.indices_of(task))
+        skipped = ledger.skipped_of(task) + bad
+        if batch is None:  # nothing of it is left to load: it is skipped here, in its turn
             it._task_info[task] = (worker_id, SkippedBatch([], "quarantined"))
             it._tasks_outstanding -= 1
+            ledger.owe(task, [], skipped)
             continue
-        it._ld_ledger.owe(task, batch)
+        ledger.owe(task, batch, skipped)
         index_queue.put((task, batch))
     it._workers_num_tasks[worker_id] = sum(
         1 for info in it._task_info.values() if info[0] == worker_id

@@ -61,6 +61,7 @@ class StreamBatch:
         "batch",
         "culprits",
         "end",
+        "events",
         "first",
         "items",
         "keys",
@@ -80,6 +81,7 @@ class StreamBatch:
         state: Any = None,
         notes: tuple[str, ...] = (),
         culprits: tuple[tuple[int, Any], ...] = (),
+        events: tuple[dict[str, Any], ...] = (),
     ) -> None:
         self.batch = batch
         self.worker_id = worker_id
@@ -90,6 +92,7 @@ class StreamBatch:
         self.state = state
         self.notes = notes
         self.culprits = culprits
+        self.events = events  # skips of its items: counted when the user receives it
 
     def pin_memory(self, device: Any = None) -> StreamBatch:
         """torch's pin thread calls this: pin the batch inside, keep the positions."""
@@ -106,6 +109,7 @@ class StreamBatch:
             self.state,
             self.notes,
             self.culprits,
+            self.events,
         )
 
     def __repr__(self) -> str:
