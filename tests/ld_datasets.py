@@ -161,7 +161,8 @@ class Ledger(Dataset):
 
 class StreamLedger(torch.utils.data.IterableDataset):
     """Items 0..n-1, each worker its share by ``get_worker_info()`` (a generator); ``faults``
-    maps item -> raise / raise-once / kill-once, as ``Ledger``'s ("-once": in ``flag_dir``)."""
+    maps item -> raise / raise-once / kill / kill-once, as ``Ledger``'s ("-once": in
+    ``flag_dir``)."""
 
     def __init__(self, n: int, faults: dict[int, str], flag_dir: str) -> None:
         self.n, self.faults, self.flag_dir = n, dict(faults), flag_dir
@@ -182,7 +183,7 @@ class StreamLedger(torch.utils.data.IterableDataset):
                     open(flag, "w").close()
             if fault == "raise" or (fault == "raise-once" and first):
                 raise ValueError(f"bad item {i}")
-            if fault == "kill-once" and first:
+            if fault == "kill" or (fault == "kill-once" and first):
                 os.kill(os.getpid(), signal.SIGKILL)
             yield torch.tensor([i])
 

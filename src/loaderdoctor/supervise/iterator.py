@@ -753,7 +753,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 streams.not_ended(info[0])
 
     def _ld_stream_culprit(self, ev: Evidence, diagnosis: Diagnosis) -> tuple[str, str]:
-        """The item in flight at a death is skipped when the stream resumes: (action, detail)."""
+        """The item in flight at a death is re-tried once when the stream resumes, as a
+        map-style sample is; one that kills its worker again ends that worker's stream just
+        before it (a generator cannot be read past it): (action, detail)."""
         streams = self._ld_streams
         assert streams is not None
         worker, position = ev.worker_id, ev.iterable_position
@@ -765,18 +767,17 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         named = f"item #{position} of worker {worker}'s stream"
         streams.incident = diagnosis  # a replay found not to match says so in its evidence
         if streams.culprit(worker, position, diagnosis):
-            self._ld_sup.counts["skipped"] += 1
             diagnosis.evidence.append(
-                f"{named} is skipped: worker {worker}'s stream resumes past that item"
+                f"{named} is re-tried once: worker {worker}'s stream resumes at that item"
             )
-            return "skipped", f" ({named})"
-        end = streams.stop_at(worker)
-        lost = f"items after #{end - 1}" if end else "items"
+            return "respawned", f" ({named}, re-tried once)"
+        self._ld_sup.counts["skipped"] += 1
+        lost = f"worker {worker}'s items from #{position} on are lost"
         diagnosis.evidence.append(
             f"worker {worker} died at its item #{position} again: its stream cannot be read past "
-            f"it, so worker {worker}'s {lost} are lost (the other workers resume)"
+            f"it, so {lost}; its items before #{position} arrive (the other workers resume)"
         )
-        return "skipped", f" ({named}; the rest of worker {worker}'s stream is lost)"
+        return "lost", f" ({named}; {lost})"
 
     def _ld_stop(self) -> None:
         self._ld_pool.stop(self._workers_status)

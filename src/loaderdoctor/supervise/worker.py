@@ -275,7 +275,7 @@ class _SupervisedIterator:
         self.items: list[Any] = []
         self.gaps: set[int] = set()
         self.notes: list[str] = []
-        self.culprits: list[tuple[int, Any]] = []  # (position, key) of culprits read and dropped
+        self.culprits: list[tuple[int, Any]] = []  # (position, key) of culprits re-tried
         self.done = False
         self.stateful = is_stateful(dataset)
         self.expected: dict[int, Any] = {}
@@ -299,9 +299,7 @@ class _SupervisedIterator:
 
     def _counted_already(self, position: int) -> bool:
         resume = self.resume
-        return resume is not None and (
-            position < resume.skip or position in resume.culprits or position in resume.reported
-        )
+        return resume is not None and (position < resume.skip or position in resume.reported)
 
     def __next__(self) -> Any:
         slot = STATE.slot
@@ -313,10 +311,12 @@ class _SupervisedIterator:
             flat[base + _INDEX] = NO_INDEX
             samples_at, stage_at, since_at = base + _SAMPLES, base + _STAGE, base + _SINCE
         while True:  # a loop, not a recursion: a stream may hold thousands of bad records in a row
+            position = self.position
+            if resume is not None and resume.stop is not None and position >= resume.stop:
+                self.done = True  # the item there killed this worker twice: never read again
             if self.done:
                 flush_events()
                 raise StopIteration
-            position = self.position
             if slot is not None:
                 flat[samples_at] = position + 1
                 flat[stage_at] = _FETCH
@@ -343,11 +343,12 @@ class _SupervisedIterator:
                 self._go_on_after(position, error, report=True)
                 continue
             self.position += 1
-            if resume is not None and self._counted_already(position):
+            if resume is not None and position in resume.culprits:
+                # in flight at a death and re-tried: it loaded, so it arrives; its key names it
+                self.culprits.append((position, item_key(item)))
+            elif resume is not None and self._counted_already(position):
                 if position < resume.skip:
                     self._check_replay(position, item)
-                elif position in resume.culprits:  # in flight at a death, counted: its key
-                    self.culprits.append((position, item_key(item)))
                 # else: skipped before the death, counted as skipped: it stays skipped
                 if self.items:
                     self.gaps.add(position)
@@ -377,8 +378,9 @@ class _SupervisedIterator:
         if report:
             failure = _failure(error, None, 1, "fetch")
             event = {**failure, "position": position, "action": "skipped"}
-            if not recovered:
+            if not recovered:  # the rest of this worker's stream is lost, and said
                 event["note"] = _NOT_PASSED.format(position=position)
+                event["action"] = "lost"
             record_event(event)
         if not recovered:
             self.done = True
