@@ -200,3 +200,44 @@ class TouchingCollate:
 
         open(os.path.join(self.flag_dir, "collated"), "w").close()
         return torch.utils.data.default_collate(samples)
+
+
+class BatchFetched(Dataset):
+    """Loads a whole batch at once with its own ``__getitems__`` (as Hugging Face
+    ``datasets.Dataset`` does, its transform applied to the batch), so no per-sample call of
+    the loader's passes between the batch's samples. ``faults`` as ``Ledger``'s: segv, kill,
+    kill-once, raise (``flag_dir`` remembers "-once")."""
+
+    def __init__(self, n: int, faults: dict[int, str], flag_dir: str) -> None:
+        self.n, self.faults, self.flag_dir = n, dict(faults), flag_dir
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _load(self, index: int) -> dict:
+        import ctypes
+        import os
+        import signal
+
+        fault = self.faults.get(index)
+        once = fault == "kill-once"
+        if once:
+            flag = os.path.join(self.flag_dir, f"fired-{index}")
+            once = not os.path.exists(flag)
+            if once:
+                open(flag, "w").close()
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if fault == "segv" and in_worker:
+            ctypes.string_at(0)
+        if (fault == "kill" or once) and in_worker:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if fault == "raise":
+            raise ValueError(f"bad sample {index}")
+        return {"index": index}
+
+    def __getitem__(self, index: int) -> dict:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: list[int]) -> list[dict]:
+        rows = {"index": [self._load(i)["index"] for i in indices]}  # the batch at once
+        return [{"index": value} for value in rows["index"]]

@@ -57,10 +57,12 @@ from loaderdoctor.supervise.pool import Pool
 from loaderdoctor.supervise.respawn import Replacement
 from loaderdoctor.supervise.result_queue import HalfMessage
 from loaderdoctor.supervise.sample_policy import HealedBatch, SkippedBatch
+from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter, internal_evidence
 from loaderdoctor.supervise.start_failure import start_diagnosis, start_error
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, new_stream_progress
 from loaderdoctor.supervise.supervision import IterState, LoaderSnapshot, Settings, Supervision
+from loaderdoctor.supervise.worker import SupervisedBatchedMapDataset
 from loaderdoctor.supervise.worker_collate import SupervisedCollate
 from loaderdoctor.supervise.worker_exceptions import worker_exception
 from loaderdoctor.supervise.worker_hooks import BOOTSTRAP_DIR_ENV, SupervisedWorkerInit
@@ -170,8 +172,16 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         # With on_error="replace" only a worker finds a quarantined sample's substitute, so such
         # a sample cannot simply be left out in the main process (see ``_next_index``).
         self._ld_replacing = policy is not None and policy.on_error == "replace"
+        dataset = wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy)
+        # Workers whose dataset loads a whole batch with its own ``__getitems__`` (Hugging Face
+        # ``datasets.Dataset``): their recorder names the batch in flight, not the sample.
+        self._ld_batched_workers = (
+            set(range(snapshot.num_workers))
+            if isinstance(dataset, SupervisedBatchedMapDataset)
+            else set()
+        )
         return snapshot.with_overrides(
-            dataset=wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy),
+            dataset=dataset,
             collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
             worker_init_fn=SupervisedWorkerInit(
                 snapshot.worker_init_fn,
@@ -466,6 +476,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
     def _ld_handle(self, failure: _PoolFailure) -> None:
         """Decide about a failure, then carry the decision out (raise, or heal and hand over)."""
         ev = failure.evidence
+        found_alone = False
+        if ev.kind == "death" and ev.stage == "fetch" and ev.worker_id in self._ld_batched_workers:
+            found_alone = self._ld_name_in_batch(ev)
         diagnosis = failure.diagnosis or diagnose(ev)
         sup = self._ld_sup
         at = Situation(
@@ -483,6 +496,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         )
         if self._ld_iterable:
             at = replace(at, culprit=ev.iterable_position)
+        if found_alone:  # re-tried alone already, and it killed its worker again
+            at = replace(at, probe_failed_again=True)
         action = POLICY.decide(diagnosis, at)
         # Start the dead worker's replacement now, so that its start-up overlaps the probe
         # (with on_error="replace" it must know the quarantine: it starts after the decision).
@@ -503,6 +518,38 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             self._ld_raise(failure, diagnosis)
         stream = self._ld_stream_culprit(ev, diagnosis) if self._ld_streams is not None else None
         self._ld_heal(diagnosis, action, at, ev, replacement, stream)
+
+    def _ld_name_in_batch(self, ev: Evidence) -> bool:
+        """A worker died inside the dataset's own ``__getitems__``, which loads the batch at
+        once: its recorder holds the batch's first index, not the sample that killed it (111
+        was named when 37 crashed: issue 23 item 3). Re-try the batch's samples one by one in a
+        fresh worker: the one that kills it again is the culprit (True); else the evidence says
+        "one of" the batch, and no sample is named."""
+        batch = list(ev.batch_indices or [ev.in_flight_index])
+        ev.in_flight_index = ev.sample_file = None
+        shown = ", ".join(repr(i) for i in batch[:16]) + (", …" if len(batch) > 16 else "")
+        head = (
+            "the dataset's own __getitems__ loads a batch at once, so the sample in flight was "
+            f"one of [{shown}]"
+        )
+        if len(batch) == 1:
+            ev.in_flight_index = batch[0]
+            ev.notes.append(head)
+            return False
+        outcome = probe_batch(self._ld_snapshot, batch)
+        if isinstance(outcome, str):
+            self._ld_sup.counts["probe_failures"] += 1
+            ev.notes.append(f"{head}; re-trying them alone failed ({outcome})")
+        elif outcome is None:
+            ev.notes.append(f"{head}; each loaded fine alone in a fresh worker")
+        else:
+            ev.in_flight_index = outcome
+            ev.sample_file = sample_file(self._ld_snapshot.dataset, outcome)
+            ev.notes.append(
+                f"{head}; re-tried one by one in a fresh worker, sample {outcome!r} killed it again"
+            )
+            return True
+        return False
 
     def _ld_probe(self, diagnosis: Diagnosis, at: Situation, culprit: Any) -> Action:
         """Re-try the sample in flight alone, then decide again on what that showed."""
@@ -851,6 +898,42 @@ def probe(snapshot: LoaderSnapshot, index: Any) -> bool | str:
         logger.warning("loaderdoctor: sample %r could not be re-tried alone", index, exc_info=True)
         return f"{type(error).__name__}: {error}"
     return False
+
+
+def probe_batch(snapshot: LoaderSnapshot, indices: list[Any]) -> Any:
+    """Load ``indices`` one by one, alone, in a fresh worker: the first one that fails (None
+    when all load). A string says why the probe itself could not tell, as ``probe``'s does."""
+    loader = torch.utils.data.DataLoader(
+        snapshot.dataset,
+        batch_size=None,  # each sample by ``dataset[index]``, so the recorder names it
+        sampler=indices,
+        num_workers=1,
+        worker_init_fn=snapshot.worker_init_fn,
+        multiprocessing_context=snapshot.multiprocessing_context,
+    )
+    settings = Settings(
+        hang_timeout=PROBE_TIMEOUT_S,
+        heal=False,
+        on_error="raise",
+        retries=0,
+        quarantine_path=None,
+        allow_in_process=False,
+    )
+    supervision = Supervision(settings, snapshot.dataset, lambda: None)
+    supervision.log.quiet = True  # an isolated re-try: the loader it serves reports the outcome
+    try:
+        for _ in SupervisedMultiProcessingIter(LoaderSnapshot(loader), supervision):
+            pass
+    except Exception as error:
+        for incident in supervision.log:
+            found = [i for i in indices if _fails_at(incident.diagnosis, i)]
+            if found:
+                return found[0]
+        logger.warning(
+            "loaderdoctor: samples %r could not be re-tried alone", indices, exc_info=True
+        )
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def _fails_at(diagnosis: Diagnosis, index: Any) -> bool:

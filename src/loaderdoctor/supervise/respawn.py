@@ -18,6 +18,7 @@ from typing import Any
 from loaderdoctor import torch_compat
 from loaderdoctor.supervise.loader_view import wrap_dataset
 from loaderdoctor.supervise.sample_policy import SkippedBatch
+from loaderdoctor.supervise.worker import SupervisedBatchedMapDataset
 
 # How long a respawn waits for the result queue's writer lock before it calls the queue poisoned
 # (held by a worker killed mid-write); a healthy writer holds it for one batch's write.
@@ -99,6 +100,11 @@ def replace(
     if new_pid is not None:
         it._ld_sup.worker_pids.add(new_pid)
     it._workers_status[worker_id] = True
+    if dataset is not None:  # a new view: does its recorder name the sample or the batch?
+        if isinstance(dataset, SupervisedBatchedMapDataset):
+            it._ld_batched_workers.add(worker_id)
+        else:
+            it._ld_batched_workers.discard(worker_id)
     return Replacement(worker_id, old_pid, new_pid)
 
 
@@ -127,6 +133,8 @@ def refresh_workers(it: Any) -> None:
             it._ld_sup.worker_pids.add(new_pid)
     it._ld_quarantine_known = len(it._ld_sup.quarantine)
     it._ld_quarantined_a_death = False
+    batched = isinstance(dataset, SupervisedBatchedMapDataset)
+    it._ld_batched_workers = set(range(it._num_workers)) if batched else set()
 
 
 def resend_owed(it: Any, replacement: Replacement) -> str:
