@@ -309,6 +309,8 @@ def evidence_lines(ev: Evidence) -> list[str]:
         if not first.startswith(f"{ev.exception_type}"):
             first = f"{ev.exception_type}: {first}".rstrip(": ")
         lines.append(f"{who} raised {first}")
+        if ev.root_exception:
+            lines.append(f"root cause: {ev.root_exception}")
     described = _describe_index(ev)
     if described:
         lines.append(described)
