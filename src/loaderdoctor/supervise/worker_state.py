@@ -67,8 +67,11 @@ def record_event(event: dict[str, Any]) -> None:
 
 
 def _failure(error: BaseException, index: Any, attempts: int, stage: str) -> dict[str, Any]:
+    from loaderdoctor.supervise.exception_tags import exception_facts  # it imports this module
+
     text = "".join(traceback.format_exception(error))
     return {
+        "facts": exception_facts(error),  # a chain's root, a DecodingError's record
         "index": index,
         "stage": stage,
         "exception_type": type(error).__name__,
