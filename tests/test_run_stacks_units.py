@@ -19,7 +19,7 @@ from loaderdoctor.report.run_text import format_where
 from loaderdoctor.runner import core, patch, protocol
 from loaderdoctor.runner.model import RunIncident
 from loaderdoctor.supervise import collect
-from loaderdoctor.supervise.exception_tags import exception_facts
+from loaderdoctor.supervise.exception_facts import exception_facts
 from loaderdoctor.supervise.samples import sample_file
 
 T = TypeVar("T")

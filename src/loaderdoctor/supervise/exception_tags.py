@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from loaderdoctor.supervise.exception_facts import exception_facts
 from loaderdoctor.supervise.worker_state import STATE
 
 MARKER = "[loaderdoctor] "
@@ -25,31 +26,6 @@ def tag_exception(error: BaseException, **facts: Any) -> None:
     if any(n.startswith(MARKER) for n in getattr(error, "__notes__", ())):
         return  # the innermost wrapper knows best
     error.add_note(note)
-
-
-def exception_facts(error: BaseException) -> dict[str, Any]:
-    """What an exception says about itself beyond its message: the root of a chain (MONAI raises
-    ``RuntimeError`` from ``OSError: image file is truncated``), and the record a WebDataset
-    ``DecodingError`` names by ``key`` and ``url`` (its message is empty)."""
-    facts: dict[str, Any] = {}
-    chain = [error]
-    while len(chain) < 32:
-        cause = chain[-1].__cause__
-        if cause is None and not chain[-1].__suppress_context__:
-            cause = chain[-1].__context__
-        if cause is None or cause in chain:
-            break
-        chain.append(cause)
-    if len(chain) > 1:
-        root = chain[-1]
-        text = str(root).strip().splitlines()
-        facts["root"] = f"{type(root).__name__}: {text[0]}" if text else type(root).__name__
-    for link in chain:
-        key, url = getattr(link, "key", None), getattr(link, "url", None)
-        if isinstance(key, str) and isinstance(url, str):
-            facts["record_key"], facts["record_url"] = key, url
-            break
-    return facts
 
 
 def read_tags(text: str) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def record_event(event: dict[str, Any]) -> None:
 
 
 def _failure(error: BaseException, index: Any, attempts: int, stage: str) -> dict[str, Any]:
-    from loaderdoctor.supervise.exception_tags import exception_facts  # it imports this module
+    from loaderdoctor.supervise.exception_facts import exception_facts
 
     text = "".join(traceback.format_exception(error))
     return {
