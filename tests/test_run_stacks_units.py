@@ -16,7 +16,7 @@ import torch.utils.data
 
 from loaderdoctor.forensics import Evidence, diagnose
 from loaderdoctor.report.run_text import format_where
-from loaderdoctor.runner import core, patch, protocol
+from loaderdoctor.runner import core, patch, protocol, subclasses
 from loaderdoctor.runner.model import RunIncident
 from loaderdoctor.supervise import collect
 from loaderdoctor.supervise.exception_facts import exception_facts
@@ -61,7 +61,7 @@ def test_a_subclass_that_never_reaches_torchs_init_is_named_with_its_site(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(protocol.RUN_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(patch, "_unsupervised_loaders", {})
+    monkeypatch.setattr(subclasses, "_unsupervised", {})
     Path(protocol.incidents_dir(tmp_path)).mkdir()
     loader = NeverCallsTorchInit()
     line = sys._getframe().f_lineno - 1  # the line above
@@ -69,7 +69,7 @@ def test_a_subclass_that_never_reaches_torchs_init_is_named_with_its_site(
     gc.collect()
     report = merge(tmp_path)
     site = f"{Path(__file__).relative_to(Path.cwd())}:{line}"
-    reason = patch.unsupervised_reason(NeverCallsTorchInit)
+    reason = subclasses.unsupervised_reason(NeverCallsTorchInit)
     assert [(u.loader, u.site, u.count) for u in report.unsupervised_loaders] == [
         ("NeverCallsTorchInit", site, 1)
     ]
@@ -159,12 +159,16 @@ def test_names_from_timm_and_monai_datasets() -> None:
 def test_the_root_of_a_chained_exception_is_in_the_evidence() -> None:
     try:
         try:
-            raise OSError("image file is truncated (3 bytes not processed)")
+            try:
+                b"".decode("ascii") + {}["x"]
+            except KeyError as missing:
+                raise OSError("image file is truncated") from missing
         except OSError as error:
             raise RuntimeError("applying transform <LoadImaged>") from error
     except RuntimeError as wrapped:
         facts = exception_facts(wrapped)
-    assert facts == {"root": "OSError: image file is truncated (3 bytes not processed)"}
+    assert facts == {"root": "OSError: image file is truncated (from KeyError: 'x')"}
+    facts = {"root": "OSError: image file is truncated (3 bytes not processed)"}
     ev = Evidence(kind="exception", worker_id=0, exception_type="RuntimeError")
     ev.exception_message = "RuntimeError: applying transform <LoadImaged>"
     collect.facts_from_tags(ev, {"stage": "fetch", "index": 5, **facts})

@@ -19,6 +19,7 @@ import importlib.util
 import io
 import json
 import os
+import random
 import sys
 import tarfile
 from collections import Counter
@@ -52,6 +53,8 @@ class Stack:
     )
     every: Callable[[], list[Any]] = lambda: list(range(SAMPLES))
     prepare: Callable[[Path, dict[str, Any]], None] = lambda folder, culprits: None
+    # fault -> a line its verdict's evidence must hold (the root of a wrapped exception)
+    evidence: dict[str, str] = field(default_factory=dict)
     # (mode, fault) -> the issue item that keeps that cell from passing today (strict xfail)
     known: dict[tuple[str, str], str] = field(default_factory=dict)
 
@@ -59,11 +62,12 @@ class Stack:
 def write_pngs(folder: Path, culprits: dict[str, Any]) -> None:
     from PIL import Image
 
+    noise = random.Random(0)
     for i in range(SAMPLES):
         path = folder / f"{i:04d}.png"
-        Image.new("L", (4, 4), color=i).save(path)
-        if i == culprits["raise"]:
-            path.write_bytes(path.read_bytes()[:40])  # a truncated PNG: PIL raises OSError
+        Image.frombytes("L", (64, 64), noise.randbytes(64 * 64)).save(path)
+        if i == culprits["raise"]:  # cut inside its pixel data: "image file is truncated"
+            path.write_bytes(path.read_bytes()[:-200])
 
 
 def write_class_folders(folder: Path, culprits: dict[str, Any]) -> None:
@@ -126,6 +130,11 @@ STACKS = {
         args=lambda folder: [str(folder)],
         name=lambda sample, folder: str(folder / f"{sample:04d}.png"),
         prepare=write_pngs,
+        evidence={
+            "raise": "root cause: OSError: image file is truncated (from struct.error: "
+            "unpack_from requires a buffer of at least 4 bytes for unpacking 4 bytes at offset 0 "
+            "(actual buffer size is 0))"
+        },
     ),
     "webdataset": Stack(
         "webdataset_stream.py",
@@ -137,6 +146,10 @@ STACKS = {
         every=lambda: [wds_key(s, i) for s in range(SHARDS) for i in range(PER_SHARD)],
         name=lambda sample, folder: str(folder / f"shard-{int(sample[1])}.tar"),
         prepare=write_shards,
+        evidence={
+            "raise": "root cause: json.decoder.JSONDecodeError: Expecting property name enclosed "
+            "in double quotes: line 1 column 2 (char 1)"
+        },
         known={("heal", "segv"): ITEM_5},
     ),
     "timm": Stack(
@@ -252,6 +265,7 @@ def test_stack(stack_name: str, mode: str, faults: list[str], tmp_path: Path) ->
             details
         )
         check_culprit(stack, incidents[0], culprit, tmp_path, details)
+        check_evidence(stack, fault, incidents[0], details)
         # the loop never received the culprit, nor any sample twice
         assert culprit not in received, details
         assert max(Counter(received).values(), default=1) == 1, details
@@ -263,8 +277,14 @@ def test_stack(stack_name: str, mode: str, faults: list[str], tmp_path: Path) ->
     assert sorted(by_cause) == sorted(CAUSES[f] for f in faults), details
     for fault in faults:
         check_culprit(stack, by_cause[CAUSES[fault]], stack.culprits[fault], tmp_path, details)
+        check_evidence(stack, fault, by_cause[CAUSES[fault]], details)
     lost = {stack.culprits["raise"], stack.culprits["segv"]}
     assert Counter(received) == Counter(s for s in every if s not in lost), details
+
+
+def check_evidence(stack: Stack, fault: str, incident: dict[str, Any], details: str) -> None:
+    roots = [line for line in incident["evidence"] if line.startswith("root cause: ")]
+    assert roots == ([stack.evidence[fault]] if fault in stack.evidence else []), details
 
 
 def check_culprit(
@@ -313,3 +333,17 @@ def test_a_stateful_dataloader_is_named_as_unsupervised_in_the_report(tmp_path: 
     assert report["notes"] == [f"StatefulDataLoader at {site} ran unsupervised: {reason}"]
     assert "OSError: image file is truncated (37)" in result.stderr  # torch's own error
     assert RAISE not in received
+
+
+def test_importing_torchdata_under_run_exits_0(tmp_path: Path) -> None:
+    """torchdata's ``class StatefulDataLoader(DataLoader[T])`` at import (accelerate imports it
+    whenever torchdata is installed) raised TypeError under run (issue 23 item 1)."""
+    pytest.importorskip("torchdata", reason="the eco extra installs torchdata")
+    command = ["-m", "loaderdoctor", "run", "--report-dir", str(tmp_path / "report"), "--"]
+    result = run_python([*command, sys.executable, "-c", "import torchdata.stateful_dataloader"])
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert (report["status"], report["notes"]) == (
+        "ok",
+        ["no supervised DataLoader was created: the command imported torch but built none"],
+    )

@@ -335,14 +335,7 @@ def merge(
 ) -> RunReport:
     incidents_dir = protocol.incidents_dir(report_dir)
     states = protocol.read_states(incidents_dir)
-    amended = amended_incidents(states)
-    incidents = []
-    for record in protocol.read_incident_records(incidents_dir):
-        later = amended.get((record.get("pid"), record.get("image"), record.get("sequence")))
-        if later is not None:  # the same incident, with what was learnt after its line
-            record = {**record, "incident": later}
-        incidents.append(RunIncident.from_sink_record(record, started_wall))
-    incidents.sort(key=lambda i: i.time_s if i.time_s is not None else 0.0)
+    incidents = read_incidents(incidents_dir, states, started_wall)
     ranks = process_summaries(states, incidents)
     quarantine: list[Any] = []
     for state in states:
@@ -385,6 +378,21 @@ def merge(
         notes=notes,
         unsupervised_loaders=unsupervised_loaders,
     )
+
+
+def read_incidents(
+    incidents_dir: str, states: list[dict[str, Any]], started_wall: float
+) -> list[RunIncident]:
+    """Every incident line, as its process knew it last, in time order."""
+    amended = amended_incidents(states)
+    incidents = []
+    for record in protocol.read_incident_records(incidents_dir):
+        later = amended.get((record.get("pid"), record.get("image"), record.get("sequence")))
+        if later is not None:  # the same incident, with what was learnt after its line
+            record = {**record, "incident": later}
+        incidents.append(RunIncident.from_sink_record(record, started_wall))
+    incidents.sort(key=lambda i: i.time_s if i.time_s is not None else 0.0)
+    return incidents
 
 
 def amended_incidents(states: list[dict[str, Any]]) -> dict[tuple[Any, Any, Any], dict[str, Any]]:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import torch.utils.data
 import torch.utils.data.dataloader
 
-from loaderdoctor.runner import lifeline, protocol
+from loaderdoctor.runner import lifeline, protocol, subclasses
 from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, HEAL_WARNED_NAME, RUN_DIR_ENV
 from loaderdoctor.supervise import loader as supervised
 
@@ -89,9 +89,7 @@ class RunDataLoader(supervised.DataLoader[_T_co]):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        check = _subclass_checks.get(id(self))
-        if check is not None:
-            check.reached = True
+        subclasses.reached(self)
         if HANG_TIMEOUT is not None:
             kwargs.setdefault("hang_timeout", HANG_TIMEOUT)
         if HEAL:
@@ -104,133 +102,12 @@ class RunDataLoader(supervised.DataLoader[_T_co]):
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         loader = super().__new__(cls)
         if cls.__init__ is not RunDataLoader.__init__:  # a subclass with an __init__ of its own
-            _watch_subclass_instance(loader)
+            subclasses.watch(loader, on_unsupervised=_state_changed)
         return loader
 
 
-# Loaders of a subclass whose __init__ never reached torch's (torchdata's StatefulDataLoader sets
-# torch's attributes itself and builds its own iterator, so nothing of ours ever runs for it):
-# (class, where it was built, why) -> how many. Each one is named in the report (issue 23).
-_unsupervised_loaders: dict[tuple[str, str, str], int] = {}
-
-
-def _watch_subclass_instance(loader: Any) -> None:
-    """Learn, at this process's next state write or when the loader dies, whether it was
-    supervised. Nothing here holds the loader (a weak reference, a finalizer)."""
-    check = SubclassCheck(loader, _building_site())
-    with _lock:
-        _subclass_checks[id(loader)] = check  # by id: a subclass may be unhashable
-    weakref.finalize(loader, _subclass_instance_died, id(loader), check)
-
-
-class SubclassCheck:
-    """One loader of a subclass with its own ``__init__``, not yet known to be supervised."""
-
-    def __init__(self, loader: Any, site: str) -> None:
-        self.cls = type(loader)
-        self.site = site
-        self.loader = weakref.ref(loader)
-        self.reached = False  # its __init__ reached ours (RunDataLoader.__init__)
-        self.decided = False
-
-    def decide(self, *, final: bool) -> bool:
-        """True when the loader turned out unsupervised (it is then recorded once). ``final``: the
-        loader is gone, and whether its __init__ reached ours decides."""
-        if self.decided:
-            return False
-        loader = None if final else self.loader()
-        if loader is not None:
-            attributes = loader.__dict__
-            # torch's __init__ sets this last and ours sets ``_ld`` right after it: without it,
-            # the loader is still being built (or its __init__ raised, as torch's would have).
-            if not attributes.get("_DataLoader__initialized"):
-                return False
-            unsupervised = "_ld" not in attributes
-        elif final:
-            unsupervised = not self.reached
-        else:
-            return False  # gone: its finalizer decides
-        self.decided = True
-        if unsupervised:
-            with _lock:
-                key = (self.cls.__qualname__, self.site, unsupervised_reason(self.cls))
-                _unsupervised_loaders[key] = _unsupervised_loaders.get(key, 0) + 1
-        return unsupervised
-
-
-def unsupervised_reason(cls: type) -> str:
-    package = cls.__module__.split(".")[0]
-    return (
-        f"its __init__ ({cls.__module__}.{cls.__qualname__}) never calls torch's "
-        f"DataLoader.__init__, and {package} builds its own iterator: its workers were not "
-        "watched (a worker death there is torch's own error) and its batches are not counted"
-    )
-
-
-# id(loader) -> its check, while the loader lives (its finalizer removes it)
-_subclass_checks: dict[int, SubclassCheck] = {}
-
-
-def _subclass_instance_died(key: int, check: SubclassCheck) -> None:
-    with _lock:
-        if _subclass_checks.get(key) is check:
-            del _subclass_checks[key]
-    if check.decide(final=True):
-        _write_state(force=True)
-
-
-def _check_subclass_instances() -> None:
-    with _lock:
-        checks = list(_subclass_checks.values())
-    for check in checks:
-        check.decide(final=False)
-
-
-def _building_site() -> str:
-    """``file:line`` of the code that built the loader, and the user's own line where that differs
-    (``accelerate/data_loader.py:1093 (from train.py:40)``)."""
-    frame: Any = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
-        frame = frame.f_back  # past __new__ and this module
-    if frame is None:
-        return "?"
-    caller = _frame_site(frame)
-    user = None
-    while frame is not None:
-        if not _is_library_file(frame.f_code.co_filename):
-            user = _frame_site(frame)
-            break
-        frame = frame.f_back
-    return caller if user is None or user == caller else f"{caller} (from {user})"
-
-
-def _is_library_file(filename: str) -> bool:
-    return (
-        "site-packages" in filename
-        or "dist-packages" in filename
-        or filename.startswith(_STDLIB)
-        or filename.startswith("<frozen")
-    )
-
-
-_STDLIB = os.path.dirname(os.__file__)
-_OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the loaderdoctor package
-
-
-def _frame_site(frame: Any) -> str:
-    filename = frame.f_code.co_filename
-    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
-        if marker in filename:
-            filename = filename.split(marker, 1)[1]
-            break
-    else:
-        try:
-            relative = os.path.relpath(filename)
-        except ValueError:
-            relative = filename
-        if not relative.startswith(".."):
-            filename = relative
-    return f"{filename}:{frame.f_lineno}"
+def _state_changed() -> None:
+    _write_state(force=True)
 
 
 class LoaderRecord:
@@ -325,8 +202,7 @@ def _write_state(force: bool) -> None:
     if not force and now - _last_state_write < STATE_EVERY_S:
         return
     _last_state_write = now
-    if _subclass_checks:
-        _check_subclass_instances()  # may write the state itself (force)
+    subclasses.check_all()  # the loaders of subclasses built since: supervised or not
     with _lock:
         for record in _records:
             record.refresh()
@@ -352,10 +228,7 @@ def _write_state(force: bool) -> None:
                 for sequence, incident in _keyless_stream_incidents
                 if incident.diagnosis.key is not None
             },
-            "unsupervised_loaders": [
-                {"loader": name, "site": site, "reason": reason, "count": count}
-                for (name, site, reason), count in _unsupervised_loaders.items()
-            ],
+            "unsupervised_loaders": subclasses.unsupervised_loaders(),
         }
     try:
         protocol.write_json(protocol.state_path(incidents_dir(), os.getpid(), _image), state)
@@ -364,7 +237,7 @@ def _write_state(force: bool) -> None:
 
 
 def _flush_state() -> None:
-    if _state["created"] or _subclass_checks or _unsupervised_loaders:
+    if _state["created"] or subclasses.pending():
         _write_state(force=True)
 
 

@@ -19,12 +19,20 @@ def exception_facts(error: BaseException) -> dict[str, Any]:
             break
         chain.append(cause)
     if len(chain) > 1:
-        root = chain[-1]
-        text = str(root).strip().splitlines()
-        facts["root"] = f"{type(root).__name__}: {text[0]}" if text else type(root).__name__
+        # What the wrapper wrapped, then what that came from: PIL raises "OSError: image file is
+        # truncated" from a struct.error, which alone would say little.
+        first, *deeper = (_one_line(link) for link in chain[1:])
+        facts["root"] = first + "".join(f" (from {link})" for link in deeper[:2])
     for link in chain:
         key, url = getattr(link, "key", None), getattr(link, "url", None)
         if isinstance(key, str) and isinstance(url, str):
             facts["record_key"], facts["record_url"] = key, url
             break
     return facts
+
+
+def _one_line(error: BaseException) -> str:
+    cls = type(error)
+    name = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"
+    text = str(error).strip().splitlines()
+    return f"{name}: {text[0]}" if text else name

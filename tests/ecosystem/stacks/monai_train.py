@@ -21,14 +21,12 @@ def planted(index: int) -> int:
 def main() -> None:
     folder = Path(sys.argv[1])
     data = [{"image": str(folder / f"{i:04d}.png"), "idx": i} for i in range(SAMPLES)]
-    transform = Compose(
-        [LoadImaged(keys="image", reader="PILReader", image_only=True), Lambdad("idx", planted)]
-    )
+    transform = Compose([LoadImaged(keys="image", image_only=True), Lambdad("idx", planted)])
     loader = DataLoader(Dataset(data, transform), batch_size=8, num_workers=2)
     model = torch.nn.Linear(16, 1)
     for batch in loader:
         record(batch["idx"])
-        model(batch["image"].reshape(len(batch["idx"]), -1).float()).mean().backward()
+        model(batch["image"][:, :4, :4].reshape(len(batch["idx"]), -1).float()).mean().backward()
 
 
 if __name__ == "__main__":
