@@ -15,6 +15,7 @@ import pytest
 import torch.utils.data
 
 from loaderdoctor.forensics import Evidence, diagnose
+from loaderdoctor.forensics.verdict_text import format_subject
 from loaderdoctor.report.run_text import format_where
 from loaderdoctor.runner import core, patch, protocol, subclasses
 from loaderdoctor.runner.model import RunIncident
@@ -196,8 +197,10 @@ def test_a_webdataset_decoding_error_names_its_record() -> None:
         "record_url": "/shards/shard-0.tar",
     }
     ev = Evidence(kind="exception", worker_id=0, exception_type="DecodingError")
+    ev.exception_message = "webdataset.autodecode.DecodingError"  # its traceback's last line
     collect.facts_from_tags(ev, {"stage": "fetch", "position": 9, **facts})
     diagnosis = diagnose(ev)
+    assert format_subject(diagnosis) == "worker 0, item #9 (key 's0-0009', /shards/shard-0.tar)"
     assert (diagnosis.key, diagnosis.sample_file) == ("s0-0009", "/shards/shard-0.tar")
     assert diagnosis.evidence[1:4] == [
         "worker 0 raised DecodingError",

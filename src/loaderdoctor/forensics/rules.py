@@ -306,6 +306,8 @@ def evidence_lines(ev: Evidence) -> list[str]:
     elif ev.exception_type:
         message = (ev.exception_message or "").strip().splitlines()
         first = message[-1] if message else ""
+        if first.endswith(f".{ev.exception_type}"):  # the qualified name alone: no message
+            first = ev.exception_type
         if not first.startswith(f"{ev.exception_type}"):
             first = f"{ev.exception_type}: {first}".rstrip(": ")
         lines.append(f"{who} raised {first}")
