@@ -142,7 +142,11 @@ STACKS = {
         args=lambda folder: [str(folder)],
         # one culprit per shard (worker); the segfault is its shard's last item, so that nothing
         # of its stream after it is lost by design (a generator cannot read past such an item)
-        culprits=lambda: None,  # type: ignore[arg-type]
+        culprits={
+            "raise": wds_key(0, 9),
+            "kill": wds_key(1, 20),
+            "segv": wds_key(2, PER_SHARD - 1),
+        },
         every=lambda: [wds_key(s, i) for s in range(SHARDS) for i in range(PER_SHARD)],
         name=lambda sample, folder: str(folder / f"shard-{int(sample[1])}.tar"),
         prepare=write_shards,
@@ -170,11 +174,6 @@ STACKS = {
     ),
     "lightning": Stack("lightning_fit.py", ("lightning",), name=FILES),
     "accelerate": Stack("accelerate_loop.py", ("accelerate",), name=FILES),
-}
-STACKS["webdataset"].culprits = {
-    "raise": wds_key(0, 9),
-    "kill": wds_key(1, 20),
-    "segv": wds_key(2, PER_SHARD - 1),
 }
 
 
