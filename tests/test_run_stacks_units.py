@@ -96,6 +96,13 @@ def test_no_loader_note_says_what_failed(tmp_path: Path) -> None:
         "in 1 process image(s)) and exited with code 1 before it built one: its own error, above "
         "the summary, says what failed"
     ]
+    failed = "TypeError: Parameters to generic types must be types."
+    protocol.write_json(protocol.state_path(directory, 4000, 0), {**state, "uncaught": failed})
+    assert merge(tmp_path, returncode=1).notes == [
+        "no supervised DataLoader was created: the command imported torch (DataLoader replaced "
+        f"in 1 process image(s)) and exited with code 1 before it built one: {failed} (its "
+        "traceback is above the summary)"
+    ]
 
 
 def test_a_stream_culprits_key_learnt_later_reaches_the_report(tmp_path: Path) -> None:

@@ -418,10 +418,12 @@ def no_loader_note(states: list[dict[str, Any]], exit_code: int) -> str:
             "(python -I / -E) or without loaderdoctor installed)"
         )
     if exit_code != 0:
+        uncaught = [str(s["uncaught"]) for s in states if s.get("uncaught")]
+        failed = f"{uncaught[-1]} (its traceback is above the summary)" if uncaught else None
         return (
             f"no supervised DataLoader was created: the command imported torch (DataLoader "
             f"replaced in {len(states)} process image(s)) and exited with code {exit_code} before "
-            "it built one: its own error, above the summary, says what failed"
+            f"it built one: {failed or 'its own error, above the summary, says what failed'}"
         )
     return "no supervised DataLoader was created: the command imported torch but built none"
 

@@ -269,6 +269,25 @@ def apply() -> None:
     # Every os.exec* ends in one of these two (execvp and execl* call them by name).
     os.execv = _flushing_before(os.execv)
     os.execve = _flushing_before(os.execve)
+    sys.excepthook = _noting_uncaught(sys.excepthook)
     # Says that torch was imported and patched here, should the command fail before it builds a
     # DataLoader: the report then blames the command's own error, not the environment.
     _write_state(force=True)
+
+
+def _noting_uncaught(previous: Any) -> Any:
+    """``sys.excepthook`` that first notes the exception's last line in the state (the report
+    says what ended the command), then hands it to the hook it replaced, unchanged."""
+
+    def note_uncaught(kind: Any, value: Any, tb: Any) -> Any:
+        try:
+            text = str(value).strip().splitlines()
+            with _lock:
+                _state["uncaught"] = f"{kind.__name__}: {text[0]}" if text else kind.__name__
+            _write_state(force=True)
+        except Exception:  # never in the way of the user's traceback
+            pass
+        return previous(kind, value, tb)
+
+    note_uncaught.__wrapped__ = previous  # type: ignore[attr-defined]
+    return note_uncaught
