@@ -16,6 +16,7 @@ import torch.utils.data
 
 from loaderdoctor.forensics import Evidence, diagnose
 from loaderdoctor.forensics.verdict_text import format_subject
+from loaderdoctor.report.run_html import format_html
 from loaderdoctor.report.run_text import format_where
 from loaderdoctor.runner import core, patch, protocol, subclasses
 from loaderdoctor.runner.model import RunIncident
@@ -123,6 +124,8 @@ def test_a_stream_culprits_key_learnt_later_reaches_the_report(tmp_path: Path) -
     (merged,) = merge(tmp_path).incidents
     assert (merged.position, merged.key) == (7, "s2-0007")
     assert format_where(merged) == "worker 2, item #7, key 's2-0007'"
+    page = format_html(merge(tmp_path))
+    assert '<p class="where">worker 2 · item #7 · key <code>&#x27;s2-0007&#x27;</code>' in page
 
 
 def test_format_where_of_a_map_style_incident_is_unchanged() -> None:
