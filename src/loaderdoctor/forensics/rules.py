@@ -306,9 +306,13 @@ def evidence_lines(ev: Evidence) -> list[str]:
     elif ev.exception_type:
         message = (ev.exception_message or "").strip().splitlines()
         first = message[-1] if message else ""
+        if first.endswith(f".{ev.exception_type}"):  # the qualified name alone: no message
+            first = ev.exception_type
         if not first.startswith(f"{ev.exception_type}"):
             first = f"{ev.exception_type}: {first}".rstrip(": ")
         lines.append(f"{who} raised {first}")
+        if ev.root_exception:
+            lines.append(f"root cause: {ev.root_exception}")
     described = _describe_index(ev)
     if described:
         lines.append(described)
