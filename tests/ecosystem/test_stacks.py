@@ -108,14 +108,6 @@ def write_shards(folder: Path, culprits: dict[str, Any]) -> None:
 
 
 ITEM_2 = "issue 23 item 2: StatefulDataLoader runs unsupervised (named per loader in the report)"
-ITEM_3 = (
-    "issue 23 item 3: a batched __getitems__ does not name its culprit (a death names the batch's "
-    "first index, an exception none); fixed on branch i23-heal"
-)
-ITEM_5 = (
-    "issue 23 item 5: a killed stream item is not retried, and a segfault loses the items read "
-    "before it; fixed on branch i23-heal"
-)
 FILES = lambda sample, folder: f"/data/files/{sample:04d}.bin"  # noqa: E731
 STACKS = {
     "hf-trainer-torch": Stack(
@@ -128,7 +120,6 @@ STACKS = {
         "hf_trainer.py",
         ("transformers", "accelerate", "torchdata", "datasets"),
         args=lambda folder: ["datasets"],
-        known={("run", f): ITEM_3 for f in CAUSES},
     ),
     "torchdata-stateful": Stack(
         "torchdata_stateful.py",
@@ -168,7 +159,6 @@ STACKS = {
             "raise": "root cause: json.decoder.JSONDecodeError: Expecting property name enclosed "
             "in double quotes: line 1 column 2 (char 1)"
         },
-        known={("heal", "kill"): ITEM_5},
     ),
     "timm": Stack(
         "timm_train.py",
@@ -176,7 +166,6 @@ STACKS = {
         args=lambda folder: [str(folder / "images"), "plain"],
         name=lambda sample, folder: str(folder / "images" / f"{sample:04d}" / "x.png"),
         prepare=write_class_folders,
-        known={("heal", "raise"): "issue 23 item 4: drop_last=True; fixed on branch i23-heal"},
     ),
     "timm-multi-epochs": Stack(
         "timm_train.py",
@@ -184,7 +173,6 @@ STACKS = {
         args=lambda folder: [str(folder / "images"), "multi-epochs"],
         name=lambda sample, folder: str(folder / "images" / f"{sample:04d}" / "x.png"),
         prepare=write_class_folders,
-        known={("heal", "raise"): "issue 23 item 4: repeating sampler; fixed on branch i23-heal"},
     ),
     "lightning": Stack("lightning_fit.py", ("lightning",), name=FILES),
     "accelerate": Stack("accelerate_loop.py", ("accelerate",), name=FILES),
