@@ -63,13 +63,8 @@ def tune_dataset(
     window = MeasureSettings(
         batch_size, window_s, max_window_s=max(4 * window_s, window_s + 1), collate_fn=collate_fn
     )
-    limits = SearchSettings(
-        workers_cap,
-        usable_cores=cores,
-        time_budget_s=time_budget_s,
-        cuda=has_cuda,
-        early_stop=True,
-    )
+    limits = SearchSettings(workers_cap, cores, time_budget_s=time_budget_s, cuda=has_cuda)
+    limits.early_stop = True  # trials end once decided (the search's own tests run them whole)
     result, model = _search(dataset, window, budget, limits, progress)
     notes = [*result.notes, *filter(None, [_contention(result.trials)])]
     startup = _startup(dataset, result.pick, window, result.pick_samples_per_s, notes)
