@@ -94,15 +94,18 @@ class MemoryBound(LatencyBound):
 
 
 MIDDLE_WORKERS = 6.5  # the memory budget fits 6 workers of MemoryBound, not 7
-WORKER_BASE_BYTES = 20 << 20  # a forked worker's own memory besides what it holds (11-30 MiB seen)
 
 
-def memory_budget(dataset: MemoryBound) -> int:
-    """What this process holds now (with its own block), and room for 6.5 workers."""
-    from loaderdoctor.tune.sampler import own_memory
+def memory_budget(dataset: MemoryBound, batch_size: int) -> int:
+    """Room for 6.5 workers, in the terms tune's memory model and the grid's stop both use: a
+    2-worker trial's peak of this process, and its largest worker's private memory.
 
-    dataset[0]
-    return own_memory() + int(MIDDLE_WORKERS * (dataset.hold + WORKER_BASE_BYTES))
+    A worker's own memory besides what it holds varies (11 to 30 MiB seen), and tune predicts
+    from the largest seen: half a worker of room on each side keeps 6 inside and 7 outside.
+    """
+    dataset[0]  # this process's own block, before anything is measured
+    trial = measure(dataset, LoaderConfig.make(2), MeasureSettings(batch_size, window_s=0.5))
+    return trial.main_peak_bytes + int(MIDDLE_WORKERS * max(trial.worker_peak_bytes))
 
 
 def compute_bound() -> ComputeBound:
@@ -207,7 +210,9 @@ def main() -> None:
         if isinstance(dataset, ComputeBound):
             per_sample = dataset._time(100) * 1000
             print(f"{name}: {per_sample:.2f} ms per sample in the main process")
-        budget = memory_budget(dataset) if isinstance(dataset, MemoryBound) else None
+        budget = (
+            memory_budget(dataset, args.batch_size) if isinstance(dataset, MemoryBound) else None
+        )
         if budget is not None:
             print(f"{name}: memory budget {budget / 2**20:.0f} MiB (6 workers fit, 7 do not)")
         started = time.perf_counter()
