@@ -41,9 +41,31 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the causes and the matched lines as JSON"
     )
+    parser.add_argument(
+        "--cause",
+        metavar="ID",
+        help="print the page of one cause (what it means, how it is proven, the fixes), as "
+        "docs/causes/ID.md has it, from the installed catalog: a verdict's 'more:' line",
+    )
+
+
+def cause_page(cause_id: str) -> str:
+    """The cause's documentation page, rendered from the catalog this loaderdoctor ships: the
+    same text as ``docs/causes/ID.md`` in a checkout, wherever loaderdoctor is installed."""
+    from loaderdoctor.docs import render_cause_page
+    from loaderdoctor.forensics.catalog import CAUSES
+
+    if cause_id not in CAUSES:
+        raise CommandError(f"--cause {cause_id}: no such cause (known: {', '.join(CAUSES)})")
+    return render_cause_page(CAUSES[cause_id])
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cause is not None:
+        if args.logfile is not None:
+            raise CommandError("--cause ID prints a cause's page: give it no LOGFILE")
+        sys.stdout.write(cause_page(args.cause))
+        return ExitCode.OK
     from loaderdoctor.forensics.explain import explain_lines
     from loaderdoctor.forensics.log_messages import read_log_lines
     from loaderdoctor.report.explain import format_json, format_text

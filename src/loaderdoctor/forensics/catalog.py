@@ -27,6 +27,12 @@ class Cause:
         return f"{DOCS_BASE}/{self.id}.md"
 
 
+def page_command(cause_id: str) -> str:
+    """What prints a cause's page wherever loaderdoctor is installed (``docs/causes`` is in a
+    checkout only): the ``more:`` of a verdict in a terminal."""
+    return f"loaderdoctor explain --cause {cause_id}"
+
+
 CAUSES: dict[str, Cause] = {
     cause.id: cause
     for cause in (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from loaderdoctor.forensics.catalog import page_command
 from loaderdoctor.forensics.explain import CauseGuess, Explanation
 from loaderdoctor.report.output import UNDECODABLE_NOTE, printable_with_note
 
@@ -84,7 +85,7 @@ def _cause(rank: int, guess: CauseGuess) -> list[str]:
         for check in guess.checks
     )
     if guess.docs:
-        lines.append(f"   more: {guess.docs}")
+        lines.append(f"   more: {page_command(guess.cause)}")
     return lines
 
 
