@@ -10,6 +10,7 @@ import torch
 from loaderdoctor.tune import Budget, LoaderConfig, MeasureSettings, Search, SearchSettings, Trial
 from loaderdoctor.tune import measure as measure_trial
 from loaderdoctor.tune.model import Decided
+from test_tune import MiB, fake_measure, plateau_at_six
 
 GiB = 1 << 30
 
@@ -113,3 +114,14 @@ def test_a_clear_winner_is_not_measured_again() -> None:
 def test_only_the_best_of_near_ties_is_measured_again() -> None:
     # 2 workers are 4% behind 1: a contender, but one second look (the best's) is enough
     assert _repeated({0: 100.0, 1: 1000.0, 2: 960.0, 4: 600.0}) == [1]
+
+
+def test_a_probe_over_the_budget_does_not_use_up_the_refine_phase() -> None:
+    # 250 MiB + 100 MiB per worker, a budget of 760 MiB: 5 workers fit, 6 do not. The ladder
+    # stops at 8; the probe between 4 and 8 (6) is over the budget and never runs; 5 does.
+    log: list[LoaderConfig] = []
+    measure = fake_measure(plateau_at_six, main=250 * MiB, per_worker=100 * MiB, log=log)
+    result = Search(measure, Budget(760 * MiB, None, "test"), SearchSettings(16)).run()
+    assert {s.config.num_workers for s in result.skipped} >= {6, 8}
+    assert max(config.num_workers for config in log) == 5
+    assert result.pick.num_workers == 5

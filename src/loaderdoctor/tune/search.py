@@ -254,7 +254,8 @@ class Search:
         one is slower, or was over the budget: the peak may lie in between.
         """
         tried: set[int] = set()
-        for _probe in range(MAX_REFINE):
+        probes = 0
+        while probes < MAX_REFINE:  # ends: each pass tries a worker count not tried before
             rates = self._worker_rates()
             if not rates:
                 return
@@ -283,9 +284,12 @@ class Search:
             if not candidates:
                 return
             tried.add(candidates[0])
+            measured = len(self.trials)
             self.attempt(LoaderConfig.make(candidates[0], DEFAULT_PREFETCH), "refine")
             if self.out_of_time:
                 return
+            # a probe over the budget was never started: it costs nothing, the next may fit
+            probes += len(self.trials) - measured
 
     def _prefetch(self) -> None:
         base, base_rate = self.pick()
