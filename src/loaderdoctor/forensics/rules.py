@@ -112,7 +112,8 @@ def exception_signature(ev: Evidence) -> Finding | None:
     for cause, score, pattern in MESSAGE_SIGNATURES:
         match = pattern.search(text)
         if match:
-            return Finding(cause, score, (f"the error message says: {match.group(0)!r}",))
+            quoted = " ".join(match.group(0).split())  # one line, as the sentence it is
+            return Finding(cause, score, (f"the error message says: {quoted!r}",))
     return None
 
 
@@ -131,6 +132,16 @@ def python_exception(ev: Evidence) -> Finding | None:
 def start_failure(ev: Evidence) -> Finding | None:
     if ev.kind != "start":
         return None
+    if ev.main_guard_missing and ev.main_script:
+        return Finding(
+            "main-guard-missing",
+            0.97,
+            (
+                f"{ev.main_script} starts the epoch at the script's top level, outside "
+                f'`if __name__ == "__main__":`: each {ev.start_method} worker would re-run the '
+                "script first, training included",
+            ),
+        )
     if ev.unpicklable_parts:
         parts = ", ".join(ev.unpicklable_parts)
         return Finding("unpicklable", 0.97, (f"cannot be pickled for {ev.start_method}: {parts}",))
@@ -293,6 +304,26 @@ def _describe_index(ev: Evidence) -> str | None:
     return "in flight: " + text
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+
+
+def _exception_headline(exception_type: str, message: str) -> str:
+    """``Type: message`` on one line. A message that quotes a traceback (torch's "Caught X in
+    DataLoader worker process N") ends with the exception's own line: that one. Any other
+    message's first paragraph, its lines joined (multiprocessing's bootstrapping error is an
+    indented block whose last line is a URL)."""
+    lines = [line.strip() for line in message.strip().splitlines()]
+    raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    if raised:
+        text = raised[-1]
+    else:
+        paragraph = " ".join(message.strip().split("\n\n")[0].split()) if lines else ""
+        text = paragraph
+    if not text.startswith(exception_type):
+        text = f"{exception_type}: {text}".rstrip(": ")
+    return text
+
+
 def evidence_lines(ev: Evidence) -> list[str]:
     """The facts behind a verdict, most telling first, as plain sentences."""
     lines: list[str] = []
@@ -304,10 +335,7 @@ def evidence_lines(ev: Evidence) -> list[str]:
     elif ev.exit_code is not None:
         lines.append(f"{who} exited with code {ev.exit_code}")
     elif ev.exception_type:
-        message = (ev.exception_message or "").strip().splitlines()
-        first = message[-1] if message else ""
-        if not first.startswith(f"{ev.exception_type}"):
-            first = f"{ev.exception_type}: {first}".rstrip(": ")
+        first = _exception_headline(ev.exception_type, ev.exception_message or "")
         lines.append(f"{who} raised {first}")
     described = _describe_index(ev)
     if described:

@@ -58,7 +58,7 @@ from loaderdoctor.supervise.respawn import Replacement
 from loaderdoctor.supervise.result_queue import HalfMessage
 from loaderdoctor.supervise.sample_policy import SkippedBatch
 from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter, internal_evidence
-from loaderdoctor.supervise.start_failure import start_diagnosis, start_error
+from loaderdoctor.supervise.start_failure import load_in_process, start_diagnosis, start_error
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, new_stream_progress
 from loaderdoctor.supervise.supervision import IterState, LoaderSnapshot, Settings, Supervision
 from loaderdoctor.supervise.worker_collate import SupervisedCollate
@@ -242,16 +242,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 raise start_error(error, diagnosis)
             finally:
                 error = None  # type: ignore[assignment]  # no cycle through the traceback
-        # Workers that cannot start (pickling, spawn bootstrapping): load in-process, loudly.
-        diagnosis.evidence.append("the epoch loads in the main process instead (num_workers=0)")
-        sup.record(diagnosis, "backed-off")
-        sup.workers_cannot_start = True
-        warnings.warn(
-            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> loading in the main "
-            "process (num_workers=0)",
-            HealWarning,
-            stacklevel=user_stacklevel(),
-        )
+        load_in_process(sup, diagnosis)
         self._ld_successor = SupervisedSingleProcessIter(
             self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
             sup,

@@ -1,0 +1,123 @@
+"""Healing never hurts the job (issue 24): real faults, each beside two CPU burners.
+
+A worker never runs the user's training (an unguarded script under spawn), and its verdict is
+printed once; the kernel's OOM killer takes workers and probes, never the training process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import FAULTS, run_python
+
+pytestmark = pytest.mark.slow
+UNGUARDED = str(FAULTS / "unguarded_train.py")
+UNGUARDED_PLAIN = str(FAULTS / "unguarded_plain.py")
+
+
+@pytest.fixture
+def two_cpu_burners() -> Iterator[None]:
+    """Two processes that keep two cores busy for the whole test: verdicts must not depend on
+    timing ("load is normal" on the machines this runs on)."""
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while 1: pass"], start_new_session=True)
+        for _ in range(2)
+    ]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait(timeout=30)
+
+
+def matches(lines: list[str], patterns: list[str]) -> bool:
+    """Each line is its pattern, where ``*`` stands for any text (a pid, a time)."""
+    return len(lines) == len(patterns) and all(
+        re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), line)
+        for line, pattern in zip(lines, patterns, strict=True)
+    )
+
+
+def test_unguarded_script_under_spawn_trains_once_in_the_main_process(
+    two_cpu_burners: None,
+) -> None:
+    # On main each of the two spawned workers re-ran the script, healed by loading in-process,
+    # and trained: three "epoch 0", three trainings.
+    result = run_python([UNGUARDED, "spawn", "heal"], timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert matches(result.stdout.splitlines(), ["epoch 0", "trained on 16 samples in pid *"])
+    assert result.stderr.splitlines() == [
+        f"{UNGUARDED}:23: HealWarning: loaderdoctor healed: The script has no "
+        '`if __name__ == "__main__":` guard [main-guard-missing] -> loading in the main process '
+        "(num_workers=0)",
+        "  samples = sum(len(batch) for (batch,) in loader)",
+    ]
+
+
+def test_run_heal_of_an_unguarded_script_trains_once(two_cpu_burners: None, tmp_path: Path) -> None:
+    command = ["-m", "loaderdoctor", "run", "--heal", "--report-dir", str(tmp_path)]
+    result = run_python([*command, UNGUARDED_PLAIN, "spawn"], timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["epoch 0", "trained on 16 samples"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["status"] == "healed"
+    assert report["delivered"] == {"batches": 4, "samples": 16}
+    [incident] = report["incidents"]
+    assert (incident["cause"], incident["action"]) == ("main-guard-missing", "backed-off")
+    assert incident["evidence"] == [
+        f"line 15 of {UNGUARDED_PLAIN} (`samples = sum(len(batch) for (batch,) in loader)`) "
+        'starts the epoch at the script\'s top level, outside `if __name__ == "__main__":`: '
+        "each spawn worker would re-run the script first, training included",
+        "the epoch loads in the main process instead (num_workers=0)",
+    ]
+
+
+def test_run_prints_the_no_guard_verdict_once(two_cpu_burners: None, tmp_path: Path) -> None:
+    # Without healing the workers start and die as under stock torch; on main each worker
+    # printed its own verdict too (three in all, with '\n' inside a quoted sentence).
+    result = run_python(
+        ["-m", "loaderdoctor", "run", "--report-dir", str(tmp_path), UNGUARDED_PLAIN, "spawn"],
+        timeout=240,
+    )
+    assert result.returncode == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [(i["cause"], i["action"]) for i in report["incidents"]] == [
+        ("main-guard-missing", "raised")
+    ]
+    stderr = result.stderr.splitlines()
+    start = stderr.index(next(line for line in stderr if line.startswith("loaderdoctor verdict")))
+    fix = stderr.index("  fix:", start)
+    assert matches(
+        stderr[start : start + 6],
+        [
+            'loaderdoctor verdict: The script has no `if __name__ == "__main__":` guard '
+            "[main-guard-missing, confidence 0.98]",
+            "  worker * (pid *), batch *",
+            "  evidence:",
+            f"    - worker pid * re-ran {UNGUARDED_PLAIN} while starting and reached a DataLoader "
+            "at import (line 15: samples = sum(len(batch) for (batch,) in loader))",
+            "    - worker * (pid *) exited with code 1",
+            "    - batch indices: [0, 1, 2, 3]",
+        ],
+    ), "\n".join(stderr[start:])
+    # the machine's readings (cgroup counters, /dev/shm), one sentence a line
+    assert all(line.startswith("    - ") and "\\n" not in line for line in stderr[start + 6 : fix])
+    assert stderr[fix : fix + 4] == [
+        "  fix:",
+        '    - Move the training code into a function and call it under `if __name__ == "__main__":`.',
+        "    - Run `loaderdoctor lint SCRIPT` to find the unguarded DataLoader.",
+        "  more: docs/causes/main-guard-missing.md",
+    ]
+    assert sum(line.startswith("loaderdoctor verdict") for line in stderr) == 1
+    assert "  1 incident(s):" in stderr
+    # The workers' own tracebacks are torch's (the RuntimeError of multiprocessing), as stock.
+    assert sum(line.startswith("RuntimeError: ") for line in stderr) == 2
+    assert "WorkerStartError" not in result.stderr
