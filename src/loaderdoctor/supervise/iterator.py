@@ -49,6 +49,7 @@ from loaderdoctor.supervise.heal_policy import (
     ActionKind,
     HealPolicy,
     Situation,
+    memory_suspect,
     replaces_one_worker,
 )
 from loaderdoctor.supervise.ledger import Ledger
@@ -65,6 +66,7 @@ from loaderdoctor.supervise.worker_collate import SupervisedCollate
 from loaderdoctor.supervise.worker_exceptions import worker_exception
 from loaderdoctor.supervise.worker_hooks import BOOTSTRAP_DIR_ENV, SupervisedWorkerInit
 from loaderdoctor.supervise.worker_watch import WorkerWatch
+from loaderdoctor.system.oom_priority import PROBE_OOM_SCORE_ADJ
 
 logger = logging.getLogger(__name__)
 
@@ -178,6 +180,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 self._ld_log_dir,
                 snapshot.dataset,
                 hang_timeout=supervision.settings.hang_timeout,
+                oom_score_adj=supervision.oom_score_adj,
                 stream_resumes=(
                     self._ld_streams.resumes(snapshot.num_workers)
                     if self._ld_streams is not None and self._ld_resuming
@@ -211,6 +214,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_pool = Pool(
             self._workers, self._index_queues, self._workers_done_event, self._ld_log_dir
         )
+        self._ld_pool.first_for_oom_killer(self._ld_sup.oom_score_adj)
+        self._ld_sup.oom_notes.extend(self._ld_pool.oom_notes)
         self._ld_sup.worker_pids |= self._ld_pool.pids()
         self._ld_watch = WorkerWatch(
             self._ld_pool,
@@ -470,6 +475,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             worker_id is not None
             and not self._ld_replacing
             and self._ld_streams is None  # a stream's resume waits for the culprit's position
+            and not (action.kind is ActionKind.PROBE and memory_suspect(diagnosis))
             and self._ld_can_replace(action, at, ev)
         ):
             replacement = self._ld_replace_early(worker_id)
@@ -579,7 +585,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         replacement: Replacement | None,
     ) -> bool:
         """Finish replacing the failed worker alone (True), or say why the pool is rebuilt."""
-        late = (self._ld_replacing or self._ld_streams is not None) and replacement is None
+        late = replacement is None and (
+            self._ld_replacing or self._ld_streams is not None or memory_suspect(diagnosis)
+        )
         if late and ev.worker_id is not None and self._ld_can_replace(action, at, ev):
             if self._ld_streams is not None:
                 replacement = self._ld_replace_stream_worker(ev.worker_id)
@@ -815,6 +823,8 @@ def probe(snapshot: LoaderSnapshot, index: Any) -> bool | str:
     )
     supervision = Supervision(settings, snapshot.dataset, lambda: None)
     supervision.log.quiet = True  # an isolated re-try: the loader it serves reports the outcome
+    # The memory suspect goes first, before the workers and never after the training process.
+    supervision.oom_score_adj = PROBE_OOM_SCORE_ADJ
     try:
         for _ in SupervisedMultiProcessingIter(LoaderSnapshot(loader), supervision):
             pass
