@@ -184,3 +184,46 @@ def test_healing_an_oom_kill_never_kills_the_training_process(
     assert {cause for cause, _ in out["incidents"]} == {"oom-killed"}
     assert out["oom_protection"].startswith("on: workers at oom_score_adj 900")
     assert kills >= 2  # the worker, then the sample re-tried alone: real kernel OOM kills
+
+
+# --- a kill reproduced alone is the sample's doing --------------------------------------------
+
+
+def test_a_kill_reproduced_alone_is_the_samples_doing(
+    two_cpu_burners: None, tmp_path: Path
+) -> None:
+    # On main: "Something outside the worker killed it" with Slurm/Kubernetes advice, and the
+    # line that proves otherwise last of nine, hidden from the terminal summary's three.
+    command = ["-m", "loaderdoctor", "run", "--heal", "--report-dir", str(tmp_path)]
+    result = run_python(
+        [*command, str(FAULTS / "kills_itself.py"), "fork"], timeout=240, env={"COLUMNS": "200"}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    [incident] = json.loads(result.stdout.splitlines()[-1])["incidents"]
+    assert (incident["cause"], incident["indices"], incident["action"]) == (
+        "killed-by-signal",
+        [5],
+        "quarantined",
+    )
+    diagnosis = incident["diagnosis"]
+    assert diagnosis["title"] == (
+        "The sample kills its worker: the kill came again when it was re-tried alone"
+    )
+    assert incident["evidence"][:3] == [
+        "re-tried alone in a fresh worker, sample 5 killed it again (SIGKILL): the failure "
+        "follows the sample",
+        "no OOM kill in the kernel log or the cgroup counters",
+        f"worker 0 (pid {incident['pid']}) was killed by SIGKILL",
+    ]
+    assert incident["fixes"][0].startswith("Load the sample in a separate process")
+    assert "dataset[5]" in incident["fixes"][0]
+    assert not any("Slurm" in fix for fix in incident["fixes"])
+    stderr = result.stderr.splitlines()
+    start = stderr.index(
+        "  killed-by-signal: The sample kills its worker: the kill came again when it was "
+        "re-tried alone"
+    )
+    assert stderr[start + 1] == (
+        "    - re-tried alone in a fresh worker, sample 5 killed it again (SIGKILL): the failure "
+        "follows the sample"
+    )

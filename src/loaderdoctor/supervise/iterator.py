@@ -37,6 +37,7 @@ import torch
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.origin import origin_of
+from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import collect, respawn, result_queue
@@ -494,7 +495,11 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if isinstance(outcome, str):  # the probe could not tell: never the sample's failure
             self._ld_sup.counts["probe_failures"] += 1
             return POLICY.decide(diagnosis, replace(at, probe_error=outcome))
-        return POLICY.decide(diagnosis, replace(at, probe_failed_again=outcome))
+        action = POLICY.decide(diagnosis, replace(at, probe_failed_again=outcome))
+        if outcome and action.kind is ActionKind.QUARANTINE:
+            reproduced_alone(diagnosis, culprit)  # its first evidence line says what the note did
+            action = replace(action, note="")
+        return action
 
     def _ld_raise(self, failure: _PoolFailure, diagnosis: Diagnosis) -> NoReturn:
         self._ld_sup.record(diagnosis, "raised")
