@@ -6,10 +6,13 @@ printed once; the kernel's OOM killer takes workers and probes, never the traini
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,3 +230,63 @@ def test_a_kill_reproduced_alone_is_the_samples_doing(
         "    - re-tried alone in a fresh worker, sample 5 killed it again (SIGKILL): the failure "
         "follows the sample"
     )
+
+
+# --- leftovers (item 6) -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def pids_cgroup() -> Iterator[Path]:
+    """A child pids cgroup (v1) for one test; what is left in it is killed, then it is removed."""
+    base = Path("/sys/fs/cgroup/pids")
+    if os.geteuid() != 0 or not (base / "cgroup.procs").exists():
+        pytest.skip("needs root and the cgroup v1 pids controller at /sys/fs/cgroup/pids")
+    own = next(
+        (
+            line.split(":", 2)[2]
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if "pids" in line.split(":", 2)[1].split(",")
+        ),
+        None,
+    )
+    if own is None:
+        pytest.skip("this process has no cgroup v1 pids path")
+    group = base / own.lstrip("/") / f"loaderdoctor-test-{os.getpid()}"
+    try:
+        group.mkdir()
+    except OSError as error:
+        pytest.skip(f"cannot create a pids cgroup: {error}")
+    try:
+        yield group
+    finally:
+        deadline = time.monotonic() + 10
+        while True:
+            for pid in (group / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), 9)
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+def test_a_full_pids_cgroup_is_a_process_limit(two_cpu_burners: None) -> None:
+    # On main: worker-exit at 0.30, "no rule matched the evidence".
+    with pids_cgroup() as group:
+        result = run_python(
+            [str(FAULTS / "eagain.py"), str(group)], wrapper=in_cgroup(group), timeout=240
+        )
+    out = json.loads(result.stdout.splitlines()[-1])
+    assert (out["error_type"], out["cause"], out["confidence"]) == (
+        "BlockingIOError",  # torch's own exception, with the verdict attached
+        "process-limit",
+        0.95,
+    )
+    assert out["evidence"][:2] == [
+        "starting a worker failed with errno EAGAIN (11): no more processes may start",
+        "the worker raised BlockingIOError: [Errno 11] Resource temporarily unavailable",
+    ]
+    assert matches(out["evidence"][3:], ["pids cgroup: pids.max * (* tasks in it now)"])

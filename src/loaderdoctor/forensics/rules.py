@@ -68,6 +68,8 @@ MESSAGE_SIGNATURES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
             r"may have been in progress in another thread when fork\(\) was called"
         ),
     ),
+    # A thread is a task too: RLIMIT_NPROC and pids.max count it, and Python says this.
+    ("process-limit", 0.9, re.compile(r"can't start new thread")),
     (
         "main-guard-missing",
         0.98,
@@ -107,6 +109,12 @@ def exception_signature(ev: Evidence) -> Finding | None:
     text = f"{ev.exception_type or ''}: {ev.exception_message or ''}\n{ev.traceback or ''}"
     if ev.errno == 24:
         return Finding("fd-exhausted", 0.97, ("errno EMFILE (24): too many open files",))
+    if ev.errno == 11 and ev.kind == "start":
+        return Finding(
+            "process-limit",
+            0.95,
+            ("starting a worker failed with errno EAGAIN (11): no more processes may start",),
+        )
     if ev.errno == 28 and "shm" in text.lower():
         return Finding("shm-exhausted", 0.97, ("errno ENOSPC (28) on shared memory",))
     for cause, score, pattern in MESSAGE_SIGNATURES:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import warnings
 from typing import Any
 
@@ -10,6 +11,7 @@ from loaderdoctor.forensics.origin import format_traceback
 from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise.errors import WorkerStartError, attach
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
+from loaderdoctor.system.process_limits import process_limits
 
 
 def start_diagnosis(error: BaseException, loader: Any, start_method: str) -> Diagnosis:
@@ -19,7 +21,10 @@ def start_diagnosis(error: BaseException, loader: Any, start_method: str) -> Dia
         exception_type=type(error).__name__,
         exception_message=str(error),
         traceback=format_traceback(error),
+        errno=getattr(error, "errno", None),
     )
+    if ev.errno == errno.EAGAIN or "can't start new thread" in str(error):
+        ev.notes.extend(process_limits())
     if start_method != "fork":
         ev.unpicklable_parts = unpicklable_parts(loader)
     return diagnose(ev)
