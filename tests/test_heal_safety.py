@@ -290,3 +290,36 @@ def test_a_full_pids_cgroup_is_a_process_limit(two_cpu_burners: None) -> None:
         "the worker raised BlockingIOError: [Errno 11] Resource temporarily unavailable",
     ]
     assert matches(out["evidence"][3:], ["pids cgroup: pids.max * (* tasks in it now)"])
+
+
+NOTEBOOK_CELL = """
+import torch, loaderdoctor
+class CellDataset(torch.utils.data.Dataset):
+    def __len__(self): return 8
+    def __getitem__(self, i): return torch.tensor([i])
+loader = loaderdoctor.DataLoader(
+    CellDataset(), batch_size=2, num_workers=2, heal=True, multiprocessing_context="spawn"
+)
+for epoch in range(2):
+    print(epoch, sorted(int(i) for batch in loader for i in batch), flush=True)
+print([(i.diagnosis.cause, i.action) for i in loader.report.incidents])
+"""
+
+
+def test_a_notebook_class_under_spawn_heals_like_the_other_start_failures(
+    two_cpu_burners: None,
+) -> None:
+    # A class defined in a __main__ without a file (a notebook cell; here python -c): each
+    # spawned worker dies unpickling it. On main heal=True raised; now, as for an unpicklable
+    # dataset, the loader loads in the main process, says so once, and starts no worker.
+    result = run_python(["-c", NOTEBOOK_CELL], timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [
+        "0 [0, 1, 2, 3, 4, 5, 6, 7]",
+        "1 [0, 1, 2, 3, 4, 5, 6, 7]",
+        "[('unpicklable', 'backed-off')]",
+    ]
+    assert result.stderr.splitlines() == [
+        "<string>:10: HealWarning: loaderdoctor healed: Something that must cross between "
+        "processes cannot be pickled [unpicklable] -> loading in the main process (num_workers=0)"
+    ]

@@ -153,6 +153,16 @@ def start_failure(ev: Evidence) -> Finding | None:
     if ev.unpicklable_parts:
         parts = ", ".join(ev.unpicklable_parts)
         return Finding("unpicklable", 0.97, (f"cannot be pickled for {ev.start_method}: {parts}",))
+    if ev.fileless_main_parts:
+        parts = ", ".join(ev.fileless_main_parts)
+        return Finding(
+            "unpicklable",
+            0.95,
+            (
+                f"defined in a __main__ that has no file (a notebook cell, python -c or stdin), "
+                f"which a {ev.start_method} worker cannot import: {parts}",
+            ),
+        )
     return None
 
 

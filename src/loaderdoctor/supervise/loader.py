@@ -151,7 +151,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
         workers, prefetch = self.num_workers, self.prefetch_factor
         if workers and not sup.workers_cannot_start and sup.settings.heal:
-            _unguarded_main_to_in_process(self, sup)
+            _foreseen_start_failure(self, sup)
         if sup.workers_cannot_start:
             workers = 0
         elif sup.backoff is not None:
@@ -197,13 +197,19 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         return self._ld.report()
 
 
-def _unguarded_main_to_in_process(loader: DataLoader, sup: Supervision) -> None:
-    """Before any worker starts: a spawn or forkserver worker would re-run the main script's
-    top level, and when that starts this epoch outside a main guard, each worker would run the
-    training itself (issue 24). Healing loads in the main process instead, once, loudly."""
+def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
+    """Before any worker starts, the start failures the main process can foresee under spawn
+    or forkserver, healed like the others (loading in the main process, once, loudly): a worker
+    would re-run the main script's top level, and when that starts this epoch outside a main
+    guard each worker would run the training itself; or the loader's parts need a class of a
+    ``__main__`` with no file (a notebook), which no worker can import (issue 24)."""
     from loaderdoctor.supervise import collect
     from loaderdoctor.supervise.iterator import start_method_of
-    from loaderdoctor.supervise.start_failure import load_in_process, unguarded_diagnosis
+    from loaderdoctor.supervise.start_failure import (
+        fileless_main_diagnosis,
+        load_in_process,
+        unguarded_diagnosis,
+    )
 
     method = start_method_of(loader)
     if method == "fork":
@@ -211,6 +217,15 @@ def _unguarded_main_to_in_process(loader: DataLoader, sup: Supervision) -> None:
     unguarded = collect.unguarded_main_line()
     if unguarded is not None:
         load_in_process(sup, unguarded_diagnosis(unguarded, method))
+        return
+    parts = (
+        ("dataset", loader.dataset),
+        ("collate_fn", loader.collate_fn),
+        ("worker_init_fn", loader.worker_init_fn),
+    )
+    fileless = collect.defined_in_fileless_main(parts)
+    if fileless:
+        load_in_process(sup, fileless_main_diagnosis(fileless, method))
 
 
 def _checked_settings(

@@ -57,6 +57,12 @@ def load_in_process(supervision: Any, diagnosis: Diagnosis) -> None:
     )
 
 
+def fileless_main_diagnosis(parts: list[str], start_method: str) -> Diagnosis:
+    """The verdict on a loader whose parts need a class or function of a ``__main__`` with no
+    file (a notebook): each spawned worker would die unpickling them, found before any starts."""
+    return diagnose(Evidence(kind="start", start_method=start_method, fileless_main_parts=parts))
+
+
 def start_error(error: BaseException, diagnosis: Diagnosis) -> BaseException:
     """What the user catches: torch's own exception (AttributeError, PicklingError, ...) with the
     verdict attached; a RuntimeError becomes a ``WorkerStartError``, which is one."""
@@ -92,6 +98,7 @@ def unpicklable_parts(loader: Any) -> list[str]:
 
 
 __all__ = [
+    "fileless_main_diagnosis",
     "load_in_process",
     "start_diagnosis",
     "start_error",
