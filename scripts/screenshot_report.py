@@ -3,8 +3,8 @@
     python scripts/screenshot_report.py DIR [--out report.png] [--width 1100] [--height 1600]
 
 DIR is a ``loaderdoctor run`` report folder (or its report.json); report.html is rewritten from
-report.json first. Needs ``chromium`` (``apt-get install chromium``); it is not part of CI because
-the browser is a large download.
+report.json first. Needs ``chromium`` (``apt-get install chromium``; ``.ci/run`` installs it for
+``tests/test_report_html_browser.py``, which measures the pages in it).
 """
 
 from __future__ import annotations

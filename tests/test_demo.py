@@ -202,7 +202,7 @@ def test_renderer_panels_and_summary() -> None:
         "│              _native_decoder_bug  (loaderdoctor/demo/dataset.py:121)",
         "│              __getitem__  (loaderdoctor/demo/dataset.py:169)",
         "│ fix          Look at the Python stack above.",
-        "│ docs         docs/causes/native-crash.md",
+        "│ more         loaderdoctor explain --cause native-crash",
         "0.2 s ─╯",
         "✗ 2/2 stalled-read → no verdict",
         "│ verdict      the loader finished the epoch without an error",

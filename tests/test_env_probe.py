@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -38,5 +39,63 @@ def test_a_failing_sample_is_named() -> None:
     report = run_env_checks(load_dataset(f"{FIXTURE}:Broken"), batch_size=2, num_workers=1)
     need = report.check("worker-memory")
     assert need.status == "unknown"
-    assert "loading a batch raised ValueError: corrupt sample 0" in need.message
+    assert (
+        need.message
+        == "could not load a batch: loading a batch raised ValueError: corrupt sample 0 (sample 0)"
+    )
     assert children() - before == set()
+
+
+TRUNCATED_IMAGES = '''
+from pathlib import Path
+
+from PIL import Image
+import torch
+from torch.utils.data import Dataset
+
+ROOT = Path(__file__).parent / "images"
+
+
+class Folder(Dataset):
+    """ImageFolder's shape: ``samples`` lists (file, label); the second image is truncated."""
+
+    def __init__(self):
+        ROOT.mkdir(exist_ok=True)
+        self.samples = []
+        for number in range(6):
+            path = ROOT / f"img{number}.jpg"
+            if not path.exists():
+                Image.new("RGB", (32, 32), (number, 0, 0)).save(path)
+                if number == 1:
+                    path.write_bytes(path.read_bytes()[:100])
+            self.samples.append((str(path), 0))
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        path, label = self.samples[index]
+        with Image.open(path) as image:
+            pixels = torch.tensor(list(image.convert("L").getdata()), dtype=torch.uint8)
+        return pixels, label
+
+
+train = Folder()
+'''
+
+
+@pytest.mark.slow
+def test_a_bad_image_in_the_first_batch_is_named_by_index_and_file(tmp_path: Path) -> None:
+    from conftest import run_python
+
+    (tmp_path / "data.py").write_text(TRUNCATED_IMAGES)
+    result = run_python(
+        ["-m", "loaderdoctor", "env", "--target", "data.py:train", "--batch-size", "4", "--json"],
+        cwd=str(tmp_path),
+    )
+    checks = {check["id"]: check for check in json.loads(result.stdout)["checks"]}
+    bad = tmp_path / "images" / "img1.jpg"
+    assert checks["worker-memory"]["message"] == (
+        "could not load a batch: loading a batch raised OSError: Truncated File Read "
+        f"(sample 1, {bad})"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,9 +39,34 @@ def test_findings_exit_one_with_flake8_lines() -> None:
 
 
 @pytest.mark.slow
-def test_clean_folder_exits_zero_silently() -> None:
+def test_clean_folder_says_what_was_read_in_one_line() -> None:
+    clean = sorted((CORPUS / "clean").glob("*.py"))
+    lines = sum(path.read_text().count("\n") + 1 for path in clean)
     result = lint(str(CORPUS / "clean"))
+    assert (result.returncode, result.stderr) == (0, "")
+    assert re.fullmatch(
+        rf"0 findings in {len(clean)} files, {lines:,} lines, \d+\.\d\d s; "
+        r"3 info hidden \(--severity info shows them\)\n",
+        result.stdout,
+    ), result.stdout
+
+
+@pytest.mark.slow
+def test_quiet_clean_run_prints_nothing() -> None:
+    result = lint("--quiet", str(CORPUS / "clean"))
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", ["--select", "--ignore"])
+def test_unknown_rule_code_is_a_usage_error(option: str) -> None:
+    result = lint(option, "LD101,LD999", str(CORPUS / "clean"))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[-1].endswith(
+        f"{option}: 'LD999' is not a rule code or prefix; the codes are LD000, LD101, LD102, "
+        "LD103, LD104, LD105, LD106, LD107, LD108, LD109 (loaderdoctor lint --list-rules "
+        "explains them)"
+    ), result.stderr
 
 
 @pytest.mark.slow

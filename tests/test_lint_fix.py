@@ -142,3 +142,115 @@ def test_cli_fix_rewrites_a_temp_copy(tmp_path: Path) -> None:
     assert text.splitlines()[:2] == ["# expect: LD105 LD105 LD105 LD105", "# ruff: noqa"]
     assert untouched.read_bytes() == (CORPUS / "bad" / "ld106_handles.py").read_bytes()
     compile(text, str(target), "exec")
+
+
+def test_ld101_wraps_the_top_level_code_in_main_under_the_guard() -> None:
+    from loaderdoctor.lint.fix import wrap_in_main
+
+    source = textwrap.dedent(
+        '''\
+        """Train a tiny model."""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        dataset = TensorDataset(torch.randn(64, 3))
+        loader = DataLoader(dataset, num_workers=4)  # workers from here
+
+
+        def describe(batch):
+            return batch[0].shape
+
+
+        for batch in loader:
+            print(describe(batch))
+        '''
+    )
+    new_text, reason = wrap_in_main(source)
+    assert reason is None
+    assert new_text == textwrap.dedent(
+        '''\
+        """Train a tiny model."""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def describe(batch):
+            return batch[0].shape
+
+
+        def main():
+            dataset = TensorDataset(torch.randn(64, 3))
+            loader = DataLoader(dataset, num_workers=4)  # workers from here
+            for batch in loader:
+                print(describe(batch))
+
+
+        if __name__ == "__main__":
+            main()
+        '''
+    )
+    assert check_source(new_text, "t.py") == []
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        (
+            "loader = make()\n\n\ndef train():\n    for b in loader:\n        pass\n\n\ntrain()\n",
+            "`train` (line 4) reads `loader`, which the top-level code sets: it would become a "
+            "local of main(); pass it as an argument first",
+        ),
+        (
+            "x = 1\n\nif __name__ == '__main__':\n    run(x)\n",
+            'it already has an `if __name__ == "__main__":` block; move the top-level code into it',
+        ),
+        (
+            'text = """a\nb"""\nrun(text)\n',
+            "the string at line 1 spans lines: indenting it would change its text",
+        ),
+    ],
+)
+def test_ld101_fix_says_why_it_cannot_wrap(source: str, reason: str) -> None:
+    from loaderdoctor.lint.fix import wrap_in_main
+
+    assert wrap_in_main(source) == (source, reason)
+
+
+def test_ld101_fix_of_a_function_local_that_shadows_a_module_name_is_allowed() -> None:
+    from loaderdoctor.lint.fix import wrap_in_main
+
+    source = "loader = make()\n\n\ndef train(loader):\n    return loader\n\n\ntrain(loader)\n"
+    new_text, reason = wrap_in_main(source)
+    assert reason is None
+    assert new_text.endswith(
+        "def main():\n    loader = make()\n    train(loader)\n\n\n"
+        'if __name__ == "__main__":\n    main()\n'
+    )
+
+
+LINT_FIX = (sys.executable, "-m", "loaderdoctor", "lint", "--fix")
+
+
+@pytest.mark.slow
+def test_cli_fix_wraps_one_script_and_says_why_not_the_other(tmp_path: Path) -> None:
+    wrapped = tmp_path / "ld101_top_level_loop.py"
+    shutil.copy(CORPUS / "bad" / "ld101_top_level_loop.py", wrapped)
+    kept = tmp_path / "ld101_epoch_loop_calls_train.py"
+    shutil.copy(CORPUS / "bad" / "ld101_epoch_loop_calls_train.py", kept)
+    before = kept.read_text()
+    result = subprocess.run(
+        [*LINT_FIX, "--select", "LD101", "-q", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines()[:2] == [
+        f"fixed {wrapped}:7: LD101 moved the top-level code into main(), called under "
+        '`if __name__ == "__main__":`',
+        f"not fixed {kept}:18: LD101 `train` (line 12) reads `loader`, which the top-level code "
+        "sets: it would become a local of main(); pass it as an argument first",
+    ]
+    assert kept.read_text() == before
+    assert wrapped.read_text().endswith('\n\nif __name__ == "__main__":\n    main()\n')
+    assert check_source(wrapped.read_text(), str(wrapped)) == []

@@ -104,7 +104,11 @@ def test_text_format_puts_the_fix_under_each_finding() -> None:
     assert format_text(report) == (
         "a.py:3:5: LD105 [error] why\n    fix: do this.\n1 error in 2 files (10 lines)\n"
     )
-    assert format_text(LintReport(files_checked=1, hidden=3)) == ""  # quiet when nothing shown
+    clean = LintReport(files_checked=1, lines_checked=1200, hidden=3, seconds=0.0421)
+    assert format_text(clean) == (
+        "0 findings in 1 file, 1,200 lines, 0.04 s; 3 info hidden (--severity info shows them)\n"
+    )
+    assert format_text(clean, summary=False) == ""  # --quiet
 
 
 @pytest.mark.slow

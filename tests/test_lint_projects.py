@@ -22,7 +22,19 @@ def findings_of(root: Path, *paths: str, severity: str = "warning") -> list[str]
     return [f"{f.path}:{f.line}:{f.col} {f.code} {f.severity}" for f in report.findings]
 
 
-@pytest.mark.parametrize("name", ["detection", "segmentation"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "detection",
+        "segmentation",
+        "opencv_chain",
+        "imported_fit",
+        "records_flow",
+        "coco_helpers",
+        "cuda_helper",
+        "handle_helper",
+    ],
+)
 def test_project_gives_exactly_the_expected_findings(name: str) -> None:
     root = PROJECTS / name
     expected = (root / "EXPECTED.txt").read_text().splitlines()

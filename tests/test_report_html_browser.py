@@ -43,3 +43,174 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert rgb(INCIDENT_COLOR) in colors  # incidents marked on the plots
     # the memory chart: the main process (dashed) and its worker, each in its own colour
     assert {rgb(PALETTE[0]), rgb(PALETTE[1])} <= colors
+
+
+# --- issue 28 item 8: what a reader saw wrong in Chromium, measured in Chromium --------------------
+MEASURE = """
+<script>
+(() => {
+  const box = (element) => {
+    const r = element.getBoundingClientRect();
+    return {left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+  };
+  const out = {
+    svgs: [...document.querySelectorAll("svg")].map(box),
+    labels: [...document.querySelectorAll("svg text")]
+      .filter((text) => (text.getAttribute("style") || "").includes("fill:%(marker)s"))
+      .map((text) => ({text: text.textContent, ...box(text), svg: [...document.querySelectorAll("svg")].indexOf(text.closest("svg"))})),
+    fixes: [...document.querySelectorAll("ul.fixes")].map((list) => list.innerText),
+    codes: [...document.querySelectorAll("ul.fixes code")].map((code) => code.textContent),
+    cards: [...document.querySelectorAll(".card.incident")].map((card) => {
+      const stack = card.querySelector("details pre");
+      const fixes = card.querySelector("ul.fixes");
+      return {
+        cause: card.querySelector(".cause").textContent,
+        stack: stack ? box(stack) : null,
+        fixes: fixes ? box(fixes) : null,
+      };
+    }),
+    died: [...document.querySelectorAll("tr")]
+      .filter((row) => getComputedStyle(row.cells[0]).backgroundColor === "rgb(253, 236, 234)")
+      .map((row) => row.innerText),
+    text: document.body.innerText,
+  };
+  const pre = document.createElement("pre");
+  pre.id = "ld-measure";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>
+"""
+
+
+def measure(html: Path) -> dict:
+    """The page laid out by Chromium: boxes and text as the browser renders them (``--dump-dom``
+    after a script that measures), from a copy of the page with that script added."""
+    import json
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
+    from loaderdoctor.report.chart import MARKER_COLOR
+
+    shot = load_script()
+    probe = html.with_name(html.stem + ".measure.html")
+    page = html.read_text(encoding="utf-8")
+    probe.write_text(page.replace("</body>", MEASURE % {"marker": MARKER_COLOR} + "</body>"))
+    profile = tempfile.mkdtemp(prefix="loaderdoctor-chromium-")
+    try:
+        dom = subprocess.run(
+            [shot.find_chromium(), *shot.CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+             "--window-size=1000,1400", "--dump-dom", probe.resolve().as_uri()],
+            capture_output=True, text=True, timeout=90, check=True, start_new_session=True,
+        ).stdout  # fmt: skip
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    found = re.search(r'<pre id="ld-measure">(.*?)</pre>', dom, re.DOTALL)
+    assert found is not None, dom[-2000:]
+    import html as html_module
+
+    return json.loads(html_module.unescape(found.group(1)))
+
+
+def close_incidents_report():  # type: ignore[no-untyped-def]
+    """Three incidents a moment apart (the labels' worst case), catalog fixes (with their code
+    spans), a hang with the stuck worker's stack, and the worker that died in the memory table."""
+    import dataclasses
+
+    from loaderdoctor.forensics.catalog import CAUSES
+
+    report = sample_report()
+    first = report.incidents[0]
+    report.incidents = [
+        dataclasses.replace(
+            first, cause="sample-error", title=CAUSES["sample-error"].title, signal=None,
+            indices=[17], time_s=2.50, fixes=list(CAUSES["sample-error"].fixes), diagnosis={},
+            pid=4242,
+        ),
+        dataclasses.replace(
+            first, cause="killed-by-signal", title=CAUSES["killed-by-signal"].title,
+            signal="SIGKILL", indices=[142], time_s=2.55,
+            fixes=list(CAUSES["killed-by-signal"].fixes), diagnosis={}, pid=4243,
+        ),
+        dataclasses.replace(
+            first, cause="worker-hang", title=CAUSES["worker-hang"].title, signal=None,
+            indices=[7], time_s=2.62, fixes=list(CAUSES["worker-hang"].fixes), pid=4244,
+            diagnosis={"python_stack": 'File "data.py", line 12 in __getitem__\n  time.sleep(600)'},
+        ),
+    ]  # fmt: skip
+    report.duration_s = 9.0
+    return report
+
+
+def overlaps(a: dict, b: dict) -> bool:
+    return (
+        a["left"] < b["right"]
+        and b["left"] < a["right"]
+        and a["top"] < b["bottom"]
+        and (b["top"] < a["bottom"])
+    )
+
+
+@pytest.mark.slow
+def test_run_report_defects_a_reader_saw_are_gone_in_chromium(tmp_path: Path) -> None:
+    shot = load_script()
+    if shot.find_chromium() is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    from PIL import Image
+
+    html = write_html(close_incidents_report(), tmp_path)
+    seen = measure(html)
+
+    # incident labels: every one drawn, none over another, each inside its chart
+    labels = seen["labels"]
+    per_chart = {label["svg"] for label in labels}
+    assert len(per_chart) == 3  # workers', main processes' and /dev/shm's: each marks them
+    for chart in per_chart:
+        drawn = sorted(label["text"] for label in labels if label["svg"] == chart)
+        assert drawn == ["killed-by-signal #142", "sample-error #17", "worker-hang #7"]
+    for number, label in enumerate(labels):
+        svg = seen["svgs"][label["svg"]]
+        assert svg["left"] <= label["left"] and label["right"] <= svg["right"], label
+        for other in labels[number + 1 :]:
+            assert not overlaps(label, other), (label, other)
+
+    # fixes: code spans as code, no literal backticks
+    assert seen["fixes"] and not any("`" in fixes for fixes in seen["fixes"])
+    assert "dataset[INDEX]" in seen["codes"]
+
+    # the hang's fix says "stack above": the stack is open, and above it
+    (hang,) = [card for card in seen["cards"] if card["cause"] == "worker-hang"]
+    assert hang["stack"]["bottom"] - hang["stack"]["top"] > 10  # open, not collapsed
+    assert hang["stack"]["bottom"] <= hang["fixes"]["top"]
+    assert any("stack above" in fixes for fixes in seen["fixes"])
+
+    # the process table marks the worker that died
+    assert seen["died"] == ["4242\tworker died: sample-error\t\tfork\t0 B\t-\t-\t0.0–0.0 s"]
+
+    # and the screenshot shows it: the marked row's colour is on the page
+    png = shot.screenshot(html, tmp_path / "report.png", width=1000, height=4000, timeout=90)
+    colors = {color for _, color in Image.open(png).convert("RGB").getcolors(1 << 20) or []}
+    assert (253, 236, 234) in colors
+
+
+@pytest.mark.slow
+def test_scan_page_has_no_flat_memory_plot_in_chromium(tmp_path: Path) -> None:
+    shot = load_script()
+    if shot.find_chromium() is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    from loaderdoctor.report.scan_html import write_html as write_scan_html
+    from test_scan_report import sample_report as sample_scan
+
+    report = sample_scan()
+    assert report.profile is not None
+    report.profile.peak_bytes = [
+        0 if value is not None else None for value in report.profile.peak_bytes
+    ]
+    seen = measure(write_scan_html(report, tmp_path))
+    assert len(seen["svgs"]) == 1  # the time per sample; memory said in words, not a flat line
+    assert (
+        "No sample added memory its worker could measure (every peak 0 MiB): there is no memory "
+        "plot." in seen["text"].splitlines()
+    )

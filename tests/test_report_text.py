@@ -34,7 +34,7 @@ def test_verdict_text() -> None:
         "    - the kernel log names this pid as killed by the OOM killer\n"
         "  fix:\n"
         "    - Lower num_workers.\n"
-        "  more: docs/causes/oom-killed.md"
+        "  more: loaderdoctor explain --cause oom-killed"
     )
 
 

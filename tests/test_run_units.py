@@ -181,14 +181,19 @@ def test_growth_of_spawn_workers_is_not_copy_on_read() -> None:
 
 def test_terminal_summary() -> None:
     report = sample_report()
-    assert format_headline(report) == "crashed: exit code 1 after 3.2 s"
+    assert format_headline(report) == "the command failed: exit code 1 after 3.2 s"
     text = format_text(report, width=120, html=Path("/tmp/r/report.html"))
     lines = text.splitlines()
-    assert lines[0] == "loaderdoctor run crashed: exit code 1 after 3.2 s"
+    assert lines[0] == "loaderdoctor run: the command failed: exit code 1 after 3.2 s"
     assert lines[1] == "  5 batches, 20 samples delivered by 1 ranks (1 supervised DataLoader)"
     assert "rank 1, worker 1, sample 21, batch 5" in text
+    assert "    more: loaderdoctor explain --cause native-crash" in lines  # works when installed
     assert "copy-on-read: Every fork worker's private memory grows" in text
-    assert lines[-1] == "  report: /tmp/r/report.json, /tmp/r/report.html"
+    assert lines[-2:] == [
+        "  report: /tmp/r/report.json, /tmp/r/report.html",
+        "verdict: native-crash: The worker crashed in native code (rank 1, worker 1, sample 21, "
+        "batch 5)",
+    ]
 
 
 def test_html_is_self_contained_and_escaped() -> None:
@@ -304,3 +309,25 @@ def test_merge_sums_the_states_and_names_loaders_that_ran_as_plain_torch(tmp_pat
         "1 DataLoader(s) ran as plain torch (a keyword or torch release loaderdoctor does not "
         "know; the command's warning says which): their batches are not in the delivered counts"
     ]
+
+
+@pytest.mark.parametrize(
+    ("change", "verdict"),
+    [
+        ({"action": "skipped"}, "verdict: 1 incident(s) healed (native-crash)"),
+        ({"incidents": []}, "verdict: no DataLoader worker died; the command failed on its own"),
+        ({"incidents": [], "exit_code": 0}, "verdict: no DataLoader worker died"),
+        (
+            {"incidents": [], "exit_code": 130, "signal": "SIGINT"},
+            "verdict: no DataLoader worker died",
+        ),
+    ],
+)
+def test_the_verdict_is_the_last_line(change: dict, verdict: str) -> None:
+    """A log's reader looks at the end: the verdict, not the report's path (issue 28 item 7)."""
+    report = sample_report()
+    if "action" in change:
+        report.incidents[0].action = change.pop("action")
+    for name, value in change.items():
+        setattr(report, name, value)
+    assert format_text(report, width=120).splitlines()[-1] == verdict

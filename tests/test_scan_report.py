@@ -87,7 +87,8 @@ def schema_1_json() -> dict:
 # --- unit: data in, exact output --------------------------------------------------------------
 def test_summary_keeps_its_first_line_and_adds_the_settings() -> None:
     assert format_summary(sample_report()).splitlines() == [
-        "scanned 1000 samples in 12.5 s (64.0 samples/s, 4 workers): 3 bad, 1 outliers",
+        "scanned 1000 samples: 200 before the interruption (from the checkpoint), 800 now in "
+        "12.5 s (64.0 samples/s, 4 workers): 3 bad, 1 outliers",
         "settings: timeout 60 s, memory cap 512 MiB per worker (cgroup v1), 2 ranks, "
         "200 samples from checkpoint",
     ]
@@ -118,22 +119,22 @@ def test_settings_name_only_what_was_set(fields: dict, settings: str) -> None:
 def test_text_has_the_memory_hungry_table_after_the_slowest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("COLUMNS", "100")  # not a terminal: the tables take their natural width
     report = sample_report()
     report.bad, report.outliers = report.bad[:1], []
     out = io.StringIO()
     print_text(report, out)
     assert out.getvalue() == (
-        "scanned 1000 samples in 12.5 s (64.0 samples/s, 4 workers): 1 bad, 0 outliers\n"
+        "scanned 1000 samples: 200 before the interruption (from the checkpoint), 800 now in "
+        "12.5 s (64.0 samples/s, 4 workers): 1 bad, 0 outliers\n"
         "settings: timeout 60 s, memory cap 512 MiB per worker (cgroup v1), 2 ranks, 200 samples "
         "from checkpoint\n"
         "bad samples\n"
-        "┏━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
-        "┃ index ┃ cause        ┃ file               ┃ message                                              ┃\n"
-        "┡━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
-        "│ 420   │ sample-error │ /data/img_0420.jpg │ OSError: image file is truncated                     │\n"
-        "│       │              │                    │ <script>alert(1)</script>                            │\n"
-        "└───────┴──────────────┴────────────────────┴──────────────────────────────────────────────────────┘\n"
+        "┏━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
+        "┃ index ┃ cause        ┃ file               ┃ message                                                    ┃\n"
+        "┡━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
+        "│ 420   │ sample-error │ /data/img_0420.jpg │ OSError: image file is truncated <script>alert(1)</script> │\n"
+        "└───────┴──────────────┴────────────────────┴────────────────────────────────────────────────────────────┘\n"
         "slowest samples\n"
         "┏━━━━━━━┳━━━━━━┳━━━━━━━━━━━━━━━━━━━━┓\n"
         "┃ index ┃ ms   ┃ file               ┃\n"
@@ -244,7 +245,7 @@ def test_cli_report_rerenders_a_scan_json(tmp_path: Path) -> None:
     path.write_text(json.dumps(sample_report().to_dict()))
     result = run_python(["-m", "loaderdoctor", "report", str(path)], timeout=60)
     assert result.returncode == 1, result.stderr
-    assert result.stdout.startswith("scanned 1000 samples in 12.5 s")
+    assert result.stdout.startswith("scanned 1000 samples: 200 before the interruption")
     assert "420" in result.stdout and "memory-hungry samples" in result.stdout
     html = tmp_path / "scan.html"
     assert f"report: {html}" in result.stdout

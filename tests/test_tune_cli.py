@@ -6,6 +6,7 @@ import ast
 import contextlib
 import json
 import os
+import re
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -60,6 +61,21 @@ DATASETS = textwrap.dedent(
         return torch.stack(samples)
 
 
+    class TwoBad(Dataset):
+        '''Samples 3 and 7 raise, as a truncated JPEG would.'''
+
+        def __len__(self):
+            return 200
+
+        def __getitem__(self, index):
+            if index in (3, 7):
+                raise OSError(f"image file is truncated: {index}.jpg")
+            return torch.full((16,), float(index))
+
+
+    two_bad = TwoBad()
+
+
     waiting = Waiting()
     """
 )
@@ -89,6 +105,7 @@ def test_json_report_snippet_plot_and_soak(datasets: Path, tmp_path: Path) -> No
         "--soak", "2",
         "--json",
         "--plot", str(plot),
+        env={"LOADERDOCTOR_PROGRESS_INTERVAL": "3600"},  # a progress line every hour: none
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -243,3 +260,47 @@ def test_the_cgroup_budget_is_respected(datasets: Path) -> None:
     assert min(workers) > 140 * MiB
     kills = dict(line.split() for line in oom_control.splitlines()).get("oom_kill", "0")
     assert kills == "0", oom_control
+
+
+@pytest.mark.slow
+def test_nothing_fits_says_what_the_smallest_needs_and_exits_1(datasets: Path) -> None:
+    result = tune(f"{datasets}:waiting", "--batch-size", "8", "--mem-budget", "10M")
+    assert result.returncode == 1, result.stderr
+    (line,) = result.stderr.splitlines()
+    need = re.fullmatch(
+        r"loaderdoctor tune: nothing fits the memory budget of 10\.0 MiB: the smallest "
+        r"configuration \(workers=0\) needs about ([0-9.]+) MiB; raise --mem-budget, or lower "
+        r"--batch-size or the dataset's memory",
+        line,
+    )
+    assert need is not None, line
+    assert float(need.group(1)) > 10
+    assert "recommended" not in result.stdout and "DataLoader(" not in result.stdout
+    assert result.stdout.splitlines()[-1] == line.removeprefix("loaderdoctor tune: ")
+
+
+@pytest.mark.slow
+def test_tune_leaves_out_the_quarantined_samples(datasets: Path, tmp_path: Path) -> None:
+    refused = tune(f"{datasets}:two_bad", "--batch-size", "8")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "loaderdoctor tune: error: the dataset or collate_fn fails in the main process: "
+        "OSError: image file is truncated: 3.jpg (loaderdoctor scan "
+        f"{datasets}:two_bad --out quarantine.json names the bad samples; then tune with "
+        "--quarantine quarantine.json)\n"
+    )
+    quarantine = tmp_path / "quarantine.json"
+    quarantine.write_text(json.dumps({"schema": 1, "quarantine": [{"index": 3}, 7]}))
+    args = ["--batch-size", "8", "--max-workers", "1", "--window", "0.2", "--json"]
+    result = tune(f"{datasets}:two_bad", "--quarantine", str(quarantine), *args)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["dataset_length"] == 198
+    assert report["trials"] and all(t["status"] == "ok" for t in report["trials"])
+
+    missing = tune(f"{datasets}:two_bad", "--quarantine", str(tmp_path / "no.json"), *args)
+    assert (missing.returncode, missing.stderr) == (
+        2,
+        f"loaderdoctor tune: error: --quarantine {tmp_path / 'no.json'}: no such file "
+        "(loaderdoctor scan --out writes it)\n",
+    )

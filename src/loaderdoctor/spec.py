@@ -22,17 +22,42 @@ class SpecError(Exception):
 def load_dataset(spec: str) -> object:
     location, name, value = _resolve(spec, "dataset")
     if not _is_dataset_like(value) and callable(value):
-        try:
-            value = value()
-        except Exception as error:
-            raise SpecError(
-                f"{location}:{name}() raised {_describe(error)}{_where(error.__traceback__)}"
-            ) from None
+        value = _call_factory(value, location, name)
     if not _is_dataset_like(value):
         raise SpecError(
             f"{location}:{name} is a {type(value).__name__}, not a dataset: it needs "
             "__getitem__ and __len__ (map-style) or __iter__ (iterable-style)"
         )
+    return value
+
+
+def _call_factory(factory: object, location: str, name: str) -> object:
+    """``NAME()``, seen as a function returning the dataset: with ``sys.argv`` holding only the
+    script (not loaderdoctor's options), and should it exit instead (``train.py:main`` parsing
+    its command line with argparse), what it printed is kept back and the exit is a SpecError."""
+    import contextlib
+    import io
+
+    assert callable(factory)
+    printed = io.StringIO()
+    argv = sys.argv
+    sys.argv = [location]
+    try:
+        with contextlib.redirect_stderr(printed):
+            value = factory()
+    except SystemExit as stop:
+        raise SpecError(
+            f"{location}:{name}() exited (SystemExit: {stop.code}) instead of returning a "
+            "dataset: name a Dataset or DataLoader object, or a function that builds one "
+            "without arguments (not the script's main)"
+        ) from None
+    except Exception as error:
+        raise SpecError(
+            f"{location}:{name}() raised {_describe(error)}{_where(error.__traceback__)}"
+        ) from None
+    finally:
+        sys.argv = argv
+    sys.stderr.write(printed.getvalue())  # it returned: what it said is the user's to see
     return value
 
 
@@ -51,10 +76,38 @@ def _resolve(spec: str, what: str) -> tuple[str, str, object]:
     is_file = location.endswith(".py") or os.sep in location or "/" in location
     module = _import_file(location) if is_file else _import_module(location)
     if not hasattr(module, name):
-        public = sorted(n for n in vars(module) if not n.startswith("_"))[:8]
-        hint = f" (it has: {', '.join(public)})" if public else ""
-        raise SpecError(f"{location} has no name {name!r}{hint}")
+        names = _candidates(module)
+        hint = f" (it has: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"
+        raise SpecError(f"{location} has no name {name!r}{hint if names else ''}")
     return location, name, getattr(module, name)
+
+
+def _candidates(module: ModuleType) -> list[str]:
+    """The names a spec could mean: datasets and loaders first, then the module's own functions
+    and classes; never what it imported (``torch``, ``Dataset``, ``Image``)."""
+
+    data = sys.modules.get("torch.utils.data")
+    kinds = (data.Dataset, data.DataLoader) if data is not None else ()
+
+    def own(value: object) -> bool:
+        if isinstance(value, ModuleType):
+            return False
+        if kinds and isinstance(value, kinds):
+            return True
+        if isinstance(value, type) or callable(value):
+            return getattr(value, "__module__", None) == module.__name__
+        return True
+
+    def rank(item: tuple[str, object]) -> tuple[int, str]:
+        name, value = item
+        if kinds and isinstance(value, kinds):
+            return 0, name
+        if kinds and isinstance(value, type) and issubclass(value, kinds):
+            return 1, name
+        return 2, name
+
+    public = [(n, v) for n, v in vars(module).items() if not n.startswith("_") and own(v)]
+    return [name for name, _ in sorted(public, key=rank)]
 
 
 def _is_dataset_like(value: object) -> bool:
@@ -93,6 +146,10 @@ def _import_file(path: str) -> ModuleType:
 
 
 def _import_module(name: str) -> ModuleType:
+    # `dataset:train` where `python -c "import dataset"` works: the current folder, which the
+    # console script (unlike python -m and -c) leaves off sys.path.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as error:

@@ -56,6 +56,15 @@ def commands() -> dict[str, Command]:
     }
 
 
+EXIT_STATUS_HELP = (
+    "Exit status: 0 nothing wrong found, 1 something found (a failed check, a bad sample, a "
+    "lint finding, a run whose command failed), 2 a usage error, 3 an internal error of "
+    "loaderdoctor's (please report it), 130 interrupted; run exits with its command's own status, "
+    "and explain, like grep, 0 when it names a cause. loaderdoctor COMMAND --help says what each "
+    "command's status means."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from loaderdoctor import __version__
 
@@ -65,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Diagnose and heal PyTorch DataLoader worker deaths: every crash gets a cause, "
             "the sample in flight, the evidence and the fix."
         ),
+        epilog=EXIT_STATUS_HELP,
     )
     parser.add_argument("--version", action="version", version=f"loaderdoctor {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -78,7 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # `scan --nosuch`: scan's usage and its error, not the top level's
+        given = list(sys.argv[1:] if argv is None else argv)
+        (subparsers,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        own = parser
+        if args.command and given.index(args.command) < given.index(unknown[0]):
+            own = subparsers.choices[args.command]
+        own.error(f"unrecognized arguments: {' '.join(unknown)}")
     command: Command | None = getattr(args, "_command", None)
     if command is None:
         parser.print_help()

@@ -33,15 +33,26 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="load with heal=True: each epoch finishes, the culprit is skipped or quarantined",
     )
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    parser.epilog = (
+        "Exit status: 0 every planted fault got its verdict (and, with --heal, every epoch "
+        "finished), 1 one did not, 2 a usage error (--keep DIR not empty)."
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from rich.console import Console
 
     from loaderdoctor.demo import run_demo
-    from loaderdoctor.demo.scenarios import BATCH_SIZE, IMAGES, NUM_WORKERS
+    from loaderdoctor.demo.scenarios import BATCH_SIZE, IMAGES, NUM_WORKERS, check_keep
     from loaderdoctor.report import demo as render
 
+    if args.keep is not None:  # before the intro: an error comes first, and alone
+        try:
+            check_keep(Path(args.keep))
+        except FileExistsError as error:
+            raise CommandError(str(error)) from None
     console = Console()
     if not args.json:
         render.print_intro(console, IMAGES, BATCH_SIZE, NUM_WORKERS)

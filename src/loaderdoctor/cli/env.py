@@ -34,6 +34,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--prefetch-factor", type=_positive, metavar="N", help="default: 2")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.epilog = (
+        "Exit status: 0 every check passed (warnings allowed), 1 a check failed, 2 a usage "
+        "error (a --target that does not load)."
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,28 +7,78 @@ import sys
 
 from loaderdoctor.cli import CommandError, ExitCode
 
+FOUND = ExitCode.OK  # like grep: 0 when a cause was named
+NOTHING_FOUND = ExitCode.FINDINGS  # 1 when the text shows no known DataLoader failure
+
+EPILOG = """\
+examples:
+  loaderdoctor explain train.log
+  python train.py 2>&1 | tail -200 | loaderdoctor explain -
+  loaderdoctor explain            (paste the error, then Ctrl-D; Ctrl-Z Enter on Windows)
+
+The log is read as it streams (a 100 MB log in seconds, in constant memory), UTF-8 or UTF-16
+(PowerShell's `>`). A cause is named from the messages torch, Python and the kernel print, and
+from the traceback's frames (a pattern is never matched in a path or an attribute name alone).
+When the log cannot tell two causes apart, the answer says so and gives the one command that
+decides; the report of `loaderdoctor run -- COMMAND` always can.
+
+exit status:
+  0  a cause was named (one, or several ranked; "ambiguous" when the log cannot decide)
+  1  nothing found: no known DataLoader failure in the text
+  2  the log cannot be read (a missing file, a directory)
+"""
+
 
 def register(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
     parser.add_argument(
-        "logfile", nargs="?", metavar="LOGFILE", help="the log of the failed run (default: stdin)"
+        "logfile",
+        nargs="?",
+        metavar="LOGFILE",
+        help="the log of the failed run; - or nothing reads standard input",
     )
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--json", action="store_true", help="print the causes and the matched lines as JSON"
+    )
+    parser.add_argument(
+        "--cause",
+        metavar="ID",
+        help="print the page of one cause (what it means, how it is proven, the fixes), as "
+        "docs/causes/ID.md has it, from the installed catalog: a verdict's 'more:' line",
+    )
+
+
+def cause_page(cause_id: str) -> str:
+    """The cause's documentation page, rendered from the catalog this loaderdoctor ships: the
+    same text as ``docs/causes/ID.md`` in a checkout, wherever loaderdoctor is installed."""
+    from loaderdoctor.docs import render_cause_page
+    from loaderdoctor.forensics.catalog import CAUSES
+
+    if cause_id not in CAUSES:
+        raise CommandError(f"--cause {cause_id}: no such cause (known: {', '.join(CAUSES)})")
+    return render_cause_page(CAUSES[cause_id])
 
 
 def run(args: argparse.Namespace) -> int:
-    from loaderdoctor.forensics.symptoms import explain_text
+    if args.cause is not None:
+        if args.logfile is not None:
+            raise CommandError("--cause ID prints a cause's page: give it no LOGFILE")
+        sys.stdout.write(cause_page(args.cause))
+        return ExitCode.OK
+    from loaderdoctor.forensics.explain import explain_lines
+    from loaderdoctor.forensics.log_messages import read_log_lines
     from loaderdoctor.report.explain import format_json, format_text
 
     if args.logfile in (None, "-"):
         if sys.stdin.isatty():
             print("loaderdoctor explain: paste the error, then Ctrl-D", file=sys.stderr)
-        text = sys.stdin.read()
+        explanation = explain_lines(read_log_lines(sys.stdin.buffer))
     else:
         try:
-            with open(args.logfile, encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
+            with open(args.logfile, "rb") as handle:
+                explanation = explain_lines(read_log_lines(handle))
         except OSError as error:
             raise CommandError(f"cannot read {args.logfile}: {error.strerror or error}") from None
-    explanation = explain_text(text)
     sys.stdout.write(format_json(explanation) if args.json else format_text(explanation))
-    return ExitCode.OK if explanation.causes else ExitCode.FINDINGS
+    return FOUND if explanation.causes else NOTHING_FOUND

@@ -58,6 +58,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--fix", action="store_true", help="rewrite files in place for the fixable rules"
     )
     parser.add_argument("--list-rules", action="store_true", help="print the rule catalog")
+    parser.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="print the findings only: no summary line, nothing at all when clean",
+    )
 
 
 def _codes(option: str, value: str | None) -> list[str] | None:
@@ -65,9 +71,10 @@ def _codes(option: str, value: str | None) -> list[str] | None:
         return None
     codes = [code.strip().upper() for code in value.split(",") if code.strip()]
     for code in codes:
-        if not is_valid_code(code):
+        if not is_valid_code(code) or not any(rule.startswith(code) for rule in RULES):
             raise CommandError(
-                f"{option}: {code!r} is not a rule code or prefix (like LD101, LD10)"
+                f"{option}: {code!r} is not a rule code or prefix; the codes are "
+                f"{', '.join(RULES)} (loaderdoctor lint --list-rules explains them)"
             )
     return codes
 
@@ -98,6 +105,6 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(format_sarif(report, RULES, __version__))
     else:
-        sys.stdout.write(format_text(report))
+        sys.stdout.write(format_text(report, summary=not args.quiet))
     fail_on = None if args.fail_on == "never" else args.fail_on
     return ExitCode.FINDINGS if report.fails(fail_on) else ExitCode.OK

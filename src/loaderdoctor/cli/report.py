@@ -24,8 +24,15 @@ def register(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead")
+    parser.epilog = (
+        "Exit status: 0 the run succeeded (healed or not) or the scan found no bad sample; 1 the "
+        "run's command failed or a DataLoader raised, or the scan found bad samples; 2 no such "
+        "report."
+    )
     parser.add_argument(
-        "--no-html", action="store_true", help="do not rewrite report.html (or scan.html)"
+        "--no-html",
+        action="store_true",
+        help="do not rewrite report.html (or a scan's page: NAME.html beside NAME.json)",
     )
 
 
@@ -67,11 +74,14 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(format_json(report))
     else:
         print_text(report, html=html)
-    return ExitCode.OK if report.status == "ok" else ExitCode.FINDINGS
+    # A healed run whose command succeeded is a success: 1 only where the command failed or a
+    # DataLoader raised.
+    return ExitCode.FINDINGS if report.status == "crashed" else ExitCode.OK
 
 
 def rerender_scan(args: argparse.Namespace, data: dict[str, Any]) -> int:
-    """The scan's summary and tables (or JSON), and ``scan.html`` next to its JSON."""
+    """The scan's summary and tables (or JSON), and its page next to its JSON, named after it
+    (``scan2.json`` -> ``scan2.html``: another scan's page is not overwritten)."""
     from loaderdoctor.report.output import printable
     from loaderdoctor.report.scan import format_json, print_text
     from loaderdoctor.scan.model import ScanReport
@@ -83,12 +93,13 @@ def rerender_scan(args: argparse.Namespace, data: dict[str, Any]) -> int:
         raise CommandError(f"{path} is not a loaderdoctor scan report: {error}") from None
     html = None
     if not args.no_html:
-        from loaderdoctor.report.scan_html import HTML_NAME, write_html
+        from loaderdoctor.report.scan_html import write_html
 
+        page = path.with_suffix(".html")
         try:
-            html = write_html(report, path.parent / HTML_NAME)
+            html = write_html(report, page)
         except OSError as error:  # the JSON is there: say it, as a run's report.html does
-            print(f"loaderdoctor report: {HTML_NAME} not written: {error}", file=sys.stderr)
+            print(f"loaderdoctor report: {page.name} not written: {error}", file=sys.stderr)
     if args.json:
         sys.stdout.write(format_json(report))
     else:

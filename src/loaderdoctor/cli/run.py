@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -12,6 +13,8 @@ from loaderdoctor.cli import CommandError
 
 if TYPE_CHECKING:
     from loaderdoctor.runner.model import RunReport
+
+EARLIER_DIRNAME = "earlier"  # DIR/earlier/20261201-210843/report.json: a report a later run met
 
 
 def _seconds(text: str) -> float:
@@ -43,7 +46,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path("loaderdoctor-report"),
         metavar="DIR",
-        help="where report.json and report.html go (default ./loaderdoctor-report)",
+        help="where report.json and report.html go (default ./loaderdoctor-report); an "
+        "earlier run's report there moves to DIR/earlier/DATE-TIME/",
     )
     parser.add_argument(
         "--json", action="store_true", help="print report.json to stderr instead of the summary"
@@ -67,6 +71,13 @@ def run(args: argparse.Namespace) -> int:
     outer = outer_supervisor()
     if outer is not None:
         return _run_under(outer, args.argv)
+    kept = keep_earlier_report(args.report_dir)
+    if kept is not None:
+        print(
+            f"loaderdoctor run: the earlier report in {args.report_dir} is kept in {kept}",
+            file=sys.stderr,
+            flush=True,
+        )
     settings = RunSettings(
         command=list(args.argv),
         report_dir=args.report_dir,
@@ -105,6 +116,37 @@ def _run_under(outer: tuple[int, str], argv: list[str]) -> NoReturn:
         exec_under_outer_supervisor(command)
     except RunUsageError as error:
         raise CommandError(str(error)) from None
+
+
+def keep_earlier_report(report_dir: Path) -> Path | None:
+    """Move an earlier run's report out of the way, into ``DIR/earlier/<when it was written>``.
+
+    ``DIR/report.json`` is always this run's (scripts read it there), and an earlier crash report
+    is never replaced by a later run, not even by ``run -- ls``. Only the files a run writes move.
+    """
+    from loaderdoctor.report.run_html import HTML_NAME
+    from loaderdoctor.runner.protocol import REPORT_NAME
+
+    earlier_json = report_dir / REPORT_NAME
+    if not earlier_json.is_file():
+        return None
+    written = time.strftime("%Y%m%d-%H%M%S", time.localtime(earlier_json.stat().st_mtime))
+    target = report_dir / EARLIER_DIRNAME / written
+    number = 1
+    while target.exists():
+        number += 1
+        target = report_dir / EARLIER_DIRNAME / f"{written}-{number}"
+    try:
+        target.mkdir(parents=True)
+        for name in (REPORT_NAME, HTML_NAME):
+            if (report_dir / name).is_file():
+                (report_dir / name).rename(target / name)
+    except OSError as error:
+        raise CommandError(
+            f"--report-dir {report_dir} holds an earlier report that cannot be moved to {target} "
+            f"({error.strerror or error}): pass another --report-dir"
+        ) from None
+    return target
 
 
 def write_html_report(report: RunReport, command: str) -> Path | None:

@@ -70,9 +70,15 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 @contextmanager
 def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar on stderr with rate and ETA; None when stderr is not a terminal."""
+    """A rich progress bar on stderr with rate and ETA where stderr is a terminal; elsewhere (a
+    log, ``| tee``, nohup) a line every 10 s (``report.progress``); None when not ``enabled``."""
     if not enabled:
         yield None
+        return
+    if not sys.stderr.isatty():
+        from loaderdoctor.report.progress import ProgressLines
+
+        yield ProgressLines("scanning", "samples", sys.stderr).update
         return
     from rich.console import Console
     from rich.progress import (
@@ -129,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         job = prepare(request)
         leader = job.shard.is_leader
         try:
-            with progress_bar(sys.stderr.isatty() and leader) as progress:
+            with progress_bar(leader) as progress:
                 report = job.scan(progress)
         except KeyboardInterrupt:
             print(

@@ -23,6 +23,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--collate", metavar="FILE.py:NAME", help="the collate_fn to use (default_collate if not)"
     )
     parser.add_argument(
+        "--quarantine",
+        metavar="FILE",
+        help="leave out the samples of this quarantine file (from loaderdoctor scan --out FILE), "
+        "as DataLoader(quarantine=FILE) does",
+    )
+    parser.add_argument(
         "--max-workers",
         type=int,
         metavar="N",
@@ -60,6 +66,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--plot",
         metavar="PATH",
         help="write throughput and memory against workers (.html, .svg, .png)",
+    )
+    parser.epilog = (
+        "Exit status: 0 a configuration is recommended, 1 none fits the memory budget, 2 a "
+        "usage error (a SPEC that does not load, a dataset that fails: see loaderdoctor scan)."
     )
 
 
@@ -108,11 +118,37 @@ def load(spec: str, collate: str | None) -> tuple[Any, Callable[..., Any] | None
     return dataset, collate_fn
 
 
+def without_quarantined(dataset: Any, path: str) -> Any:
+    """``dataset`` less the samples of the quarantine file at ``path`` (a ``Subset``)."""
+    import os
+
+    from torch.utils.data import Subset
+
+    from loaderdoctor.supervise.quarantine import QuarantineFileError, read_quarantine
+
+    if not os.path.isfile(path):
+        raise CommandError(f"--quarantine {path}: no such file (loaderdoctor scan --out writes it)")
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        raise CommandError(
+            f"--quarantine needs a dataset with __len__ and __getitem__, not a "
+            f"{type(dataset).__name__} (a stream has no indices to leave out)"
+        )
+    length = len(dataset)
+    try:
+        quarantined = read_quarantine(path, length)
+    except QuarantineFileError as error:
+        raise CommandError(str(error)) from None
+    return Subset(dataset, [index for index in range(length) if index not in quarantined])
+
+
 @contextmanager
-def progress_bar(enabled: bool) -> Iterator[Callable[[int, int, str], None] | None]:
-    """A rich progress bar on stderr (trials done of planned, the configuration running)."""
-    if not enabled:
-        yield None
+def progress_bar() -> Iterator[Callable[[int, int, str], None] | None]:
+    """A rich progress bar on stderr (trials done of planned, the configuration running) where
+    stderr is a terminal; elsewhere (a log, ``| tee``) a line every 10 s (``report.progress``)."""
+    if not sys.stderr.isatty():
+        from loaderdoctor.report.progress import ProgressLines
+
+        yield ProgressLines("tuning", "trials", sys.stderr).update
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -138,9 +174,11 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[int, int, str], None] | No
 def run(args: argparse.Namespace) -> int:
     memory_budget = _validate(args)
     dataset, collate_fn = load(args.spec, args.collate)
+    if args.quarantine is not None:
+        dataset = without_quarantined(dataset, args.quarantine)
     from loaderdoctor.tune import DatasetError, tune_dataset
 
-    with progress_bar(sys.stderr.isatty()) as progress:
+    with progress_bar() as progress:
         try:
             report = tune_dataset(
                 dataset,
@@ -158,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
         except DatasetError as error:
             raise CommandError(
                 f"the dataset or collate_fn fails in the main process: {error} "
-                f"(loaderdoctor scan {args.spec} names the bad samples)"
+                f"(loaderdoctor scan {args.spec} --out quarantine.json names the bad samples; "
+                "then tune with --quarantine quarantine.json)"
             ) from None
     if args.plot is not None:
         from loaderdoctor.report.tune_plot import write_plot
@@ -167,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
             write_plot(report, args.plot)
         except OSError as error:
             raise CommandError(f"cannot write {args.plot}: {error}") from None
-    from loaderdoctor.report.tune import format_json, print_text
+    from loaderdoctor.report.tune import format_json, format_nothing_fits, print_text
 
     if args.json:
         sys.stdout.write(format_json(report))
@@ -175,4 +214,8 @@ def run(args: argparse.Namespace) -> int:
         print_text(report, sys.stdout)
         if args.plot is not None:
             print(f"plot written to {args.plot}")
+    nothing_fits = format_nothing_fits(report)
+    if nothing_fits is not None:
+        print(f"loaderdoctor tune: {nothing_fits}", file=sys.stderr)
+        return ExitCode.FINDINGS
     return ExitCode.OK

@@ -333,6 +333,12 @@ def select_scenarios(names: Sequence[str] | None) -> list[Scenario]:
     return [by_name[name] for name in names]
 
 
+def check_keep(base: Path) -> None:
+    """``--keep DIR`` must be new or empty: a FileExistsError saying so otherwise."""
+    if base.exists() and (not base.is_dir() or any(base.iterdir())):
+        raise FileExistsError(f"{base} exists and is not an empty directory")
+
+
 def run_demo(
     keep: str | os.PathLike[str] | None = None,
     names: Sequence[str] | None = None,
@@ -349,8 +355,7 @@ def run_demo(
     scenarios = select_scenarios(names)
     if keep is not None:
         base = Path(keep)
-        if base.exists() and (not base.is_dir() or any(base.iterdir())):
-            raise FileExistsError(f"{base} exists and is not an empty directory")
+        check_keep(base)
         base.mkdir(parents=True, exist_ok=True)
     else:
         base = Path(tempfile.mkdtemp(prefix="loaderdoctor-demo-"))

@@ -189,7 +189,10 @@ def _measure(sender: Connection, parts: LoaderParts, max_batches: int) -> None:
             batch = next(batches)
         except StopIteration:
             break
-        except Exception as error:  # the dataset's own failure: what the probe is there to see
+        except SampleFailed as failed:  # the dataset's own failure: what the probe is there to see
+            sender.send(("error", f"loading a batch raised {describe(failed.error)}{failed.where}"))
+            break
+        except Exception as error:  # in collate_fn or a batch_sampler: no one sample to name
             sender.send(("error", f"loading a batch raised {describe(error)}"))
             break
         nbytes, storages = batch_nbytes(batch)
@@ -206,6 +209,26 @@ def _measure(sender: Connection, parts: LoaderParts, max_batches: int) -> None:
         sender.send(("pickle", True, sink.size, None))
 
 
+class SampleFailed(Exception):
+    """``dataset[index]`` raised: the error, and where (the index, and the file where the dataset
+    names one), so that a first batch holding one bad image names it."""
+
+    def __init__(self, error: BaseException, index: int, dataset: Any) -> None:
+        super().__init__(str(error))
+        from loaderdoctor.supervise.samples import sample_file
+
+        self.error = error
+        file = sample_file(dataset, index)
+        self.where = f" (sample {index}" + (f", {file}" if file else "") + ")"
+
+
+def fetch(dataset: Any, index: int) -> Any:
+    try:
+        return dataset[index]
+    except Exception as error:
+        raise SampleFailed(error, index, dataset) from error
+
+
 def _batches(parts: LoaderParts) -> Iterator[Any]:
     dataset = parts.dataset
     if parts.batch_size is None:  # automatic batching off: collate_fn converts single samples
@@ -216,7 +239,7 @@ def _batches(parts: LoaderParts) -> Iterator[Any]:
         return
     if parts.batch_sampler is not None:
         for indices in parts.batch_sampler:
-            yield parts.collate_fn([dataset[index] for index in indices])
+            yield parts.collate_fn([fetch(dataset, index) for index in indices])
         return
     batch: list[Any] = []
     for sample in _samples(dataset):
@@ -233,7 +256,7 @@ def _samples(dataset: Any) -> Iterator[Any]:
 
     if not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__"):
         for index in range(len(dataset)):
-            yield dataset[index]
+            yield fetch(dataset, index)
     else:
         yield from iter(dataset)
 

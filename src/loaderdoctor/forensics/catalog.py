@@ -27,6 +27,12 @@ class Cause:
         return f"{DOCS_BASE}/{self.id}.md"
 
 
+def page_command(cause_id: str) -> str:
+    """What prints a cause's page wherever loaderdoctor is installed (``docs/causes`` is in a
+    checkout only): the ``more:`` of a verdict in a terminal."""
+    return f"loaderdoctor explain --cause {cause_id}"
+
+
 CAUSES: dict[str, Cause] = {
     cause.id: cause
     for cause in (
@@ -72,7 +78,11 @@ CAUSES: dict[str, Cause] = {
             ),
             symptoms=(
                 "RuntimeError: stack expects each tensor to be equal size",
-                "Caught RuntimeError in DataLoader worker process N ... in collate",
+                "RuntimeError: Caught RuntimeError in DataLoader worker process N.\n"
+                "Original Traceback (most recent call last):\n"
+                '  File ".../torch/utils/data/_utils/fetch.py", line N, in fetch\n'
+                "    return self.collate_fn(data)\n"
+                "TypeError: expected Tensor as element 1 in argument 0, but got NoneType",
             ),
             proof=(
                 "The wrapped collate_fn marks the collate stage in the flight recorder and tags an "
@@ -92,7 +102,14 @@ CAUSES: dict[str, Cause] = {
                 "Read the traceback above; worker_init_fn runs once per worker, in the worker.",
                 "Test it in the main process: call worker_init_fn(0) before building the loader.",
             ),
-            symptoms=("Caught <Exception> in DataLoader worker process N ... worker_init_fn",),
+            symptoms=(
+                "Caught <Exception> in DataLoader worker process N.",
+                "<Exception>: Caught <Exception> in DataLoader worker process N.\n"
+                "Original Traceback (most recent call last):\n"
+                '  File ".../torch/utils/data/_utils/worker.py", line N, in _worker_loop\n'
+                "    init_fn(worker_id)\n"
+                "<Exception>: ...",
+            ),
             proof=(
                 "The wrapper around worker_init_fn tags an exception raised in it with the init "
                 "stage, so the verdict tells a failing worker_init_fn from a failing sample."
@@ -222,7 +239,11 @@ CAUSES: dict[str, Cause] = {
                 "Run the sample named above in the main process (num_workers=0) to see the message "
                 "printed before the exit.",
             ),
-            symptoms=("DataLoader worker (pid(s) N) exited unexpectedly",),
+            symptoms=(
+                "DataLoader worker (pid(s) N) exited unexpectedly",
+                "DataLoader worker (pid N) exited unexpectedly with exit code N. Details are lost "
+                "due to multiprocessing.",
+            ),
             proof=(
                 "The worker's exit status is a non-zero exit code, not a signal, and no Python "
                 "exception reached the DataLoader; the flight recorder names the sample in "
@@ -302,8 +323,11 @@ CAUSES: dict[str, Cause] = {
                 "`torch.multiprocessing.set_sharing_strategy('file_system')`.",
             ),
             symptoms=(
-                "Traceback ... multiprocessing/queues.py ... in _feed (printed by a worker)",
                 "The training loop stops with no error",
+                "Traceback (most recent call last):\n"
+                '  File ".../multiprocessing/queues.py", line N, in _feed\n'
+                "    obj = _ForkingPickler.dumps(obj)\n"
+                "OSError: AF_UNIX path too long",
             ),
             proof=(
                 "loaderdoctor hooks the worker's queue feeder thread: a failure there bumps the "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 
+from loaderdoctor.forensics.catalog import page_command
 from loaderdoctor.forensics.evidence import Diagnosis
 
 MAX_STACK_LINES = 24
@@ -60,7 +61,7 @@ def format_verdict(d: Diagnosis, *, include_stack: bool = True) -> str:
     if others:
         lines.append(f"  also possible: {', '.join(others)}")
     if d.docs:
-        lines.append(f"  more: {d.docs}")
+        lines.append(f"  more: {page_command(d.cause)}")
     return "\n".join(lines)
 
 

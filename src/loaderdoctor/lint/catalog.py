@@ -50,6 +50,7 @@ _ROWS: tuple[Rule, ...] = (
             'Move the training code into a function and call it under `if __name__ == "__main__":`.'
         ),
         severity="error",
+        fixable=True,
         spawn_only=True,
     ),
     Rule(

@@ -6,6 +6,7 @@ import ast
 import io
 import json
 import re
+import time
 import tokenize
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -81,6 +82,8 @@ class _File:
     source: _Source
     notebook: bool
     wanted: bool  # given by name or relevant by its text; else parsed only on demand
+    parsed: bool = False
+    model: ModuleModel | None = None  # parsed as soon as it was read (start-up)
 
 
 @dataclass
@@ -154,7 +157,7 @@ def _check_project(files: list[_File], options: _Options, report: LintReport) ->
     pending: list[PendingModule] = []
     for file in files:
         if file.wanted:
-            model = _parse(file, options, report)
+            model = file.model if file.parsed else _parse(file, options, report)
             if model is not None:
                 modules.append(model)
                 sources[id(model)] = file.source
@@ -253,7 +256,7 @@ def read_source(path: Path) -> tuple[_Source, bool]:
 
 
 def _notebook_source(notebook: dict[str, object]) -> _Source:
-    """Code cells joined into one module; IPython magics and shell lines become ``pass``."""
+    """Code cells joined into one module, IPython syntax stripped as IPython itself does."""
     parts: list[str] = []
     cells: list[tuple[int, int]] = []
     next_line = 1
@@ -264,11 +267,7 @@ def _notebook_source(notebook: dict[str, object]) -> _Source:
         cell_number = len(cells) + 1
         text = cell.get("source", "")
         text = "".join(text) if isinstance(text, list) else str(text)
-        lines = text.splitlines()
-        if lines and lines[0].lstrip().startswith("%%"):
-            lines = [""] * len(lines)  # a cell magic: the body is not Python
-        # A magic inside a block (`if x:\n  %pip install y`) must stay a statement.
-        lines = [_magic_as_pass(line) for line in lines]
+        lines = _strip_magics(text.splitlines())
         cells.append((next_line, cell_number))
         parts.append("\n".join(lines) + "\n")
         next_line += len(lines) or 1
@@ -277,11 +276,47 @@ def _notebook_source(notebook: dict[str, object]) -> _Source:
     return _Source("".join(parts), tuple(cells))
 
 
-def _magic_as_pass(line: str) -> str:
+# Cell magics whose body IPython runs as Python (``%%time``); any other cell magic (``%%bash``,
+# ``%%writefile``) makes its body text that is not Python.
+_PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "px"})
+_CELL_MAGIC = re.compile(r"^\s*%%(\w+)")
+# ``files = !ls``, ``out = %sx ls``: IPython assigns the magic's result.
+_MAGIC_ASSIGNMENT = re.compile(r"^(\s*)([\w.\[\],\s*]+?)\s*=\s*[!%]")
+_HELP = re.compile(r"^\s*(\?{1,2}[\w.]+|[\w.]+\?{1,2})\s*$")
+
+
+def _strip_magics(lines: list[str]) -> list[str]:
+    """Each IPython-only line becomes a statement of the same shape, so line numbers hold."""
+    if lines:
+        match = _CELL_MAGIC.match(lines[0])
+        if match is not None:
+            if match.group(1) not in _PYTHON_CELL_MAGICS:
+                return [""] * len(lines)
+            lines = ["", *lines[1:]]
+    stripped: list[str] = []
+    continued = False
+    for line in lines:
+        if continued:  # the rest of a magic continued with a backslash
+            stripped.append("")
+            continued = line.rstrip().endswith("\\")
+            continue
+        new = _magic_as_statement(line)
+        if new != line:
+            continued = line.rstrip().endswith("\\")
+        stripped.append(new)
+    return stripped
+
+
+def _magic_as_statement(line: str) -> str:
+    """A magic inside a block (``if x:\n  %pip install y``) must stay a statement there."""
     stripped = line.lstrip()
-    if not stripped.startswith(("%", "!")):
-        return line
-    return line[: len(line) - len(stripped)] + "pass"
+    indent = line[: len(line) - len(stripped)]
+    if stripped.startswith(("%", "!")) or _HELP.match(line):
+        return f"{indent}pass"
+    assignment = _MAGIC_ASSIGNMENT.match(line)
+    if assignment is not None:
+        return f"{indent}{assignment.group(2).strip()} = None"
+    return line
 
 
 def _module_name(path: Path, root: Path | None) -> str:
@@ -309,6 +344,64 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path | None]
                 yield child, path
 
 
+# A folder holding one of these is the root of a project (a repository checkout).
+_PROJECT_MARKERS = (
+    ".git",
+    "setup.py",
+    "setup.cfg",
+    "pyproject.toml",
+    "requirements.txt",
+    "README.md",
+    "README.rst",
+    "README",
+    "LICENSE",
+    "LICENSE.md",
+    "LICENSE.txt",
+)
+
+
+class _Roots:
+    """Which project each file belongs to, so that two repositories side by side in one folder
+    (two top-level ``dataset.py``) are two projects whose modules never resolve into each other.
+
+    A folder given on the command line that is inside a project (a marker in it or above it) is
+    that project; a folder outside any project is split at the outermost project folders below
+    it. Module names are dotted paths from the project root, as the project's imports spell them.
+    """
+
+    def __init__(self) -> None:
+        self._marked: dict[Path, bool] = {}
+        self._above: dict[Path, Path | None] = {}
+
+    def _is_root(self, folder: Path) -> bool:
+        known = self._marked.get(folder)
+        if known is None:
+            known = self._marked[folder] = not (folder / "__init__.py").exists() and any(
+                (folder / marker).exists() for marker in _PROJECT_MARKERS
+            )
+        return known
+
+    def _enclosing(self, folder: Path) -> Path | None:
+        """The nearest project root at or above ``folder``."""
+        if folder not in self._above:
+            found = next((f for f in (folder, *folder.parents) if self._is_root(f)), None)
+            self._above[folder] = found
+        return self._above[folder]
+
+    def of(self, path: Path, given: Path | None) -> tuple[Path | None, Path | None]:
+        """(project root or None when there is none, folder module names are relative to)."""
+        start = (given or path.parent).resolve()
+        enclosing = self._enclosing(start)
+        if enclosing is not None:
+            return enclosing, enclosing
+        if given is None:
+            return None, None
+        for folder in reversed(path.resolve().parents):  # outermost first
+            if folder != start and start in folder.parents and self._is_root(folder):
+                return folder, folder
+        return None, start
+
+
 def check_paths(
     paths: Iterable[str | Path],
     select: Sequence[str] | None = None,
@@ -320,10 +413,12 @@ def check_paths(
 
     Findings below ``min_severity`` are counted in ``report.hidden``, not listed.
     """
+    started = time.perf_counter()
     options = _Options(select, ignore, _checked_platform(platform), min_severity)
     report = LintReport()
-    files: list[_File] = []
-    for path, root in iter_files(paths):
+    projects: dict[Path | None, list[_File]] = {}
+    roots = _Roots()
+    for path, given in iter_files(paths):
         name = str(path)
         try:
             source, notebook = read_source(path)
@@ -345,12 +440,39 @@ def check_paths(
             continue
         report.files_checked += 1
         report.lines_checked += source.text.count("\n") + 1
-        wanted = root is None or notebook or bool(_RELEVANT.search(source.text))
-        files.append(_File(name, _module_name(path, root), source, notebook, wanted))
-    _mark_subclass_modules(files)
-    _check_project(files, options, report)
+        wanted = given is None or notebook or bool(_RELEVANT.search(source.text))
+        project, base = roots.of(path, given)
+        module_name = _module_name(path.resolve() if base else path, base)
+        file = _File(name, module_name, source, notebook, wanted)
+        if wanted:  # parse while the next files are read: the first finding comes sooner
+            file.model, file.parsed = _parse(file, options, report), True
+        projects.setdefault(project, []).append(file)
+    for files in projects.values():
+        _mark_subclass_modules(files)
+        _mark_importers(files)
+        _check_project(files, options, report)
     report.findings.sort(key=_sort_key)
+    report.seconds = time.perf_counter() - started
     return report
+
+
+_IMPORTED = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import|import[ \t]+([\w.]+))", re.M)
+# A call made at import time: a statement at column 0 that calls something (`fit(model)`).
+_TOP_LEVEL_CALL = re.compile(r"^(?:[A-Za-z_][\w.]*[ \t]*=[ \t]*)?[A-Za-z_][\w.]*\(", re.M)
+
+
+def _mark_importers(files: list[_File]) -> None:
+    """A script that imports a relevant module and calls something at import time is relevant:
+    the function it calls may start DataLoader workers (LD101 through imported functions)."""
+    wanted = {file.module_name.rpartition(".")[2] for file in files if file.wanted}
+    for file in files:
+        if file.wanted or not _TOP_LEVEL_CALL.search(file.source.text):
+            continue
+        for match in _IMPORTED.finditer(file.source.text):
+            name = (match.group(1) or match.group(2) or "").rpartition(".")[2]
+            if name in wanted:
+                file.wanted = True
+                break
 
 
 def _mark_subclass_modules(files: list[_File]) -> None:

@@ -86,7 +86,9 @@ class LintReport:
     files_checked: int = 0
     lines_checked: int = 0
     fixed: list[FixRecord] = field(default_factory=list)
+    unfixed: list[FixRecord] = field(default_factory=list)  # --fix declined, and why
     hidden: int = 0  # findings below the severity asked for (info, by default)
+    seconds: float = 0.0  # how long the lint took, reading files included
 
     def count(self, severity: str) -> int:
         return sum(1 for finding in self.findings if finding.severity == severity)
@@ -115,9 +117,12 @@ class LintReport:
             "files_checked": self.files_checked,
             "lines_checked": self.lines_checked,
             "hidden": self.hidden,
+            "seconds": round(self.seconds, 3),
         }
         if self.fixed:
             data["fixed"] = [record.to_dict() for record in self.fixed]
+        if self.unfixed:
+            data["unfixed"] = [record.to_dict() for record in self.unfixed]
         return data
 
     @classmethod
@@ -128,7 +133,9 @@ class LintReport:
         return cls(
             findings=[LintFinding.from_dict(item) for item in data.get("findings", [])],
             fixed=[FixRecord.from_dict(item) for item in data.get("fixed", [])],
+            unfixed=[FixRecord.from_dict(item) for item in data.get("unfixed", [])],
             files_checked=int(data.get("files_checked", 0)),
             lines_checked=int(data.get("lines_checked", 0)),
             hidden=int(data.get("hidden", 0)),
+            seconds=float(data.get("seconds", 0.0)),
         )

@@ -2,6 +2,8 @@
 
 LD105: remove worker-only options given with num_workers=0.
 LD102: hoist a lambda passed as collate_fn/worker_init_fn to a module-level function.
+LD101: move the code that runs at import into ``def main():`` and call it under the main guard,
+or say why that would change what the script does.
 """
 
 from __future__ import annotations
@@ -197,6 +199,143 @@ def _apply(source: str, edits: list[_Edit]) -> str:
     return source
 
 
+_GUARD = 'if __name__ == "__main__":'
+
+
+def wrap_in_main(source: str) -> tuple[str, str | None]:
+    """The script with its import-time code moved into ``main()`` + the guard, or the source
+    unchanged and why it cannot be (one sentence)."""
+    tree = ast.parse(source)
+    stays: list[ast.stmt] = []
+    moves: list[ast.stmt] = []
+    for index, statement in enumerate(tree.body):
+        docstring = index == 0 and isinstance(statement, ast.Expr)
+        docstring = docstring and isinstance(getattr(statement, "value", None), ast.Constant)
+        if docstring or isinstance(statement, _STAYS):
+            stays.append(statement)
+        elif isinstance(statement, ast.If) and _is_main_guard(statement.test):
+            return source, (
+                'it already has an `if __name__ == "__main__":` block; move the top-level '
+                "code into it"
+            )
+        else:
+            moves.append(statement)
+    reason = _why_not_wrapped(stays, moves)
+    if reason is not None:
+        return source, reason
+    name = _unique_name(
+        "main",
+        {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        | {getattr(s, "name", "") for s in stays},
+    )
+    lines = source.splitlines(keepends=True)
+    body: list[str] = []
+    keep = [True] * len(lines)
+    for statement in moves:
+        for number in range(statement.lineno, (statement.end_lineno or statement.lineno) + 1):
+            keep[number - 1] = False
+            text = lines[number - 1]
+            body.append(f"    {text}" if text.strip() else text)
+    if body and not body[-1].endswith("\n"):
+        body[-1] += "\n"
+    rest = _close_gaps(lines, keep).rstrip("\n")
+    new = f"{rest}\n\n\ndef {name}():\n{''.join(body)}\n\n{_GUARD}\n    {name}()\n"
+    return new.lstrip("\n"), None
+
+
+_STAYS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _why_not_wrapped(stays: list[ast.stmt], moves: list[ast.stmt]) -> str | None:
+    """Why moving ``moves`` into a function would change what the script does, if it would."""
+    if not moves:
+        return "no top-level code to move"
+    moved_names = {
+        node.id
+        for statement in moves
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load)
+    }
+    for statement in stays:
+        local = _locals(statement)
+        for node in ast.walk(statement):
+            if (
+                isinstance(node, ast.Name)
+                and isinstance(node.ctx, ast.Load)
+                and node.id in moved_names
+                and node.id not in local
+            ):
+                where = getattr(statement, "name", "an import")
+                return (
+                    f"`{where}` (line {statement.lineno}) reads `{node.id}`, which the top-level "
+                    "code sets: it would become a local of main(); pass it as an argument first"
+                )
+    for statement in moves:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.Global, ast.Nonlocal)):
+                return f"line {node.lineno} declares `global`: a reader must decide"
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if node.end_lineno != node.lineno:
+                    return (
+                        f"the string at line {node.lineno} spans lines: indenting it would "
+                        "change its text"
+                    )
+    taken = {statement.lineno for statement in moves}
+    if len(taken) != len(moves) or any(s.lineno in taken for s in stays):
+        return "two statements share a line"
+    return None
+
+
+def _close_gaps(lines: list[str], keep: list[bool]) -> str:
+    """The kept lines; where code was taken out, the blank lines around it shrink to two."""
+    out: list[str | None] = []
+    for line, kept in zip(lines, keep):
+        if kept:
+            out.append(line)
+        elif not out or out[-1] is not None:
+            out.append(None)  # a gap
+    text: list[str] = []
+    run: list[str | None] = []
+    for item in [*out, "<end>"]:
+        if item is None or (item != "<end>" and not item.strip()):
+            run.append(item)
+            continue
+        blanks = [line for line in run if line is not None]
+        text.extend(blanks[:2] if None in run else blanks)
+        run = []
+        if item != "<end>":
+            text.append(item)
+    return "".join(text)
+
+
+def _locals(statement: ast.stmt) -> set[str]:
+    """Names a function binds itself (its parameters and assignments): not the module's."""
+    if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return set()
+    names = {arg.arg for arg in ast.walk(statement.args) if isinstance(arg, ast.arg)}
+    declared = {
+        n for node in ast.walk(statement) if isinstance(node, ast.Global) for n in node.names
+    }
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+    return names - declared
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    if not (isinstance(test, ast.Compare) and len(test.comparators) == 1):
+        return False
+    left, right = test.left, test.comparators[0]
+    if isinstance(right, ast.Name):
+        left, right = right, left
+    return (
+        isinstance(left, ast.Name)
+        and left.id == "__name__"
+        and isinstance(right, ast.Constant)
+        and right.value == "__main__"
+    )
+
+
 def fix_paths(
     paths: Sequence[str | Path],
     select: Sequence[str] | None = None,
@@ -211,6 +350,30 @@ def fix_paths(
         if finding.code in ("LD102", "LD105") and finding.cell is None:
             by_path[finding.path].append(finding)
     fixed: list[FixRecord] = []
+    unfixed: list[FixRecord] = []
+    guard_findings = {
+        finding.path: finding
+        for finding in reversed(before.findings)
+        if finding.code == "LD101" and finding.cell is None
+    }
+    for name, finding in guard_findings.items():
+        path = Path(name)
+        source, _ = read_source(path)
+        new_text, reason = wrap_in_main(source.text)
+        if reason is not None:
+            unfixed.append(FixRecord(name, finding.line, "LD101", reason))
+            continue
+        with path.open("w", encoding="utf-8", newline="") as handle:
+            handle.write(new_text)
+        fixed.append(
+            FixRecord(
+                name,
+                finding.line,
+                "LD101",
+                'moved the top-level code into main(), called under `if __name__ == "__main__":`',
+            )
+        )
+        by_path.pop(name, None)  # positions moved: the LD102/LD105 fixes wait for the next run
     for name, findings in by_path.items():
         path = Path(name)
         if path.suffix == ".ipynb":
@@ -225,4 +388,5 @@ def fix_paths(
         paths, select=select, ignore=ignore, platform=platform, min_severity=min_severity
     )
     after.fixed = sorted(fixed)
+    after.unfixed = sorted(unfixed)
     return after

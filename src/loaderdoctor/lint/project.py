@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from loaderdoctor.lint.calls import CallGraph
 from loaderdoctor.lint.model import (
     _FUNCTIONS,
     DatasetClass,
@@ -60,6 +61,7 @@ class Project:
             self._adopt(module)
         for waiting in pending or []:
             self._index(waiting.module_name, waiting)
+        _adopt_loader_subclasses(self)
         self.fork_everywhere = any(module.sets_fork for module in self.modules)
         self.sets_cv2_threads = any(_sets_cv2_threads(module) for module in self.modules)
         self._datasets: dict[int, DatasetClass] | None = None
@@ -68,6 +70,8 @@ class Project:
         self._loader_classes: list[tuple[LoaderCall, ModuleModel, ast.ClassDef | None]] | None = (
             None
         )
+        self._calls_by_name: dict[str, list[tuple[ModuleModel, ast.Call]]] | None = None
+        self.graph = CallGraph(self)
 
     # -- modules -----------------------------------------------------------------------------
 
@@ -210,6 +214,25 @@ class Project:
             return found[0], found[1]
         return None
 
+    def constructions(
+        self, module: ModuleModel, cls: ast.ClassDef
+    ) -> list[tuple[ModuleModel, ast.Call]]:
+        """Every call in a linted module that builds an instance of ``cls`` (argument flow)."""
+        if self._calls_by_name is None:
+            index: dict[str, list[tuple[ModuleModel, ast.Call]]] = {}
+            for model in self.modules:
+                for call in model.calls:
+                    func = call.func
+                    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                    index.setdefault(name, []).append((model, call))
+            self._calls_by_name = index
+        found = []
+        for model, call in self._calls_by_name.get(cls.name, ()):
+            resolved = self.resolve(model, call.func)
+            if resolved is not None and resolved[1] is cls:
+                found.append((model, call))
+        return found
+
     # -- Dataset classes ---------------------------------------------------------------------
 
     @property
@@ -241,23 +264,28 @@ class Project:
         table: dict[int, DatasetClass] = {}
         self._datasets = table
         pending = [(module, node) for module in self.modules for node in module.classes_in_order()]
-        changed = True
-        while changed:  # a class may derive from a Dataset defined further down, or elsewhere
-            changed = False
-            for module, node in pending:
-                if id(node) in table:
-                    continue
-                dataset = self._as_dataset(module, node)
-                if dataset is not None:
-                    table[id(node)] = dataset
-                    changed = True
+        # A class may derive from a Dataset defined further down, or in a module read later:
+        # a class whose project base is not decided yet waits, so that a duck-typed subclass
+        # (``__getitem__`` + ``__len__``) is not fixed without its bases; then the rest.
+        for postpone in (True, False):
+            changed = True
+            while changed:
+                changed = False
+                for module, node in pending:
+                    if id(node) in table:
+                        continue
+                    dataset = self._as_dataset(module, node, postpone=postpone)
+                    if dataset is not None:
+                        table[id(node)] = dataset
+                        changed = True
         return table
 
     def _as_dataset(
-        self, module: ModuleModel, node: ast.ClassDef, depth: int = 0
+        self, module: ModuleModel, node: ast.ClassDef, depth: int = 0, postpone: bool = False
     ) -> DatasetClass | None:
         table = self._datasets or {}
         explicit = False
+        undecided = False
         bases: list[DatasetClass] = []
         for base in node.bases:
             name = module.scopes.qualified(base) or ""
@@ -275,6 +303,8 @@ class Project:
                 if known is not None:
                     explicit = explicit or known.explicit
                     bases.append(known)
+                elif self._checked(base_module):
+                    undecided = True
             elif name.startswith(_DATASET_BASE_PREFIXES) and name.endswith("Dataset"):
                 explicit = True
             elif name.startswith("torchvision.datasets."):
@@ -287,6 +317,8 @@ class Project:
         duck = {"__getitem__", "__len__"} <= methods
         if not (explicit or bases or duck):
             return None
+        if postpone and undecided:
+            return None  # decided once its project bases are
         local = module.scopes.enclosing(node, _FUNCTIONS) is not None
         return DatasetClass(node, module, explicit, local, bases)
 
@@ -357,3 +389,54 @@ def spawn_where(project: Project, loader: LoaderCall) -> str:
     if project.platform in ("windows", "macos"):
         return f"on {'Windows' if project.platform == 'windows' else 'macOS'} (spawn)"
     return "on Windows and macOS (spawn) and Linux from Python 3.14 (forkserver)"
+
+
+def _adopt_loader_subclasses(project: Project) -> None:
+    """``AudioDataLoader(dataset, num_workers=4)`` of a project ``class AudioDataLoader(DataLoader)``
+    starts workers as a DataLoader does: its calls join their modules' loaders."""
+    candidates = [
+        (module, node)
+        for module in project.modules
+        for node in module.classes_in_order()
+        if node.bases
+    ]
+    found: dict[int, ast.ClassDef] = {}
+    changed = True
+    while changed:  # a subclass of a subclass
+        changed = False
+        for module, node in candidates:
+            if id(node) in found:
+                continue
+            for base in node.bases:
+                resolved = project.resolve(module, base)
+                if module._is_loader(base) or (resolved is not None and id(resolved[1]) in found):
+                    found[id(node)] = node
+                    changed = True
+                    break
+    if not found:
+        return
+    names = {node.name for node in found.values()}
+    for module in project.modules:
+        known = {id(loader.node) for loader in module.loaders}
+        for call in module.calls:
+            func = call.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name not in names or id(call) in known:
+                continue
+            resolved = project.resolve(module, func)
+            if resolved is None or id(resolved[1]) not in found:
+                continue
+            cls = resolved[1]
+            assert isinstance(cls, ast.ClassDef)
+            if _passes_through(cls) or "num_workers" in {k.arg for k in call.keywords}:
+                module.loaders.append(module._loader(call))
+
+
+def _passes_through(cls: ast.ClassDef) -> bool:
+    """No ``__init__`` of its own, or one taking ``(self, *args, **kwargs)``: DataLoader's
+    parameters and defaults hold."""
+    for statement in cls.body:
+        if isinstance(statement, _FUNCTIONS) and statement.name == "__init__":
+            arguments = statement.args
+            return len(arguments.args) == 1 and arguments.vararg is not None
+    return True

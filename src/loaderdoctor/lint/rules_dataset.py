@@ -5,9 +5,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from loaderdoctor.lint.calls import Caller, Path
 from loaderdoctor.lint.model import DatasetClass, FunctionNode, Hit, ModuleModel
 from loaderdoctor.lint.project import Project
-from loaderdoctor.lint.scope import is_self_attribute, walk_local
+from loaderdoctor.lint.scope import UNKNOWN, is_self_attribute, walk_local
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # torch.cuda calls that only ask questions and do not create a CUDA context in the worker.
@@ -98,11 +99,32 @@ def stored_elsewhere(dataset: DatasetClass, attr: str) -> bool:
     init_nodes: set[ast.AST] = set()
     for function, _ in dataset.init_methods():
         init_nodes.update(ast.walk(function))
+    family = _class_family(dataset)
     for module in {id(m): m for m in (dataset.module, *dataset.module.project.modules)}.values():
         for node in module.scopes.attributes.get(attr, ()):
             if isinstance(node.ctx, ast.Store) and node not in init_nodes:
+                if is_self_attribute(node):
+                    owner = module.scopes.enclosing(node, (ast.ClassDef,))
+                    if owner is not None and id(owner) not in family:
+                        continue  # another class's own attribute of the same name
                 return True
     return False
+
+
+def _class_family(dataset: DatasetClass) -> set[int]:
+    """The class nodes of this Dataset, its bases and the project classes derived from it."""
+    family: set[int] = set()
+    pending = [dataset]
+    while pending:
+        current = pending.pop()
+        if id(current.node) not in family and len(family) < 64:
+            family.add(id(current.node))
+            pending.extend(current.bases)
+    project = dataset.module.project
+    for other in project.datasets:
+        if any(id(base.node) in family for base in other.bases):
+            family.add(id(other.node))
+    return family
 
 
 # -- LD103 -------------------------------------------------------------------------------------
@@ -119,6 +141,7 @@ def check_cuda_in_workers(project: Project) -> Iterator[Hit]:
                     f"{what} in `{owner.name}.{method.name}` runs in every DataLoader worker: "
                     "a forked worker cannot initialise CUDA, a spawned one builds its own context",
                 )
+        yield from _cuda_through_calls(project, dataset)
     for model in project.modules:
         for loader in model.loaders:
             collate = loader.arguments.get("collate_fn")
@@ -135,6 +158,31 @@ def check_cuda_in_workers(project: Project) -> Iterator[Hit]:
                     f"{what} in the collate_fn runs in every DataLoader worker: a forked worker "
                     "cannot initialise CUDA, a spawned one builds its own context",
                 )
+
+
+def _cuda_through_calls(project: Project, dataset: DatasetClass) -> Iterator[Hit]:
+    """CUDA in a project function that a worker method calls (``to_device(x)`` in utils)."""
+    methods = {id(method) for method, _ in dataset.worker_methods()}
+    for method, owner in dataset.worker_methods():
+        start = Caller(owner.module, method, owner.node, dataset)
+        for reached, path in project.graph.reach(start):
+            if not path.edges or id(reached.function) in methods:
+                continue  # worker methods are judged on their own
+            use = next(iter(_cuda_uses(reached.module, reached.function, None)), None)
+            if use is None:
+                continue
+            node, what = use
+            line = getattr(node, "lineno", 0)
+            yield Hit(
+                owner.module,
+                path.edges[0].call,
+                "LD103",
+                f"{what} ({reached.module.path}:{line}) is reached from "
+                f"`{owner.name}.{method.name}` through {path.describe()} and runs in every "
+                "DataLoader worker: a forked worker cannot initialise CUDA, a spawned one builds "
+                "its own context",
+            )
+            return  # one per Dataset: the first path a reader can follow
 
 
 def _collate_function(model: ModuleModel, node: ast.expr) -> ast.AST | None:
@@ -192,24 +240,124 @@ def _is_cuda_device(model: ModuleModel, node: ast.AST, dataset: DatasetClass | N
 def check_shared_handles(project: Project) -> Iterator[Hit]:
     for dataset in project.worker_datasets():
         workers = dataset.worker_methods()
-        for attr, value, function, owner in init_assignments(dataset):
+        assignments = list(init_assignments(dataset))
+        for attr, value, function, owner in assignments:
             opener = _handle_opener(owner.module, value, owner, 0)
             if opener is None or _closed_in(dataset, attr):
                 continue
             if stored_elsewhere(dataset, attr):
                 continue
-            user = uses_self_attribute(workers, attr)
-            if user is None:
+            # self.file = h5py.File(p); self.images = self.file["images"]: one handle, two names
+            family = [attr] + [
+                derived
+                for derived, derived_value, _, _ in assignments
+                if derived != attr and _root_attribute(derived_value) == attr
+            ]
+            read = _read_on_every_item(workers, family, _constant_flags(dataset, assignments))
+            if read is None:
                 continue
+            name, user = read
             where = "" if function.name == "__init__" else f" (via `{function.name}()`)"
+            held = (
+                f"`self.{attr}` holds {opener},"
+                if name == attr
+                else f"`self.{name}` is read from `self.{attr}`, {opener},"
+            )
             yield Hit(
                 owner.module,
                 value,
                 "LD106",
-                f"`self.{attr}` holds {opener}, opened in `{dataset.name}.__init__`{where} and "
-                f"used in `{user}`: forked workers share one handle (one offset, one "
-                "connection), and spawn cannot pickle it",
+                f"{held} opened in `{dataset.name}.__init__`{where} and used in `{user}`: "
+                "forked workers share one handle (one offset, one connection), and spawn "
+                "cannot pickle it",
             )
+
+
+def _root_attribute(value: ast.AST) -> str | None:
+    """``x`` for ``self.x["images"]``, ``self.x.get(...)``, ``self.x.begin()``."""
+    node = value
+    while isinstance(node, (ast.Subscript, ast.Attribute, ast.Call)):
+        if is_self_attribute(node):
+            assert isinstance(node, ast.Attribute)
+            return node.attr
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return None
+
+
+def _constant_flags(
+    dataset: DatasetClass, assignments: list[tuple[str, ast.expr, FunctionNode, DatasetClass]]
+) -> dict[str, object]:
+    """``self.use_cache = False`` in ``__init__``, never set again: a branch on it is dead."""
+    values: dict[str, list[ast.expr]] = {}
+    for attr, value, _, _ in assignments:
+        values.setdefault(attr, []).append(value)
+    return {
+        attr: found[0].value
+        for attr, found in values.items()
+        if len(found) == 1
+        and isinstance(found[0], ast.Constant)
+        and not stored_elsewhere(dataset, attr)
+    }
+
+
+def _read_on_every_item(
+    workers: list[tuple[FunctionNode, DatasetClass]],
+    family: list[str],
+    flags: dict[str, object],
+) -> tuple[str, str] | None:
+    """(attribute, worker method) of a read of the handle: one on every item if any, else one
+    in a branch that may run; None when every read sits in a branch that never runs."""
+    conditional: tuple[str, str] | None = None
+    for function, owner in workers:
+        for node in ast.walk(function):
+            if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)):
+                continue
+            if not (is_self_attribute(node) and node.attr in family):
+                continue
+            branch = _branch_kind(owner.module, function, node, flags)
+            if branch == "always":
+                return node.attr, function.name
+            if branch == "maybe" and conditional is None:
+                conditional = (node.attr, function.name)
+    return conditional
+
+
+def _branch_kind(
+    model: ModuleModel, function: ast.AST, node: ast.AST, flags: dict[str, object]
+) -> str:
+    """always: on every call; maybe: under a condition; never: under ``if False:`` or under
+    ``if self.flag:`` where ``__init__`` set the flag to False for good."""
+    kind = "always"
+    child, parent = node, model.scopes.parents.get(node)
+    while parent is not None and parent is not function:
+        if isinstance(parent, (ast.If, ast.While, ast.IfExp)) and child is not parent.test:
+            test = _flag_value(parent.test, flags)
+            if test is UNKNOWN:
+                test = model.scopes.evaluate(parent.test)
+            in_body = any(child is item for item in _as_list(parent.body))
+            if isinstance(test, (bool, int)) and not isinstance(test, type(UNKNOWN)):
+                if bool(test) != in_body:
+                    return "never"
+            else:
+                kind = "maybe"
+        elif isinstance(parent, (ast.ExceptHandler, ast.For, ast.AsyncFor)):
+            kind = "maybe"
+        child, parent = parent, model.scopes.parents.get(parent)
+    return kind
+
+
+def _flag_value(test: ast.expr, flags: dict[str, object]) -> object:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _flag_value(test.operand, flags)
+        return UNKNOWN if inner is UNKNOWN else not inner
+    if is_self_attribute(test):
+        assert isinstance(test, ast.Attribute)
+        return flags.get(test.attr, UNKNOWN)
+    return UNKNOWN
+
+
+def _as_list(body: object) -> list[ast.AST]:
+    return body if isinstance(body, list) else [body]  # type: ignore[list-item]
 
 
 def _handle_opener(
@@ -235,20 +383,29 @@ def _handle_opener(
     ):
         helper = owner.find(value.func.attr)  # self.env = self._open_env(path)
         if helper is not None:
-            function, helper_owner = helper
-            for node in walk_local(function):
-                if isinstance(node, ast.Return) and node.value is not None:
-                    found = _handle_opener(helper_owner.module, node.value, helper_owner, depth + 1)
-                    if found:
-                        return found
-                    if isinstance(node.value, ast.Name):
-                        for binding in helper_owner.module.scopes.lookup(node.value.id, node):
-                            if isinstance(binding, ast.expr):
-                                found = _handle_opener(
-                                    helper_owner.module, binding, helper_owner, depth + 1
-                                )
-                                if found:
-                                    return found
+            return _returned_handle(helper[1].module, helper[0], helper[1], depth)
+        return None
+    found = model.project.function(model, value.func)  # self.db = open_db(path), in utils
+    if found is not None:
+        return _returned_handle(found[0], found[1], owner, depth)
+    return None
+
+
+def _returned_handle(
+    model: ModuleModel, function: FunctionNode, owner: DatasetClass, depth: int
+) -> str | None:
+    """The handle a helper returns, directly or through a local it opened."""
+    for node in walk_local(function):
+        if isinstance(node, ast.Return) and node.value is not None:
+            found = _handle_opener(model, node.value, owner, depth + 1)
+            if found:
+                return found
+            if isinstance(node.value, ast.Name):
+                for binding in model.scopes.lookup(node.value.id, node):
+                    if isinstance(binding, ast.expr):
+                        found = _handle_opener(model, binding, owner, depth + 1)
+                        if found:
+                            return found
     return None
 
 
@@ -286,27 +443,62 @@ def check_opencv_threads(project: Project) -> Iterator[Hit]:
     if project.sets_cv2_threads:
         return  # process-wide, wherever it is called: a setup module, the entry point
     for dataset in project.worker_datasets():
-        for method, owner in dataset.worker_methods():
-            model = owner.module
-            use = next(
-                (
-                    node
-                    for node in ast.walk(method)
-                    if isinstance(node, ast.Call)
-                    and (model.scopes.qualified(node.func) or "").startswith("cv2.")
-                ),
-                None,
+        found = _first_opencv_use(project, dataset)
+        if found is None:
+            continue
+        method, owner, use, path = found
+        where = f"`{owner.name}.{method.name}`"
+        if path.edges:
+            end = path.end
+            assert end is not None
+            name = owner.module.scopes.qualified(use.func) if end.module is owner.module else None
+            name = name or end.module.scopes.qualified(use.func) or "cv2"
+            line = getattr(use, "lineno", 0)
+            yield Hit(
+                owner.module,
+                path.edges[0].call,
+                "LD108",
+                f"OpenCV (`{name}`, {end.module.path}:{line}) is reached from {where} through "
+                f"{path.describe()}, but no module of the project calls `cv2.setNumThreads(0)`: "
+                "every worker starts a thread per core, num_workers x cores threads in all",
             )
+        else:
+            yield Hit(
+                owner.module,
+                use,
+                "LD108",
+                f"OpenCV is used in {where} but no module of the project calls "
+                "`cv2.setNumThreads(0)`: every worker starts a thread per core, num_workers x "
+                "cores threads in all",
+            )
+
+
+def _first_opencv_use(
+    project: Project, dataset: DatasetClass
+) -> tuple[FunctionNode, DatasetClass, ast.Call, Path] | None:
+    """The first worker method that calls OpenCV, itself or through project functions."""
+    starts = dataset.worker_methods()
+    for method, owner in starts:  # a direct use first, as a reader sees it
+        use = _opencv_call(owner.module, method)
+        if use is not None:
+            return method, owner, use, Path(())
+    for method, owner in starts:
+        start = Caller(owner.module, method, owner.node, dataset)
+        for reached, path in project.graph.reach(start):
+            if not path.edges:
+                continue
+            use = _opencv_call(reached.module, reached.function)
             if use is not None:
-                yield Hit(
-                    model,
-                    use,
-                    "LD108",
-                    f"OpenCV is used in `{owner.name}.{method.name}` but no module of the "
-                    "project calls `cv2.setNumThreads(0)`: every worker starts a thread per "
-                    "core, num_workers x cores threads in all",
-                )
-                break
+                return method, owner, use, path
+    return None
+
+
+def _opencv_call(model: ModuleModel, function: ast.AST) -> ast.Call | None:
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call):
+            if (model.scopes.qualified(node.func) or "").startswith("cv2."):
+                return node
+    return None
 
 
 # -- LD109 -------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from loaderdoctor.lint.calls import Caller
 from loaderdoctor.lint.model import Hit, LoaderCall, ModuleModel, Placement
 from loaderdoctor.lint.project import Project, spawn_severity, spawn_where
 from loaderdoctor.lint.scope import dotted_name, walk_local
@@ -43,11 +44,7 @@ def check_main_guard(project: Project) -> Iterator[Hit]:
 
 
 def _module_hits(model: ModuleModel) -> Iterator[Hit]:
-    candidates = [
-        loader for loader in model.loaders if loader.may_start_workers and model.spawns(loader)
-    ]
-    if not candidates:
-        return
+    candidates = _candidates(model)
     holders = _module_holders(model, candidates)
     uses = _holder_uses(model, holders)
     for loader in candidates:
@@ -66,27 +63,33 @@ def _module_hits(model: ModuleModel) -> Iterator[Hit]:
                 f"which fails {spawn_where(model.project, loader)}",
                 severity=spawn_severity(model.project, loader),
             )
-    functions = {
-        statement.name: statement
-        for statement in model.tree.body
-        if isinstance(statement, _FUNCTIONS)
-    }
-    cache: dict[str, LoaderCall | None] = {}
+    cache: dict[int, tuple[LoaderCall, ModuleModel] | None] = {}
     for node in _import_time_calls(model):
-        name = node.func.id if isinstance(node.func, ast.Name) else ""
-        started = _starts_workers(model, functions, holders, candidates, name, 0, cache)
-        if started is not None:
-            loader = started
-            yield Hit(
-                model,
-                node,
-                "LD101",
-                f"`{name}()` runs at import time and iterates a DataLoader with num_workers="
-                f"{loader.workers_text} (line {loader.node.lineno}), outside an "
-                '`if __name__ == "__main__":` guard: each spawned worker re-imports the script '
-                f"and runs it again, which fails {spawn_where(model.project, loader)}",
-                severity=spawn_severity(model.project, loader),
-            )
+        found = model.project.function(model, node.func)
+        if found is None:
+            continue
+        started = _starts_workers(found[0], found[1], 0, cache)
+        if started is None:
+            continue
+        loader, where = started
+        line = f"line {loader.node.lineno}"
+        if where is not model:
+            line += f" of {where.path}"
+        name = dotted_name(node.func)
+        yield Hit(
+            model,
+            node,
+            "LD101",
+            f"`{name}()` runs at import time and iterates a DataLoader with num_workers="
+            f"{loader.workers_text} ({line}), outside an "
+            '`if __name__ == "__main__":` guard: each spawned worker re-imports the script '
+            f"and runs it again, which fails {spawn_where(model.project, loader)}",
+            severity=spawn_severity(model.project, loader),
+        )
+
+
+def _candidates(model: ModuleModel) -> list[LoaderCall]:
+    return [loader for loader in model.loaders if loader.may_start_workers and model.spawns(loader)]
 
 
 def _module_holders(model: ModuleModel, candidates: list[LoaderCall]) -> _Holders:
@@ -158,54 +161,52 @@ def _consumed_at_top_level(
 
 
 def _import_time_calls(model: ModuleModel) -> Iterator[ast.Call]:
-    """Calls of module functions made while the module is imported (outside the main guard)."""
+    """Calls of project functions made while the module is imported (outside the main guard)."""
     for statement in model.tree.body:
         if isinstance(statement, (*_FUNCTIONS, ast.ClassDef, ast.Import, ast.ImportFrom)):
             continue
         for node in walk_local(statement):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
                 if model.placement(node) is Placement.UNGUARDED:
                     yield node
 
 
 def _starts_workers(
     model: ModuleModel,
-    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef],
-    holders: _Holders,
-    candidates: list[LoaderCall],
-    name: str,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
     depth: int,
-    cache: dict[str, LoaderCall | None],
-) -> LoaderCall | None:
-    """The worker DataLoader that calling module function ``name`` iterates, if any."""
-    if name in cache:
-        return cache[name]
-    function = functions.get(name)
-    if function is None or depth > _MAX_CALL_DEPTH:
+    cache: dict[int, tuple[LoaderCall, ModuleModel] | None],
+) -> tuple[LoaderCall, ModuleModel] | None:
+    """The worker DataLoader (and its module) that calling ``function`` iterates, if any:
+    built in it, held by its module, or reached through the project functions it calls."""
+    if id(function) in cache:
+        return cache[id(function)]
+    if depth > _MAX_CALL_DEPTH or model.project.graph is None:
         return None
-    cache[name] = None  # recursion guard
-    found: LoaderCall | None = None
+    cache[id(function)] = None  # recursion guard
+    found: tuple[LoaderCall, ModuleModel] | None = None
+    candidates = _candidates(model)
     for loader in candidates:
         if model.scopes.scope_of(loader.node) is function and _is_consumed_in(
             model, loader, function
         ):
-            found = loader
+            found = loader, model
             break
     if found is None:
+        holders = _module_holders(model, candidates)
         local_names = model.scopes.bindings(function)
         for node in walk_local(function):
             if isinstance(node, ast.Name) and node.id in holders and node.id not in local_names:
                 if isinstance(node.ctx, ast.Load) and _uses_loader(model, node, holders):
-                    found = holders[node.id]
+                    found = holders[node.id], model
                     break
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                inner = _starts_workers(
-                    model, functions, holders, candidates, node.func.id, depth + 1, cache
-                )
-                if inner is not None:
-                    found = inner
+    if found is None:
+        for edge in model.project.graph.callees(Caller(model, function)):
+            if edge.callee.cls is None:
+                found = _starts_workers(edge.callee.module, edge.callee.function, depth + 1, cache)
+                if found is not None:
                     break
-    cache[name] = found
+    cache[id(function)] = found
     return found
 
 

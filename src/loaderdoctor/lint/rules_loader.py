@@ -33,12 +33,20 @@ def check_unpicklable(project: Project) -> Iterator[Hit]:
 
 def _hit(model: ModuleModel, loader: LoaderCall, node: ast.AST, what: str) -> Hit:
     maybe = f" (num_workers={loader.workers_text})" if loader.workers is Workers.MAYBE else ""
+    fix = None
+    if _NOTEBOOK in what:  # a module-level definition can only live in a module
+        kind = "class" if ("an instance of" in what or "a method of" in what) else "function"
+        fix = (
+            f"Move the {kind} into a .py module and import it (spawned workers import it "
+            "from there, as they cannot import the notebook)."
+        )
     return Hit(
         model,
         node,
         "LD102",
         f"{what}: pickle cannot send it to spawn/forkserver workers, so the first epoch fails "
         f"{spawn_where(model.project, loader)}{maybe}",
+        fix=fix,
         severity=spawn_severity(model.project, loader),
     )
 
@@ -191,8 +199,12 @@ _WRAPPERS = frozenset(
 
 
 def _held_callables(model: ModuleModel, node: ast.AST, depth: int) -> Iterator[tuple[ast.AST, str]]:
-    """Lambdas and local functions inside an argument, followed through local variables."""
-    if depth > 4:
+    """Lambdas and local functions inside an argument, followed through local variables.
+
+    ``depth`` counts nodes, not variables: ``tf = Compose([ToTensor(), gray])`` with
+    ``gray = Lambda(lambda x: ...)`` is five nodes from the argument down to the lambda.
+    """
+    if depth > 12:
         return
     if isinstance(node, ast.Lambda):
         yield node, "a lambda"
@@ -223,8 +235,8 @@ def check_loader_in_loop(project: Project) -> Iterator[Hit]:
             if not loader.may_start_workers:
                 continue
             loop = _enclosing_loop_body(model, loader.node)
-            if loop is None:
-                continue
+            if loop is None or _depends_on_loop(model, loader, loop):
+                continue  # a different Dataset each turn (`_dataset, _ = ...`): not a rebuild
             if _takes_one_batch(model, loader, loop) or _iterates_a_loader(model, loop):
                 how = "for every batch"
             elif _rebuilt_unchanged_each_time(model, loader, loop):
@@ -251,6 +263,20 @@ def _enclosing_loop_body(
             return parent
         child, parent = parent, model.scopes.parents.get(parent)
     return None
+
+
+def _depends_on_loop(
+    model: ModuleModel, loader: LoaderCall, loop: ast.For | ast.AsyncFor | ast.While
+) -> bool:
+    """Whether an argument of the DataLoader is a name the loop binds again each turn."""
+    parent = model.scopes.parents.get(loader.node)
+    own = {
+        target.id
+        for target in (parent.targets if isinstance(parent, ast.Assign) else [])
+        if isinstance(target, ast.Name)
+    }
+    used = {n.id for n in ast.walk(loader.node) if isinstance(n, ast.Name)}
+    return bool(used & (_names_bound_in(loop) - own))
 
 
 def _rebuilt_unchanged_each_time(

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from loaderdoctor.lint.calls import bind_arguments
 from loaderdoctor.lint.model import DatasetClass, FunctionNode, Hit, ModuleModel
 from loaderdoctor.lint.project import Project
 from loaderdoctor.lint.rules_dataset import uses_self_attribute
@@ -94,6 +95,25 @@ _PASS_THROUGH = frozenset(
 _SAME_KIND_METHODS = frozenset({"items", "values", "keys", "get", "copy", "pop", "setdefault"})
 _ROW_METHODS = frozenset({"iterrows", "itertuples", "to_dict", "to_records"})
 _MAX_DEPTH = 3
+_PATH_BUILDERS = frozenset(
+    {
+        "os.path.join",
+        "os.path.abspath",
+        "os.path.normpath",
+        "os.path.realpath",
+        "os.path.relpath",
+        "os.path.basename",
+        "os.path.splitext",
+        "os.path.expanduser",
+        "pathlib.Path",
+        "Path",
+        "str",
+        "os.fspath",
+    }
+)
+_STRING_METHODS = frozenset({"replace", "strip", "rstrip", "lstrip", "format", "lower", "upper"})
+# pycocotools.coco.COCO methods that return the index's own records (lists of dicts).
+_COCO_RECORDS = frozenset({"loadImgs", "loadAnns", "loadCats"})
 # A helper module not parsed yet is read for a loader function only if it could hold one.
 _LOADS_SOMETHING = re.compile(
     r"json|pickle|yaml|torch\.load|np\.load|numpy|msgpack|csv|COCO|LVIS|read_|joblib|mmcv|listdir|glob"
@@ -115,6 +135,15 @@ class _Kind:
 
 
 NONE = _Kind(_NONE, "")
+_ARRAY = _Kind(_NEUTRAL, "a numpy array")
+# yolov5's label cache: a dict of per-image numpy arrays pickled into an .npy file. Reading it
+# copies the pages of the containers and of every array's object header, not the arrays' data.
+_PICKLED_CACHE = _Kind(
+    _BIG,
+    "Python objects unpickled from `numpy.load(allow_pickle=True)` (per-entry lists, tuples "
+    "and numpy array headers; what grows per worker is those objects, not the array data)",
+    "numpy.load(allow_pickle=True)",
+)
 _FILE = _Kind(_NEUTRAL, "an open file")
 _FRAME = _Kind(_NEUTRAL, "a pandas DataFrame")
 _SAFE = _Kind(_NONE, "safe")
@@ -127,6 +156,8 @@ def _loaded(source: str) -> _Kind:
 
 
 def _records(source: str) -> _Kind:
+    if source.startswith(("a COCO", "an LVIS")):
+        return _Kind(_BIG, f"per-record Python objects built from {source}", source)
     return _Kind(_BIG, f"per-record Python objects built from `{source}` data", source)
 
 
@@ -154,10 +185,14 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
             continue
         attributes: dict[str, tuple[_Kind, ast.AST, DatasetClass]] = {}
         converted: set[str] = set()
+        arrays: set[str] = set()
         for function, owner in dataset.init_methods():
             flow = _Flow(owner.module, owner, 0)
+            if function.name == "__init__" and owner is dataset:
+                flow.seed(_passed_in(project, dataset, function))
             flow.run(function)
             converted |= flow.converted
+            arrays |= flow.arrays
             for attr, (kind, node) in flow.attributes.items():
                 known = attributes.get(attr)
                 if known is None or kind.level > known[0].level:
@@ -169,11 +204,30 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
             user = uses_self_attribute(workers, attr)
             if user is None:
                 continue
+            if kind.level == _BIG and attr in arrays and kind.source in _UNPICKLERS:
+                kind = _unpickled_arrays(kind.source)  # the cache is the arrays built here
             if kind.level == _BIG:
                 if id(kind) in reported:
                     continue  # self.cfg = data; self.samples = data["list"]: one object, once
                 reported.add(id(kind))
             yield _hit(dataset, owner, attr, kind, node, user)
+
+
+def _passed_in(project: Project, dataset: DatasetClass, init: FunctionNode) -> dict[str, _Kind]:
+    """What the project's constructions of the Dataset pass to ``__init__``: a roidb loaded
+    from a pickle cache by the training script and handed in (argument flow, across modules)."""
+    passed: dict[str, _Kind] = {}
+    for module, call in project.constructions(dataset.module, dataset.node):
+        scope = module.scopes.scope_of(call)
+        caller = _Flow(module, None, 1)
+        caller.until = call.lineno  # what the arguments hold when the call is made
+        if not isinstance(scope, ast.Lambda):
+            caller.run(scope)
+        for name, value in bind_arguments(call, init, method=True).items():
+            kind = caller.kind(value)
+            if kind.level:
+                passed[name] = passed.get(name, NONE).stronger(kind)
+    return passed
 
 
 def _library_tables(dataset: DatasetClass) -> Iterator[Hit]:
@@ -192,9 +246,26 @@ def _library_tables(dataset: DatasetClass) -> Iterator[Hit]:
             )
 
 
+_UNPICKLERS = frozenset({"pickle.load", "pickle.loads", "joblib.load", "torch.load", "dill.load"})
+
+
+def _unpickled_arrays(source: str) -> _Kind:
+    return _Kind(_INFO, f"numpy arrays unpickled by `{source}`", source)
+
+
 def _hit(
     dataset: DatasetClass, owner: DatasetClass, attr: str, kind: _Kind, node: ast.AST, user: str
 ) -> Hit:
+    if kind.level == _INFO and kind.what.startswith("numpy arrays"):
+        return Hit(
+            owner.module,
+            node,
+            "LD107",
+            f"`{dataset.name}.{attr}` is a Python list of {kind.what} (the same arrays "
+            f"`__init__` builds when there is no cache), read in `{user}`: reading it copies "
+            "only the list and each array's header per worker, not the array data",
+            severity="info",
+        )
     if kind.level >= _BIG:
         return Hit(
             owner.module,
@@ -226,7 +297,9 @@ class _Flow:
         self.env: dict[str, _Kind] = {}
         self.attributes: dict[str, tuple[_Kind, ast.AST]] = {}
         self.converted: set[str] = set()
+        self.arrays: set[str] = set()  # self.x filled with numpy arrays (x[i] = np.loadtxt(...))
         self.returns = NONE
+        self.until: int | None = None  # stop before the statement holding this line (a call)
 
     def run(self, function: ast.AST) -> None:
         body = getattr(function, "body", [])
@@ -237,6 +310,8 @@ class _Flow:
 
     def _block(self, statements: list[ast.stmt]) -> None:
         for statement in statements:
+            if self.until is not None and _at_or_after(statement, self.until):
+                return
             self._statement(statement)
 
     def _statement(self, node: ast.stmt) -> None:
@@ -264,7 +339,14 @@ class _Flow:
                 if item.optional_vars is not None:
                     self._bind(item.optional_vars, self.kind(item.context_expr))
             self._block(node.body)
-        elif isinstance(node, (ast.If, ast.While)):
+        elif isinstance(node, ast.If):  # either branch may run: what each binds, merged
+            before = dict(self.env)
+            self._block(node.body)
+            taken, self.env = self.env, before
+            self._block(node.orelse)
+            for name, kind in taken.items():
+                self.env[name] = self.env.get(name, NONE).stronger(kind)
+        elif isinstance(node, ast.While):
             self._block(node.body)
             self._block(node.orelse)
         elif isinstance(node, ast.Try):
@@ -287,6 +369,9 @@ class _Flow:
             for element in target.elts:  # images, anns = json.load(f)
                 self._store(element, kind, value, merge)
         elif isinstance(target, ast.Subscript):
+            if kind is _ARRAY and is_self_attribute(target.value):
+                assert isinstance(target.value, ast.Attribute)
+                self.arrays.add(target.value.attr)
             self._fill(target.value, self._element(value), value)
 
     def _bind(self, target: ast.AST, kind: _Kind) -> None:
@@ -363,6 +448,8 @@ class _Flow:
             return _field(base)
         if isinstance(node, ast.Subscript):
             base = self.kind(node.value, depth + 1)
+            if base is _ARRAY:
+                return _ARRAY  # point_set[0:n, :]
             if base.level == _BIG and not base.what.startswith("per-record"):
                 return base  # data["annotations"]
             if base is _FRAME:
@@ -372,6 +459,8 @@ class _Flow:
             return self._call(node, depth)
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             return self._comprehension(node, depth)
+        if isinstance(node, ast.Starred):  # zip(*cache.values())
+            return self.kind(node.value, depth + 1)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             return self.kind(node.left, depth + 1).stronger(self.kind(node.right, depth + 1))
         if isinstance(node, ast.IfExp):
@@ -407,54 +496,90 @@ class _Flow:
             return _FILE
         if name in _SAFE_SINKS:
             return _SAFE
+        if name.startswith("numpy.") or (
+            isinstance(node.func, ast.Attribute) and node.func.attr == "astype"
+        ):
+            return _ARRAY
         if name in _PASS_THROUGH and node.args:
             return self.kind(node.args[-1], depth + 1)
         func = node.func
         if isinstance(func, ast.Attribute):
-            base = self.kind(func.value, depth + 1)
-            if func.attr in _LISTING_METHODS:
-                source = "lines of a text file" if "lines" in func.attr else "file names"
-                return _listing(source, f".{func.attr}()")
-            if func.attr == "split" and isinstance(func.value, ast.Call):
-                inner = func.value.func
-                if isinstance(inner, ast.Attribute) and inner.attr == "read":
-                    return _listing("lines of a text file", ".read().split()")
-            if base is _FRAME:
-                if func.attr in _ROW_METHODS and func.attr != "to_records":
-                    return _records(f"DataFrame.{func.attr}")
-                if func.attr in ("tolist", "to_list"):
-                    if _is_whole_frame(func.value):
-                        return _records("DataFrame.values.tolist")
-                    return _listing("column values from a DataFrame", "tolist")
-                return _FRAME if func.attr not in ("to_records", "to_numpy") else NONE
-            if base.level == _BIG and func.attr == "keys":
-                return _listing("ids (the keys of loaded data)", base.source)
-            if base.level == _BIG and func.attr in _SAME_KIND_METHODS:
-                return base
-            receiver = func.value
-            if isinstance(receiver, ast.Name) and receiver.id == "self" and self.owner:
-                return self._helper_method(func.attr, depth)
+            found_kind = self._method_call(node, func, depth)
+            if found_kind is not None:
+                return found_kind
         if isinstance(func, (ast.Name, ast.Attribute)) and self.depth < _MAX_DEPTH:
             found = self.model.project.function(self.model, func, _LOADS_SOMETHING)
             if found is not None:
                 flow = _Flow(found[0], None, self.depth + 1)
+                flow.seed(self._arguments(node, found[1], method=False, depth=depth))
                 flow.run(found[1])
                 return flow.returns
-        for argument in node.args:  # os.path.join(root, name) of a listed name: still a name
-            argument_kind = self.kind(argument, depth + 1)
-            if argument_kind.level == _INFO:
-                return argument_kind
+        # os.path.join(root, name) of a listed name is still a name; lmdb.open(name) is not.
+        receiver = func.value if isinstance(func, ast.Attribute) else None
+        method = func.attr if isinstance(func, ast.Attribute) else ""
+        if name in _PATH_BUILDERS or method in _STRING_METHODS:
+            for argument in (*node.args, receiver):
+                argument_kind = self.kind(argument, depth + 1)
+                if argument_kind.level == _INFO:
+                    return argument_kind
         return NONE
 
-    def _helper_method(self, name: str, depth: int) -> _Kind:
+    def _method_call(self, node: ast.Call, func: ast.Attribute, depth: int) -> _Kind | None:
+        """``x.method(...)``: what a method of a known value returns (None: not known here)."""
+        base = self.kind(func.value, depth + 1)
+        if func.attr in _LISTING_METHODS:
+            source = "lines of a text file" if "lines" in func.attr else "file names"
+            return _listing(source, f".{func.attr}()")
+        if func.attr == "split" and isinstance(func.value, ast.Call):
+            inner = func.value.func
+            if isinstance(inner, ast.Attribute) and inner.attr == "read":
+                return _listing("lines of a text file", ".read().split()")
+        if base is _FRAME:
+            if func.attr in _ROW_METHODS and func.attr != "to_records":
+                return _records(f"DataFrame.{func.attr}")
+            if func.attr in ("tolist", "to_list"):
+                if _is_whole_frame(func.value):
+                    return _records("DataFrame.values.tolist")
+                return _listing("column values from a DataFrame", "tolist")
+            return _FRAME if func.attr not in ("to_records", "to_numpy") else NONE
+        if func.attr == "item" and base.source == "numpy.load":
+            return _PICKLED_CACHE  # np.load(cache, allow_pickle=True).item(): a dict
+        if base.source.startswith("a COCO") and func.attr in _COCO_RECORDS:
+            return _row(base.source)  # coco.loadImgs(id_)[0]: one image's record
+        if base.level == _BIG and func.attr == "keys":
+            return _listing("ids (the keys of loaded data)", base.source)
+        if base.level == _BIG and func.attr in _SAME_KIND_METHODS:
+            return base
+        receiver = func.value
+        if isinstance(receiver, ast.Name) and receiver.id == "self" and self.owner:
+            return self._helper_method(func.attr, node, depth)
+        return None
+
+    def _helper_method(self, name: str, call: ast.Call, depth: int) -> _Kind:
         assert self.owner is not None
         found = self.owner.find(name)
         if found is None or self.depth >= _MAX_DEPTH:
             return NONE
         function, owner = found
         flow = _Flow(owner.module, owner, self.depth + 1)
+        flow.attributes = dict(self.attributes)  # self.coco set before the helper is called
+        flow.seed(self._arguments(call, function, method=True, depth=depth))
         flow.run(function)
         return flow.returns
+
+    def _arguments(
+        self, call: ast.Call, function: FunctionNode, method: bool, depth: int
+    ) -> dict[str, _Kind]:
+        """What each parameter of ``function`` holds in this call (argument flow)."""
+        bound = bind_arguments(call, function, method)
+        return {name: self.kind(value, depth + 1) for name, value in bound.items()}
+
+    def seed(self, parameters: dict[str, _Kind]) -> None:
+        """Parameters that hold loaded records. A listed name is not seeded: one name from a
+        listing and the listing itself look alike here, and a name passed in is one name."""
+        self.env.update(
+            {k: kind for k, kind in parameters.items() if kind.level >= _ROW or kind is _ARRAY}
+        )
 
     def _item(self, iterable: _Kind) -> _Kind:
         """What a loop over ``iterable`` binds per turn."""
@@ -494,6 +619,18 @@ class _Flow:
             return source if source.level == _INFO else NONE
         finally:
             self.env = saved
+
+
+_COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)
+
+
+def _at_or_after(statement: ast.stmt, line: int) -> bool:
+    """Whether ``statement`` starts after ``line``, or is the simple statement holding it (a
+    block holding it is entered: what its first statements bind counts)."""
+    if statement.lineno > line:
+        return True
+    end = statement.end_lineno or statement.lineno
+    return end >= line and not isinstance(statement, _COMPOUND)
 
 
 def _field(base: _Kind) -> _Kind:

@@ -13,6 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 MARKER_COLOR = "#d62728"
+# Marker labels (11 px system-ui, see report.html's CSS) are laid out from a width estimate wide
+# enough for any of its glyphs' averages, in rows under the plot's top edge: a label that would
+# touch another moves down a row, and one that fits no row is left to its rule's tooltip.
+LABEL_CHAR_W = 6.6
+LABEL_ROW_H = 15  # an 11 px label's box, ascent to descent, is about 14 px high
+LABEL_GAP_PX = 6
+MAX_LABEL_ROWS = 4
+LABEL_HALO = "paint-order:stroke;stroke:#fff;stroke-width:3px"  # legible across the next rules
 
 
 @dataclass
@@ -184,6 +192,30 @@ def _svg_lines(box: Layout) -> list[str]:
     return out
 
 
+def label_rows(box: Layout) -> list[tuple[float, str, str, int]]:
+    """Where each marker's label goes: ``(x, anchor, label, row)``, in rows so that no two
+    overlap (incidents a moment apart, "sample-error #17" beside "killed-by-signal #142")."""
+    rows: list[list[tuple[float, float]]] = []  # each row's occupied [start, end] spans
+    rows_fit = max(1, min(MAX_LABEL_ROWS, (box.plot_h - 4) // LABEL_ROW_H))
+    placed = []
+    for position, label in sorted(box.chart.markers, key=lambda marker: marker[0]):
+        if not label:
+            continue
+        x = box.sx(position)
+        width = len(label) * LABEL_CHAR_W
+        anchor = "end" if x + 4 + width > box.left + box.plot_w else "start"
+        start, end = (x - 4 - width, x - 4) if anchor == "end" else (x + 4, x + 4 + width)
+        start, end = start - LABEL_GAP_PX / 2, end + LABEL_GAP_PX / 2
+        for number in range(rows_fit):
+            if number == len(rows):
+                rows.append([])
+            if all(end <= taken[0] or start >= taken[1] for taken in rows[number]):
+                rows[number].append((start, end))
+                placed.append((x, anchor, label, number))
+                break
+    return placed
+
+
 def _svg_markers(box: Layout) -> list[str]:
     out = []
     for position, label in box.chart.markers:
@@ -193,13 +225,12 @@ def _svg_markers(box: Layout) -> list[str]:
             f'stroke="{MARKER_COLOR}" stroke-width="1.5" stroke-dasharray="4 3">'
             f"<title>{_e(label)}</title></line>"
         )
-        if not label:
-            continue
-        anchor = "end" if x > box.left + box.plot_w * 0.8 else "start"
+    for x, anchor, label, row in label_rows(box):
         dx = -4 if anchor == "end" else 4
         out.append(
-            f'<text x="{x + dx:.1f}" y="{box.top + 12}" text-anchor="{anchor}" '
-            f'style="fill:{MARKER_COLOR}">{_e(label)}</text>'
+            f'<text x="{x + dx:.1f}" y="{box.top + 12 + row * LABEL_ROW_H}" '
+            f'text-anchor="{anchor}" class="marker" style="fill:{MARKER_COLOR};{LABEL_HALO}">'
+            f"{_e(label)}</text>"
         )
     return out
 

@@ -19,6 +19,16 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 Report = TypeVar("Report")
+# The width a table may take where output is not a terminal (a log, ``| tee``): its natural width,
+# file names whole, since nothing folds a log's lines but its reader's viewer.
+LOG_WIDTH = 1000
+
+
+def width_for(file: IO[str] | None) -> int | None:
+    """``None`` (the terminal's own width) on a terminal, ``LOG_WIDTH`` elsewhere: for renderers
+    whose tables hold file names and paths (and no panel or rule that would fill the width)."""
+    stream = file if file is not None else sys.stdout
+    return None if stream.isatty() else LOG_WIDTH
 
 
 @contextlib.contextmanager
@@ -30,11 +40,17 @@ def terminal(
     soft_wrap: bool = False,
 ) -> Iterator[Console]:
     """A rich console on ``file`` (stdout by default); ``plain``: no colour, not a terminal;
-    ``soft_wrap``: long lines of text are not folded at the width (tables still are)."""
+    ``soft_wrap``: long lines of text are not folded at the width (tables still are).
+
+    Output that is not a terminal (``| tee``, a log file, nohup) is never folded: a log is read
+    by copying file names and paths out of it, and there is no screen edge to fold at.
+    """
     from rich.console import Console
     from rich.text import Text
 
     stream = EscapingStream(file if file is not None else sys.stdout)
+    if not plain and not stream.isatty():
+        soft_wrap = True
     out = cast("IO[str]", stream)  # a TextIOBase: what rich calls on a file, it has
     if plain:
         console = Console(

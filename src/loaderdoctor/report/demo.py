@@ -7,6 +7,7 @@ import os
 import re
 from typing import IO, TYPE_CHECKING
 
+from loaderdoctor.forensics.catalog import page_command
 from loaderdoctor.report.console import render_plain, terminal
 from loaderdoctor.report.text import crashing_thread_first
 from loaderdoctor.units import format_seconds
@@ -125,7 +126,7 @@ def build_panel(result: ScenarioResult, number: int, total: int) -> RenderableTy
         if d.fixes:
             rows.add_row("fix", Text(d.fixes[0], style="green"))
         if d.docs:
-            rows.add_row("docs", Text(d.docs))
+            rows.add_row("more", Text(page_command(d.cause)))
         if not result.passed:
             rows.add_row("expected", Text(_expectation(result), style="bold red"))
     title = Text()

@@ -5,10 +5,26 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from loaderdoctor.forensics.symptoms import Explanation
+from loaderdoctor.forensics.catalog import page_command
+from loaderdoctor.forensics.explain import CauseGuess, Explanation
 from loaderdoctor.report.output import UNDECODABLE_NOTE, printable_with_note
 
 MAX_CAUSES = 4
+LINES_SHOWN = 3
+COMMANDS = {
+    "dmesg",
+    "cat",
+    "free",
+    "df",
+    "docker",
+    "python",
+    "ulimit",
+    "ls",
+    "py-spy",
+    "loaderdoctor",
+    "grep",
+    "systeminfo",
+}
 
 
 def format_text(explanation: Explanation) -> str:
@@ -17,23 +33,17 @@ def format_text(explanation: Explanation) -> str:
 
 def _text(explanation: Explanation) -> str:
     if not explanation.causes:
+        count = explanation.lines_read
         return (
-            "loaderdoctor explain: no known DataLoader failure in this text.\n"
+            f"loaderdoctor explain: no known DataLoader failure in "
+            f"{'this line' if count == 1 else f'these {count} lines'}.\n"
             "  Rerun the command under `loaderdoctor run -- COMMAND` to catch the next failure."
         )
-    lines = ["loaderdoctor explain: most likely causes, from the message alone"]
+    lines = _ambiguity(explanation)
+    if not lines:
+        lines = ["loaderdoctor explain: most likely causes, from the message alone"]
     for rank, guess in enumerate(explanation.causes[:MAX_CAUSES], start=1):
-        lines.append(f"{rank}. {guess.cause} ({guess.likelihood:.0%}): {guess.title}")
-        for index in guess.matches[:3]:
-            match = explanation.matches[index]
-            lines.append(f"   line {match.line_number}: {match.line}")
-            lines.append(f"     {match.note}")
-        lines.append("   next checks:")
-        lines.extend(
-            f"     $ {check}" if _is_command(check) else f"     - {check}" for check in guess.checks
-        )
-        if guess.docs:
-            lines.append(f"   more: {guess.docs}")
+        lines.extend(_cause(rank, guess))
     others = explanation.causes[MAX_CAUSES:]
     if others:
         lines.append(
@@ -42,20 +52,41 @@ def _text(explanation: Explanation) -> str:
     return "\n".join(lines)
 
 
-def _is_command(check: str) -> bool:
-    return check.split(" ", 1)[0] in {
-        "dmesg",
-        "cat",
-        "free",
-        "df",
-        "docker",
-        "python",
-        "ulimit",
-        "ls",
-        "py-spy",
-        "loaderdoctor",
-        "grep",
-    }
+def _ambiguity(explanation: Explanation) -> list[str]:
+    ties = explanation.ambiguous
+    if not ties:
+        return []
+    lines = [
+        f"loaderdoctor explain: ambiguous: these {len(ties)} causes fit the log equally well; "
+        "here is how to tell them apart:"
+    ]
+    lines.extend(f"  {tie.cause}: `{tie.command}` shows {tie.sign}" for tie in ties)
+    lines.append(
+        f"  decide first with: $ {explanation.deciding_check}   "
+        f"({ties[0].cause} is the most common cause of this message in public reports)"
+    )
+    lines.append("ranked, from the message alone:")
+    return lines
+
+
+def _cause(rank: int, guess: CauseGuess) -> list[str]:
+    lines = [f"{rank}. {guess.cause} ({guess.likelihood:.0%}): {guess.title}"]
+    shown = guess.lines[:LINES_SHOWN]
+    for index, match in enumerate(shown):
+        if index == 0 or shown[index - 1].line_number != match.line_number:
+            lines.append(f"   line {match.line_number}: {match.line}")
+        lines.append(f"     {match.note}")  # two rows on one line: the line once, both notes
+    hidden = guess.lines_matched - len(shown)
+    if hidden > 0:
+        lines.append(f"   (and {hidden} more matching lines)")
+    lines.append("   next checks:")
+    lines.extend(
+        f"     $ {check}" if check.split(" ", 1)[0] in COMMANDS else f"     - {check}"
+        for check in guess.checks
+    )
+    if guess.docs:
+        lines.append(f"   more: {page_command(guess.cause)}")
+    return lines
 
 
 def format_json(explanation: Explanation) -> str:

@@ -7,6 +7,7 @@ attached to an issue or opened on a machine with no internet.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,12 +43,23 @@ vertical-align:middle}.plot{background:#fff;border:1px solid #dde1e7;border-radi
 padding:8px 10px;margin:10px 0}.plot h3{margin:2px 0 4px;font-size:14px}
 .muted{color:#777}svg text{font:11px system-ui,sans-serif;fill:#444}
 td.num{text-align:right;font-variant-numeric:tabular-nums}td code{font-size:12px}
+li code{background:#eef0f4;padding:0 4px;border-radius:3px;font-size:12px}
+tr.died td{background:#fdecea}.died-tag{color:#b31b1b;font-weight:600}
 """
 
 
 def escape(value: object) -> str:
     """Text (and attribute values) as HTML: ``<``, ``>``, ``&`` and both quotes escaped."""
     return html.escape(str(value), quote=True)
+
+
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def with_code(value: object) -> str:
+    """Catalog text as HTML: escaped, and its Markdown code spans (```dataset[INDEX]```, the
+    way the docs pages and the terminal show them) as ``<code>``, not as literal backticks."""
+    return _CODE_SPAN.sub(r"<code>\1</code>", escape(value))
 
 
 def legend(lines: Sequence[Line]) -> str:

@@ -28,19 +28,31 @@ def format_finding(finding: LintFinding) -> str:
     return f"{format_location(finding)}: {finding.code} [{finding.severity}] {finding.message}"
 
 
-def format_text(report: LintReport, show_fixes: bool = True) -> str:
+def format_text(report: LintReport, show_fixes: bool = True, summary: bool = True) -> str:
     """One line per finding, flake8 style, its fix indented under it, then a summary line.
 
-    A clean run prints nothing, so the command stays quiet in pre-commit and CI.
+    A clean run prints one line, ``0 findings in N files, M lines, T s``, so a user sees that
+    the files were read at all; ``summary=False`` (``--quiet``) prints only the findings.
     """
     lines = [f"fixed {format_fix(record)}" for record in report.fixed]
+    lines += [f"not fixed {format_fix(record)}" for record in report.unfixed]
     for finding in report.findings:
         lines.append(format_finding(finding))
         if show_fixes and finding.fix:
             lines.append(f"    fix: {finding.fix}")
-    if report.findings:
-        lines.append(format_summary(report))
+    if summary:
+        lines.append(format_summary(report) if report.findings else format_clean(report))
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def format_clean(report: LintReport) -> str:
+    text = (
+        f"0 findings in {_plural(report.files_checked, 'file')}, "
+        f"{_plural(report.lines_checked, 'line')}, {report.seconds:.2f} s"
+    )
+    if report.hidden:
+        text += f"; {report.hidden} info hidden (--severity info shows them)"
+    return text
 
 
 def format_summary(report: LintReport) -> str:
@@ -59,7 +71,7 @@ def format_summary(report: LintReport) -> str:
 def _plural(count: int, noun: str) -> str:
     if noun == "info":
         return f"{count} info"
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def format_fix(record: FixRecord) -> str:

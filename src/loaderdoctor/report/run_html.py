@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from loaderdoctor.forensics.catalog import page_command
 from loaderdoctor.report.chart import Chart, Line, svg_chart
 from loaderdoctor.report.html import (
     PALETTE,
@@ -13,6 +14,7 @@ from loaderdoctor.report.html import (
     file_href,
     legend,
     page,
+    with_code,
     write_page,
 )
 from loaderdoctor.report.html import escape as _e
@@ -26,6 +28,7 @@ from loaderdoctor.runner.model import (
 from loaderdoctor.units import MiB, format_bytes, format_seconds
 
 HTML_NAME = "report.html"
+DIED = ' class="died"'  # a process-table row of a worker that an incident names
 
 
 def _process_label(process: ProcessMemory) -> str:
@@ -95,22 +98,22 @@ def _incident_card(incident: RunIncident) -> str:
         parts.append("<b>Evidence</b><ul>")
         parts.extend(f"<li>{_e(line)}</li>" for line in incident.evidence)
         parts.append("</ul>")
+    stack = (incident.diagnosis or {}).get("python_stack")
+    if stack:  # open, above the fixes: they say "read the stack above"
+        parts.append(
+            "<details open><summary>Python stack of the worker</summary>"
+            f"<pre>{_e(stack)}</pre></details>"
+        )
     if incident.fixes:
         parts.append('<b>Fix</b><ul class="fixes">')
-        parts.extend(f"<li>{_e(line)}</li>" for line in incident.fixes)
+        parts.extend(f"<li>{with_code(line)}</li>" for line in incident.fixes)
         parts.append("</ul>")
-    stack = (incident.diagnosis or {}).get("python_stack")
-    if stack:
-        parts.append(
-            f"<details><summary>Python stack of the worker</summary><pre>{_e(stack)}</pre></details>"
-        )
     if incident.docs:
         href = file_href(incident.docs)
-        label = _e(incident.docs)
         parts.append(
-            f'<p class="muted">More: <a href="{_e(href)}">{label}</a></p>'
-            if href
-            else f'<p class="muted">More: <code>{label}</code></p>'
+            f'<p class="muted">More: <a href="{_e(href)}">{_e(incident.docs)}</a></p>'
+            if href  # a checkout: its page; elsewhere the command that prints it
+            else f'<p class="muted">More: <code>{_e(page_command(incident.cause))}</code></p>'
         )
     parts.append("</div>")
     return "".join(parts)
@@ -124,10 +127,10 @@ def _finding_card(finding: MemoryFinding) -> str:
     )
     return (
         f'<div class="card finding"><h3><span class="cause">{_e(finding.id)}</span> — '
-        f"{_e(finding.title)}</h3><p>{_e(finding.explanation)}</p><b>Evidence</b><ul>"
+        f"{_e(finding.title)}</h3><p>{with_code(finding.explanation)}</p><b>Evidence</b><ul>"
         + "".join(f"<li>{_e(line)}</li>" for line in finding.evidence)
         + '</ul><b>Fix</b><ul class="fixes">'
-        + "".join(f"<li>{_e(line)}</li>" for line in finding.fixes)
+        + "".join(f"<li>{with_code(line)}</li>" for line in finding.fixes)
         + f"</ul>{more}</div>"
     )
 
@@ -169,9 +172,27 @@ def _optional_bytes(count: int | None) -> str:
     return format_bytes(count) if count is not None else "-"
 
 
-def _process_table(memory: MemoryReport) -> str:
+def _deaths(incidents: Sequence[RunIncident]) -> dict[int, str]:
+    """The pid of each worker an incident names, and what became of it (``native-crash,
+    SIGSEGV``)."""
+    deaths: dict[int, str] = {}
+    for incident in incidents:
+        if incident.pid is not None and incident.pid not in deaths:
+            deaths[incident.pid] = ", ".join(filter(None, [incident.cause, incident.signal]))
+    return deaths
+
+
+def _process_table(memory: MemoryReport, incidents: Sequence[RunIncident] = ()) -> str:
+    deaths = _deaths(incidents)
+
+    def role(process: ProcessMemory) -> str:
+        if process.pid not in deaths:
+            return _e(process.role)
+        return f'{_e(process.role)} <span class="died-tag">died: {_e(deaths[process.pid])}</span>'
+
     rows = "".join(
-        f"<tr><td>{p.pid}</td><td>{_e(p.role)}</td><td>{'' if p.rank is None else p.rank}</td>"
+        f"<tr{DIED if p.pid in deaths else ''}><td>{p.pid}</td><td>{role(p)}</td>"
+        f"<td>{'' if p.rank is None else p.rank}</td>"
         f"<td>{_e(p.start_method or '')}</td><td>{format_bytes(p.peak_rss_bytes)}</td>"
         f"<td>{_optional_bytes(p.peak_uss_bytes)}</td><td>{_optional_bytes(p.peak_pss_bytes)}</td>"
         f"<td>{p.first_seen_s:.1f}–{format_seconds(p.last_seen_s)}</td></tr>"
@@ -193,7 +214,7 @@ def _memory_section(report: RunReport) -> list[str]:
         "<h2>Memory</h2>",
         *(_finding_card(finding) for finding in memory.findings),
         *_memory_plots(report, memory),
-        _process_table(memory),
+        _process_table(memory, report.incidents),
         *(f'<p class="muted">{_e(note)}</p>' for note in memory.notes),
     ]
 

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from loaderdoctor.report.console import render_plain, terminal
-from loaderdoctor.runner.model import RunIncident, RunReport
+from loaderdoctor.forensics.catalog import page_command
+from loaderdoctor.report.console import render_plain, terminal, width_for
+from loaderdoctor.runner.model import HEALING_ACTIONS, RunIncident, RunReport
 from loaderdoctor.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -18,13 +19,38 @@ MAX_DETAILED_INCIDENTS = 3
 
 
 def format_headline(report: RunReport) -> str:
-    """``"crashed: exit code 139 (SIGSEGV) after 4.2 s"``."""
+    """``"the command failed: exit code 139 (SIGSEGV) after 4.2 s"``: what became of the user's
+    command, never worded as if loaderdoctor itself had crashed; Ctrl-C is not a failure."""
+    interrupted = report.interrupted or report.signal == "SIGINT"
     ended = f"exit code {report.exit_code}"
-    if report.signal:
+    if report.signal and report.signal != "SIGINT":  # 130 after an interruption says SIGINT
         ended += f" ({report.signal})"
-    if report.interrupted:
-        ended += ", interrupted"
-    return f"{report.status}: {ended} after {format_seconds(report.duration_s)}"
+    after = f"{ended} after {format_seconds(report.duration_s)}"
+    if interrupted:
+        return f"the command was interrupted: {after}"
+    if report.exit_code != 0:
+        return f"the command failed: {after}"
+    if report.status == "crashed":  # it went on after a DataLoader raised
+        return f"the command succeeded but a DataLoader raised: {after}"
+    if report.status == "healed":
+        return f"the command succeeded, healed: {after}"
+    return f"the command succeeded: {after}"
+
+
+def format_verdict(report: RunReport) -> str:
+    """The summary's last line, what a log's reader looks for first: the incident that ended the
+    run (its cause, title and where), what was healed, or that no worker died."""
+    raised = [i for i in report.incidents if i.action not in HEALING_ACTIONS]
+    if raised:
+        first = raised[0]
+        more = f" (+{len(raised) - 1} more)" if len(raised) > 1 else ""
+        return f"verdict: {first.cause}: {first.title} ({format_where(first)}){more}"
+    if report.incidents:
+        causes = sorted({i.cause for i in report.incidents})
+        return f"verdict: {len(report.incidents)} incident(s) healed ({', '.join(causes)})"
+    if report.exit_code != 0 and not (report.interrupted or report.signal == "SIGINT"):
+        return "verdict: no DataLoader worker died; the command failed on its own"
+    return "verdict: no DataLoader worker died"
 
 
 def format_delivered(report: RunReport) -> str:
@@ -102,7 +128,7 @@ def _incident_details(incident: RunIncident) -> list[RenderableType]:
     if incident.fixes:
         parts.append(Text(f"    fix: {incident.fixes[0]}", style="green"))
     if incident.docs:
-        parts.append(Text(f"    more: {incident.docs}", style="dim"))
+        parts.append(Text(f"    more: {page_command(incident.cause)}", style="dim"))
     return parts
 
 
@@ -124,7 +150,7 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
     from rich.console import Group
     from rich.text import Text
 
-    headline = Text("loaderdoctor run ", style="bold")
+    headline = Text("loaderdoctor run: ", style="bold")
     headline.append(format_headline(report), style=STATUS_STYLES.get(report.status, ""))
     parts: list[RenderableType] = [headline, Text(f"  {format_delivered(report)}")]
     if report.incidents:
@@ -141,13 +167,14 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
     if html is not None:
         written.append(str(html))
     parts.append(Text(f"  report: {', '.join(written)}", style="dim"))
+    parts.append(Text(format_verdict(report), style=STATUS_STYLES.get(report.status, "")))
     return Group(*parts)
 
 
 def print_text(report: RunReport, file: IO[str] | None = None, *, html: Path | None = None) -> None:
     """The summary on ``file`` (stdout by default; ``run`` passes stderr, so that the command's
     stdout stays byte-identical under it)."""
-    with terminal(file) as console:
+    with terminal(file, width=width_for(file)) as console:
         console.print(build_summary(report, html))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import IO, TYPE_CHECKING
 
-from loaderdoctor.report.console import render_plain, terminal
+from loaderdoctor.report.console import render_plain, terminal, width_for
 from loaderdoctor.scan.model import ScanReport
 from loaderdoctor.units import format_bytes, format_mib, format_ms, format_seconds
 
@@ -22,11 +22,16 @@ def format_json(report: ScanReport) -> str:
 def format_summary(report: ScanReport) -> str:
     """The counts, the time and the throughput; then the settings, if the report records any."""
     verdict = "clean" if report.clean else f"{len(report.bad)} bad"
-    counts = (
-        f"scanned {report.total} samples in {format_seconds(report.seconds)} "
-        f"({report.throughput:.1f} samples/s, {report.num_workers} workers): {verdict}, "
-        f"{len(report.outliers)} outliers"
-    )
+    rate = f"{report.throughput:.1f} samples/s, {report.num_workers} workers"
+    took = format_seconds(report.seconds)
+    if report.resumed:  # the time is this run's: say which samples it covers
+        counts = (
+            f"scanned {report.total} samples: {report.resumed} before the interruption (from "
+            f"the checkpoint), {report.total - report.resumed} now in {took} ({rate})"
+        )
+    else:
+        counts = f"scanned {report.total} samples in {took} ({rate})"
+    counts += f": {verdict}, {len(report.outliers)} outliers"
     if report.flaky:
         counts += f", {len(report.flaky)} flaky"
     settings = format_settings(report)
@@ -67,7 +72,7 @@ def print_text(
     report: ScanReport, file: IO[str] | None = None, *, quarantine_path: str | None = None
 ) -> None:
     """The summary, then a table per finding kind (bad, outliers, slowest, memory-hungry)."""
-    with terminal(file, soft_wrap=True) as console:
+    with terminal(file, width=width_for(file), soft_wrap=True) as console:
         print_report(report, console, quarantine_path)
 
 

@@ -102,7 +102,12 @@ def _plots(report: ScanReport, profile: Profile | None) -> str:
             + legend(times[:1])
             + "</div>"
         )
-    if memory:
+    if memory and not any(value for line in memory for _, value in line.points):
+        parts.append(  # a flat line at 0 says nothing a sentence cannot
+            '<p class="muted">No sample added memory its worker could measure (every peak '
+            "0 MiB): there is no memory plot.</p>"
+        )
+    elif memory:
         parts.append(
             f'<div class="plot"><h3>Memory a sample adds to its worker (peak MiB{per}) '
             "against index</h3>"

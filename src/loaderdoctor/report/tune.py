@@ -30,8 +30,25 @@ def format_snippet(report: TuneReport) -> str:
 
 def format_json(report: TuneReport) -> str:
     data = report.to_dict()
-    data["snippet"] = format_snippet(report)
+    nothing_fits = format_nothing_fits(report)
+    data["snippet"] = format_snippet(report) if nothing_fits is None else None
+    if nothing_fits is not None:
+        data["nothing_fits"] = nothing_fits
     return json.dumps(data, indent=2) + "\n"
+
+
+def format_nothing_fits(report: TuneReport) -> str | None:
+    """What replaces the recommendation when no configuration ran within the budget (None when
+    one did): the budget, and what the smallest configuration needs."""
+    if any(trial.ok for trial in report.trials):
+        return None
+    needs = [(s.predicted_bytes, s.config.label()) for s in report.skipped if s.predicted_bytes]
+    needs += [(t.total_peak_bytes, t.config.label()) for t in report.trials if t.total_peak_bytes]
+    text = f"nothing fits the memory budget of {format_bytes(report.budget.memory_bytes)}"
+    if needs:
+        need, label = min(needs)
+        text += f": the smallest configuration ({label}) needs about {format_bytes(need)}"
+    return text + "; raise --mem-budget, or lower --batch-size or the dataset's memory"
 
 
 def format_summary(report: TuneReport) -> str:
@@ -102,7 +119,9 @@ def print_report(report: TuneReport, console: Console) -> None:
     )
     console.print(escape(format_summary(report)))
     console.print(_trials_table(report))
-    console.print("* the recommended configuration")
+    nothing_fits = format_nothing_fits(report)
+    if nothing_fits is None:
+        console.print("* the recommended configuration")
     for number, trial in enumerate(report.trials, 1):
         if trial.note:
             console.print(escape(f"trial {number} ({trial.config.label()}): {trial.note}"))
@@ -115,6 +134,9 @@ def print_report(report: TuneReport, console: Console) -> None:
         print_soak(report, console)
     for note in report.notes:
         console.print(escape(f"note: {note}"))
+    if nothing_fits is not None:
+        console.print(escape(nothing_fits))
+        return
     console.print(
         escape(f"recommended ({report.recommended_samples_per_s:.0f} samples/s steady state):")
     )
@@ -137,9 +159,10 @@ def _trials_table(report: TuneReport) -> Table:
     for column in TRIAL_COLUMNS:
         numeric = column not in ("prefetch", "phase", "status")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    fits = format_nothing_fits(report) is None
     for trial in report.trials:
         config = trial.config
-        chosen = (config.num_workers, config.prefetch_factor, config.pin_memory) == (
+        chosen = fits and (config.num_workers, config.prefetch_factor, config.pin_memory) == (
             base.num_workers,
             base.prefetch_factor,
             base.pin_memory,

@@ -20,6 +20,12 @@ class HealWarning(UserWarning):
     """Emitted for every healing action: healing is loud, never silent."""
 
 
+# Every action warns, two worded alike too (two loaders built at one line skipping one sample):
+# Python's default action shows a message once per line of code. Appended, so that a user's -W,
+# PYTHONWARNINGS or filterwarnings() still decides first.
+warnings.filterwarnings("always", category=HealWarning, append=True)
+
+
 # Frames in these directories are not the user's: a warning points past them.
 _INTERNAL_DIRS = (
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,

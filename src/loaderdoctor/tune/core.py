@@ -175,21 +175,26 @@ def _startup(
         notes.append(f"epoch start-up not measured: {type(error).__name__}: {error}")
         return None
     epoch = len(dataset) / samples_per_s if samples_per_s > 0 else None
+    recommend, reason = startup_verdict(fresh, persistent, epoch)
+    return Startup(fresh, persistent, epoch, recommend, reason)
+
+
+def startup_verdict(fresh: float, persistent: float, epoch: float | None) -> tuple[bool, str]:
+    """Whether to keep workers between epochs, and why: the start-up saved, against a whole
+    epoch with fresh workers (its steady-state time plus their start-up), the share it is."""
     saving = fresh - persistent
-    if epoch is None:
-        share = None
-    else:
-        share = saving / (epoch + fresh)
+    share = None if epoch is None else saving / (epoch + fresh)
     recommend = saving > 0 and (share is None or share >= PERSISTENT_MIN_SHARE)
-    if share is None:
+    if epoch is None or share is None:
         reason = f"re-starting workers costs {saving:.2f} s per epoch"
     else:
         reason = (
-            f"re-starting workers costs {saving:.2f} s per epoch of {epoch:.1f} s ({share:.1%})"
+            f"re-starting workers costs {saving:.2f} s of an epoch's {epoch + fresh:.2f} s "
+            f"with fresh workers ({share:.1%})"
         )
     reason += (
         ": keep them (persistent_workers=True)"
         if recommend
         else ": not worth keeping them between epochs"
     )
-    return Startup(fresh, persistent, epoch, recommend, reason)
+    return recommend, reason

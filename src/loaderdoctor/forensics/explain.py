@@ -1,0 +1,254 @@
+"""``loaderdoctor explain``'s core: a log in, the likely causes out, with the lines behind each.
+
+Scoring follows three rules. One message counts once: within a message (a traceback, or one
+line) a cause takes the weight of its strongest row only, and a row counts once however many
+messages repeat it (eight workers printing one traceback are one piece of evidence). Different
+rows pointing at one cause combine as independent evidence (1 - prod(1 - w)). torch's catch-all
+``exited unexpectedly`` is explained away when another row names a cause at EXPLAINED_AT or more.
+Causes the log cannot tell apart (within AMBIGUITY_MARGIN of the best) are ordered by PRIORS and
+reported as ambiguous, with the one check that decides between them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from loaderdoctor.forensics.catalog import CAUSES
+from loaderdoctor.forensics.log_messages import Message, MessageSplitter, split_messages
+from loaderdoctor.forensics.symptoms import (
+    FRAME_TAGS,
+    NEXT_CHECKS,
+    PRIORS,
+    RERUN,
+    SCRIPT,
+    SYMPTOMS,
+    TELLS,
+    UNKNOWN_SCRIPT,
+    Symptom,
+)
+
+AMBIGUITY_MARGIN = 0.05
+EXPLAINED_AT = 0.8
+CATCH_ALL = "exited-unexpectedly"
+MAX_LINES_PER_CAUSE = 20  # matched lines kept per cause; the rest are counted
+FLAGS = re.IGNORECASE | re.MULTILINE
+
+
+@dataclass
+class MatchedLine:
+    line_number: int
+    line: str
+    symptom: str  # the row of forensics/symptoms.py that matched
+    note: str
+
+
+@dataclass
+class CauseGuess:
+    cause: str
+    title: str
+    likelihood: float  # 0..1, combined over the rows that point at the cause
+    prior: float  # how common the cause is in public reports: orders causes the log cannot
+    lines: list[MatchedLine]  # the first MAX_LINES_PER_CAUSE lines that point at it
+    lines_matched: int  # all of them
+    checks: list[str]
+    docs: str
+
+
+@dataclass
+class Tie:
+    cause: str
+    command: str  # run it
+    sign: str  # what it shows when this cause is the one
+
+
+@dataclass
+class Explanation:
+    causes: list[CauseGuess] = field(default_factory=list)
+    ambiguous: list[Tie] = field(default_factory=list)  # 2+ causes the log cannot tell apart
+    deciding_check: str = ""  # the one command to run first when ambiguous
+    script: str = ""  # the user's script, where the log names it
+    lines_read: int = 0
+
+
+@dataclass(frozen=True)
+class _Row:
+    symptom: Symptom
+    regex: re.Pattern[str]
+
+
+class _Evidence:
+    """What the messages have shown so far: per cause, the strongest weight of each row."""
+
+    def __init__(self) -> None:
+        self.weights: dict[str, dict[str, float]] = {}
+        self.lines: dict[str, list[MatchedLine]] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, cause: str, symptom: Symptom, weight: float | None, line: MatchedLine) -> None:
+        if weight is not None:
+            rows = self.weights.setdefault(cause, {})
+            rows[symptom.id] = max(weight, rows.get(symptom.id, 0.0))
+        kept = self.lines.setdefault(cause, [])
+        self.counts[cause] = self.counts.get(cause, 0) + 1
+        if len(kept) < MAX_LINES_PER_CAUSE and line not in kept:
+            kept.append(line)
+
+
+ROWS = tuple(_Row(symptom, re.compile(symptom.pattern, FLAGS)) for symptom in SYMPTOMS)
+TAGS = tuple((tag, re.compile(tag.pattern, FLAGS)) for tag in FRAME_TAGS)
+# A log line that no "text" row can match is dropped before any regex runs: a 100 MB log of
+# progress lines costs one word split and one set lookup per line.
+WORD = re.compile(r"[a-z]+")
+TRIGGERS = frozenset(word for row in ROWS for word in row.symptom.words)
+
+
+def may_match(line: str) -> bool:
+    return not line.isascii() or not TRIGGERS.isdisjoint(WORD.findall(line.lower()))
+
+
+def explain_text(text: str) -> Explanation:
+    return explain_lines(text.splitlines())
+
+
+def explain_lines(lines: Iterable[str], prefilter: bool = True) -> Explanation:
+    """Every cause the log points at, ranked, with the lines that point at it (streaming)."""
+    evidence = _Evidence()
+    splitter = MessageSplitter(keep_line=may_match if prefilter else lambda line: True)
+    for message in split_messages(lines, splitter):
+        _score(message, evidence)
+    script = splitter.script or splitter.command_script
+    explanation = Explanation(script=script, lines_read=splitter.lines_read)
+    explanation.causes = _rank(evidence, script or UNKNOWN_SCRIPT)
+    _mark_ties(explanation, script or UNKNOWN_SCRIPT)
+    return explanation
+
+
+def _frame_tags(message: Message) -> tuple[set[str], str]:
+    """The tags of the message's frames, and its innermost DataLoader stage ("" if none)."""
+    tags: set[str] = set()
+    stage = ""
+    for frame in message.frames:
+        text = frame.text()
+        for tag, regex in TAGS:
+            if regex.search(text):
+                tags.add(tag.tag)
+                if tag.stage:
+                    stage = tag.tag
+    return tags, stage
+
+
+def _score(message: Message, evidence: _Evidence) -> None:
+    tags, stage = _frame_tags(message) if message.frames else (set(), "")
+    strongest: dict[str, float] = {}
+    hits: list[tuple[str, Symptom, float, MatchedLine]] = []
+    for row in ROWS:
+        symptom = row.symptom
+        if symptom.needs and not _has_tag(symptom.needs, tags, stage):
+            continue
+        if symptom.stageless and stage:
+            continue
+        matched = _match(row, message)
+        if matched is None:
+            continue
+        for cause, weight in symptom.causes:
+            if not symptom.independent:
+                strongest[cause] = max(weight, strongest.get(cause, 0.0))
+            hits.append((cause, symptom, weight, matched))
+    for cause, symptom, weight, line in hits:
+        # One message counts once per cause: its strongest row; the others add lines only.
+        counts = symptom.independent or weight == strongest[cause]
+        evidence.add(cause, symptom, weight if counts else None, line)
+        if counts and not symptom.independent:
+            strongest[cause] = 2.0  # a later row of the same weight adds lines, not weight
+
+
+def _has_tag(needed: str, tags: set[str], stage: str) -> bool:
+    is_stage = any(tag.tag == needed and tag.stage for tag, _ in TAGS)
+    return stage == needed if is_stage else needed in tags
+
+
+def _match(row: _Row, message: Message) -> MatchedLine | None:
+    symptom = row.symptom
+    if symptom.where == "error":
+        if not message.error:
+            return None
+        found = row.regex.search(message.error_text)
+        if found is None:
+            return None
+        number, text = _line_at(message, found.start())
+        return MatchedLine(number, text[:300], symptom.id, symptom.note)
+    for number, text in message.texts():
+        found = row.regex.search(text)
+        if found and (not symptom.pid_below or _all_pids_below(found, symptom.pid_below)):
+            return MatchedLine(number, text[:300], symptom.id, symptom.note)
+    return None
+
+
+def _line_at(message: Message, offset: int) -> tuple[int, str]:
+    for number, text in message.error:
+        if offset <= len(text):
+            return number, text
+        offset -= len(text) + 1
+    return message.error[-1]
+
+
+def _all_pids_below(found: re.Match[str], limit: int) -> bool:
+    pids = [int(pid) for pid in re.findall(r"\d+", found.group(1))]
+    return bool(pids) and all(pid < limit for pid in pids)
+
+
+def _likelihoods(evidence: _Evidence) -> dict[str, float]:
+    explained = any(
+        weight >= EXPLAINED_AT
+        for rows in evidence.weights.values()
+        for row, weight in rows.items()
+        if row != CATCH_ALL
+    )
+    likelihoods = {}
+    for cause, rows in evidence.weights.items():
+        miss = 1.0
+        for row, weight in rows.items():
+            if not (explained and row == CATCH_ALL):
+                miss *= 1 - weight
+        if miss < 1.0:
+            likelihoods[cause] = round(1 - miss, 3)
+    return likelihoods
+
+
+def _rank(evidence: _Evidence, script: str) -> list[CauseGuess]:
+    guesses = []
+    for cause_id, likelihood in _likelihoods(evidence).items():
+        entry = CAUSES.get(cause_id)
+        checks = [check.replace(SCRIPT, script) for check in NEXT_CHECKS.get(cause_id, ())]
+        guesses.append(
+            CauseGuess(
+                cause=cause_id,
+                title=entry.title if entry else cause_id,
+                likelihood=likelihood,
+                prior=PRIORS.get(cause_id, 0.0),
+                lines=evidence.lines[cause_id],
+                lines_matched=evidence.counts[cause_id],
+                checks=[*checks, RERUN],
+                docs=entry.docs_url if entry else "",
+            )
+        )
+    guesses.sort(key=lambda g: (-round(g.likelihood, 2), -g.prior, g.cause))
+    return guesses
+
+
+def _mark_ties(explanation: Explanation, script: str) -> None:
+    causes = explanation.causes
+    if len(causes) < 2:
+        return
+    tied = [g for g in causes if causes[0].likelihood - g.likelihood <= AMBIGUITY_MARGIN]
+    if len(tied) < 2:
+        return
+    for guess in tied:
+        tell = TELLS.get(guess.cause)
+        if tell is not None:
+            command = tell.command.replace(SCRIPT, script)
+            explanation.ambiguous.append(Tie(guess.cause, command, tell.sign))
+    if explanation.ambiguous:
+        explanation.deciding_check = explanation.ambiguous[0].command

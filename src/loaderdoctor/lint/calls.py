@@ -1,0 +1,254 @@
+"""The project's call graph: which project functions a function calls, across modules and classes.
+
+Rules start from a function (a Dataset's ``__getitem__``, a call made at import time) and ask what
+it reaches. An edge is one call a reader can resolve:
+
+- ``helper(x)``, ``utils.helper(x)``, ``from .io import helper``: a function of any project module;
+- ``self.method()`` (dispatched from the most derived Dataset class) and ``super().method()``;
+- ``self.attr.method()`` and ``self.attr(...)``, where ``__init__`` stored an instance of a project
+  class in ``self.attr``, built there or passed in by the code that constructs the object
+  (``MosaicDetection(dataset=COCODataset(...), preproc=TrainTransform())``);
+- ``Helper(...)``: the class's ``__init__``.
+
+Anything else (a library, a value only known at run time) is not an edge: the graph stays what a
+careful reader can tell.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from loaderdoctor.lint.model import _FUNCTIONS, DatasetClass, FunctionNode, ModuleModel
+from loaderdoctor.lint.scope import is_self_attribute, walk_local
+
+if TYPE_CHECKING:
+    from loaderdoctor.lint.project import Project
+
+MAX_DEPTH = 5
+
+
+@dataclass(frozen=True, eq=False)
+class Caller:
+    """A function with the class it runs in (to resolve ``self``), if any."""
+
+    module: ModuleModel
+    function: FunctionNode
+    cls: ast.ClassDef | None = None
+    dataset: DatasetClass | None = None  # for dispatch from the most derived Dataset class
+
+    @property
+    def name(self) -> str:
+        prefix = f"{self.cls.name}." if self.cls is not None else ""
+        return f"{prefix}{self.function.name}"
+
+
+@dataclass(frozen=True, eq=False)
+class Edge:
+    call: ast.Call  # in the calling function
+    callee: Caller
+
+
+@dataclass(frozen=True, eq=False)
+class Path:
+    """How a function is reached from a start: the edges taken, first call first."""
+
+    edges: tuple[Edge, ...]
+
+    @property
+    def end(self) -> Caller | None:
+        return self.edges[-1].callee if self.edges else None
+
+    def describe(self) -> str:
+        """``self.pull_item()`` -> ``load_resized_img()``, in words for a message."""
+        return " -> ".join(f"`{edge.callee.name}()`" for edge in self.edges)
+
+
+class CallGraph:
+    """Edges computed on demand and cached, over every module of one project."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self._edges: dict[int, list[Edge]] = {}
+
+    def callees(self, caller: Caller) -> list[Edge]:
+        key = id(caller.function)
+        found = self._edges.get(key)
+        if found is None:
+            found = self._edges[key] = list(self._resolve_calls(caller))
+        return found
+
+    def reach(self, start: Caller, max_depth: int = MAX_DEPTH) -> Iterator[tuple[Caller, Path]]:
+        """Every function reachable from ``start`` (itself first), breadth first, each once."""
+        seen = {id(start.function)}
+        frontier: list[tuple[Caller, Path]] = [(start, Path(()))]
+        depth = 0
+        while frontier:
+            yield from frontier
+            if depth >= max_depth:
+                return
+            depth += 1
+            following: list[tuple[Caller, Path]] = []
+            for caller, path in frontier:
+                for edge in self.callees(caller):
+                    if id(edge.callee.function) in seen:
+                        continue
+                    seen.add(id(edge.callee.function))
+                    following.append((edge.callee, Path((*path.edges, edge))))
+            frontier = following
+
+    # -- resolution ------------------------------------------------------------------------
+
+    def _resolve_calls(self, caller: Caller) -> Iterator[Edge]:
+        for node in walk_local(caller.function):
+            if isinstance(node, ast.Call):
+                callee = self._callee(caller, node.func)
+                if callee is not None:
+                    yield Edge(node, callee)
+
+    def _callee(self, caller: Caller, func: ast.expr) -> Caller | None:
+        if isinstance(func, ast.Attribute):
+            receiver = func.value
+            if isinstance(receiver, ast.Name) and receiver.id == "self":
+                return self._method_of_self(caller, func.attr)
+            if isinstance(receiver, ast.Call) and _is_super(receiver):
+                return self._method_of_bases(caller, func.attr)
+            if is_self_attribute(receiver):
+                assert isinstance(receiver, ast.Attribute)
+                for module, cls in self.attribute_classes(caller, receiver.attr):
+                    return self.method(module, cls, func.attr)
+                return None
+        if is_self_attribute(func):  # self.preproc(image): the instance's __call__
+            assert isinstance(func, ast.Attribute)
+            for module, cls in self.attribute_classes(caller, func.attr):
+                return self.method(module, cls, "__call__")
+            return None
+        found = self.project.resolve(caller.module, func)
+        if found is None:
+            return None
+        module, definition = found
+        if isinstance(definition, _FUNCTIONS):
+            owner = caller.module.scopes.enclosing(definition, (ast.ClassDef,))
+            if owner is not None and module is caller.module:
+                return None  # a method's own name inside its class: not a call of it
+            return Caller(module, definition)
+        if isinstance(definition, ast.ClassDef):
+            return self.method(module, definition, "__init__")
+        return None
+
+    def _method_of_self(self, caller: Caller, name: str) -> Caller | None:
+        if caller.dataset is not None:
+            found = caller.dataset.find(name)
+            if found is not None:
+                function, owner = found
+                return Caller(owner.module, function, owner.node, caller.dataset)
+            return None
+        if caller.cls is not None:
+            return self.method(caller.module, caller.cls, name)
+        return None
+
+    def _method_of_bases(self, caller: Caller, name: str) -> Caller | None:
+        if caller.cls is None:
+            return None
+        for base in caller.cls.bases:
+            resolved = self.project.resolve(caller.module, base)
+            if resolved is not None and isinstance(resolved[1], ast.ClassDef):
+                found = self.method(resolved[0], resolved[1], name)
+                if found is not None:
+                    return Caller(found.module, found.function, found.cls, caller.dataset)
+        return None
+
+    def method(
+        self, module: ModuleModel, cls: ast.ClassDef, name: str, depth: int = 0
+    ) -> Caller | None:
+        """``cls.name`` looked up through the project's base classes."""
+        for statement in cls.body:
+            if isinstance(statement, _FUNCTIONS) and statement.name == name:
+                return Caller(module, statement, cls, self.project.dataset_of(cls))
+        if depth > 8:
+            return None
+        for base in cls.bases:
+            resolved = self.project.resolve(module, base)
+            if resolved is not None and isinstance(resolved[1], ast.ClassDef):
+                if resolved[1] is not cls:
+                    found = self.method(resolved[0], resolved[1], name, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    # -- attribute and argument flow -------------------------------------------------------
+
+    def attribute_values(self, caller: Caller, attr: str) -> Iterator[tuple[ModuleModel, ast.expr]]:
+        """What ``self.attr`` is set to in ``__init__``, following its parameters to the
+        arguments every project call of the class passes (the caller's module with each)."""
+        if caller.cls is None:
+            return
+        init = self.method(caller.module, caller.cls, "__init__")
+        if init is None:
+            return
+        parameters = _parameters(init.function)
+        for node in walk_local(init.function):
+            if not isinstance(node, ast.Assign):
+                continue
+            if not any(is_self_attribute(t, attr) for t in node.targets):
+                continue
+            value = node.value
+            if isinstance(value, ast.Name) and value.id in parameters:
+                position = parameters.index(value.id)
+                for module, call in self.project.constructions(init.module, caller.cls):
+                    argument = _argument(call, value.id, position)
+                    if argument is not None:
+                        yield module, argument
+            else:
+                yield init.module, value
+
+    def attribute_classes(
+        self, caller: Caller, attr: str
+    ) -> Iterator[tuple[ModuleModel, ast.ClassDef]]:
+        """The project classes whose instances ``self.attr`` may hold."""
+        seen: set[int] = set()
+        for module, value in self.attribute_values(caller, attr):
+            found = self.project.class_of_instance(module, value)
+            if found is not None and id(found[1]) not in seen:
+                seen.add(id(found[1]))
+                yield found
+
+
+def _is_super(node: ast.Call) -> bool:
+    return isinstance(node.func, ast.Name) and node.func.id == "super"
+
+
+def _parameters(function: FunctionNode) -> list[str]:
+    """Positional parameter names after ``self``, then keyword-only ones."""
+    arguments = function.args
+    names = [arg.arg for arg in (*arguments.posonlyargs, *arguments.args)][1:]
+    return names + [arg.arg for arg in arguments.kwonlyargs]
+
+
+def _argument(call: ast.Call, name: str, position: int) -> ast.expr | None:
+    for keyword in call.keywords:
+        if keyword.arg == name:
+            return keyword.value
+    if position < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args):
+        return call.args[position]
+    return None
+
+
+def bind_arguments(call: ast.Call, function: FunctionNode, method: bool) -> dict[str, ast.expr]:
+    """Parameter name -> the argument expression this call passes for it."""
+    arguments = function.args
+    names = [arg.arg for arg in (*arguments.posonlyargs, *arguments.args)]
+    if method:
+        names = names[1:]
+    bound: dict[str, ast.expr] = {}
+    for position, argument in enumerate(call.args):
+        if isinstance(argument, ast.Starred):
+            break
+        if position < len(names):
+            bound[names[position]] = argument
+    for keyword in call.keywords:
+        if keyword.arg is not None:
+            bound[keyword.arg] = keyword.value
+    return bound
