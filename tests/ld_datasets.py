@@ -113,8 +113,9 @@ class Ledger(Dataset):
     """Returns its index; ``faults`` maps index -> how that sample fails.
 
     raise / raise-once: ValueError (always / the first time only); kill / kill-once: the worker
-    SIGKILLs itself; hang: sleeps far past any hang timeout; ragged: a sample of another shape.
-    "-once" faults remember in ``flag_dir`` that they fired.
+    SIGKILLs itself; kill-once-when-collated: it does so the first time, once a batch has
+    collated (``TouchingCollate``); hang: sleeps far past any hang timeout; ragged: a sample of another
+    shape. "-once" faults remember in ``flag_dir`` that they fired.
     """
 
     def __init__(self, n: int, faults: dict[int, str], flag_dir: str) -> None:
@@ -144,6 +145,13 @@ class Ledger(Dataset):
             if torch.utils.data.get_worker_info() is not None:
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"would kill the main process at {index}")
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if fault == "kill-once-when-collated" and in_worker and self._first_time(index):
+            collated = os.path.join(self.flag_dir, "collated")
+            deadline = time.monotonic() + 120  # bounded: a broken run fails, it does not hang
+            while not os.path.exists(collated) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGKILL)
         if fault == "hang" and torch.utils.data.get_worker_info() is not None:
             time.sleep(600)
         if fault == "ragged":
@@ -153,7 +161,8 @@ class Ledger(Dataset):
 
 class StreamLedger(torch.utils.data.IterableDataset):
     """Items 0..n-1, each worker its share by ``get_worker_info()`` (a generator); ``faults``
-    maps item -> raise / raise-once / kill-once, as ``Ledger``'s ("-once": in ``flag_dir``)."""
+    maps item -> raise / raise-once / kill / kill-once, as ``Ledger``'s ("-once": in
+    ``flag_dir``)."""
 
     def __init__(self, n: int, faults: dict[int, str], flag_dir: str) -> None:
         self.n, self.faults, self.flag_dir = n, dict(faults), flag_dir
@@ -174,6 +183,61 @@ class StreamLedger(torch.utils.data.IterableDataset):
                     open(flag, "w").close()
             if fault == "raise" or (fault == "raise-once" and first):
                 raise ValueError(f"bad item {i}")
-            if fault == "kill-once" and first:
+            if fault == "kill" or (fault == "kill-once" and first):
                 os.kill(os.getpid(), signal.SIGKILL)
             yield torch.tensor([i])
+
+
+class TouchingCollate:
+    """torch's default collate that first leaves a file in ``flag_dir``: a batch has collated
+    (its samples' skips were recorded), for ``Ledger``'s "kill-when-collated"."""
+
+    def __init__(self, flag_dir: str) -> None:
+        self.flag_dir = flag_dir
+
+    def __call__(self, samples):
+        import os
+
+        open(os.path.join(self.flag_dir, "collated"), "w").close()
+        return torch.utils.data.default_collate(samples)
+
+
+class BatchFetched(Dataset):
+    """Loads a whole batch at once with its own ``__getitems__`` (as Hugging Face
+    ``datasets.Dataset`` does, its transform applied to the batch), so no per-sample call of
+    the loader's passes between the batch's samples. ``faults`` as ``Ledger``'s: segv, kill,
+    kill-once, raise (``flag_dir`` remembers "-once")."""
+
+    def __init__(self, n: int, faults: dict[int, str], flag_dir: str) -> None:
+        self.n, self.faults, self.flag_dir = n, dict(faults), flag_dir
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _load(self, index: int) -> dict:
+        import ctypes
+        import os
+        import signal
+
+        fault = self.faults.get(index)
+        once = fault == "kill-once"
+        if once:
+            flag = os.path.join(self.flag_dir, f"fired-{index}")
+            once = not os.path.exists(flag)
+            if once:
+                open(flag, "w").close()
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if fault == "segv" and in_worker:
+            ctypes.string_at(0)
+        if (fault == "kill" or once) and in_worker:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if fault == "raise":
+            raise ValueError(f"bad sample {index}")
+        return {"index": index}
+
+    def __getitem__(self, index: int) -> dict:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: list[int]) -> list[dict]:
+        rows = {"index": [self._load(i)["index"] for i in indices]}  # the batch at once
+        return [{"index": value} for value in rows["index"]]

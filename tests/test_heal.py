@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import loaderdoctor
 from conftest import FAULTS, in_cgroup, memory_cgroup, run_python
-from ld_datasets import Faulty, Ledger
+from ld_datasets import Faulty, Ledger, TouchingCollate
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.quarantine import read_quarantine, write_quarantine
 
@@ -77,14 +77,19 @@ def test_replace_keeps_batches_full_with_a_deterministic_substitute(tmp_path: Pa
     assert run() == first
 
 
-def test_skip_respects_drop_last(tmp_path: Path) -> None:
-    dataset = Ledger(16, {5: "raise"}, str(tmp_path))
+def test_skip_with_drop_last_delivers_the_short_batch(tmp_path: Path) -> None:
+    """drop_last drops torch's last incomplete batch, never a bad sample's healthy batch-mates
+    (issue 23 item 4): the batch arrives short."""
+    dataset = Ledger(18, {5: "raise"}, str(tmp_path))
     loader = loaderdoctor.DataLoader(
         dataset, batch_size=4, num_workers=2, on_error="skip", drop_last=True
     )
-    (epoch,) = delivered(loader)
-    assert sorted(epoch) == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15]
-    assert loader.report.counts["dropped"] == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        batches = [batch.flatten().tolist() for batch in loader]
+    assert batches == [[0, 1, 2, 3], [4, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    assert loader.report.delivered == {"batches": 4, "samples": 15}
+    assert loader.report.counts["skipped"] == 1
 
 
 def test_transient_errors_are_retried(tmp_path: Path) -> None:
@@ -160,10 +165,11 @@ FAULT_KINDS = st.sampled_from(["raise", "raise-once", "kill", "kill-once", "hang
     workers=st.integers(1, 3),
     shuffle=st.booleans(),
     persistent=st.booleans(),
+    drop_last=st.booleans(),
     data=st.data(),
 )
 def test_exactly_once_ledger(
-    n: int, batch_size: int, workers: int, shuffle: bool, persistent: bool, data
+    n: int, batch_size: int, workers: int, shuffle: bool, persistent: bool, drop_last: bool, data
 ) -> None:
     bad = data.draw(st.lists(st.integers(0, n - 1), max_size=3, unique=True))
     kinds = [data.draw(FAULT_KINDS) for _ in bad]
@@ -182,19 +188,41 @@ def test_exactly_once_ledger(
             num_workers=workers,
             shuffle=shuffle,
             persistent_workers=persistent,
+            drop_last=drop_last,
             heal=True,
             hang_timeout=1.5,
             generator=torch.Generator().manual_seed(n),
         )
         # ragged samples are dropped from their batch only when they are the odd one out
         healthy = {i for i in range(n) if faults.get(i) in (None, "raise-once", "kill-once")}
-        for epoch in delivered_rows(loader, epochs=2):
+        # drop_last: torch never forms its last incomplete batch (which samples, the sampler
+        # decides); every sample of every batch it forms arrives or is skipped
+        tail = n % batch_size if drop_last else 0
+        received: list[int] = []  # samples per batch, as the loop received them
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", HealWarning)
+            epochs = []
+            for _ in range(2):
+                rows = []
+                for batch in loader:
+                    received.append(len(batch))
+                    rows.extend(int(row[0]) for row in batch)
+                epochs.append(rows)
+        for epoch in epochs:
             counts = Counter(epoch)
             assert all(c == 1 for c in counts.values()), f"a sample arrived twice: {counts}"
             flat = set(counts)
-            assert healthy <= flat, f"lost healthy samples {healthy - flat} ({faults})"
+            missing = healthy - flat
+            assert len(missing) <= tail, f"lost healthy samples {missing} ({faults})"
             ragged = {i for i, k in faults.items() if k == "ragged"}
             assert flat - healthy <= ragged, f"delivered bad samples {flat - healthy}"
+        # Every count equals what the loop received (issue 24 item 3), by construction; and
+        # every sample of every batch formed was received or skipped, once.
+        report = loader.report
+        assert report.delivered == {"batches": len(received), "samples": sum(received)}
+        assert report.counts["skipped"] + sum(received) == 2 * (n - tail), (
+            f"skipped {report.counts['skipped']}, received {sum(received)} ({faults})"
+        )
         # A death or hang healed without a change of pool shape replaced that worker alone
         # (issue 14); the ledger above held across it.
         for incident in loader.incidents:
@@ -208,6 +236,35 @@ def test_exactly_once_ledger(
                 ), incident.diagnosis.evidence
     finally:
         shutil.rmtree(flag_dir, ignore_errors=True)
+
+
+def test_counts_equal_what_the_loop_received_when_a_skipped_batch_is_loaded_again(
+    tmp_path: Path,
+) -> None:
+    """A batch with a skipped sample (5) is built and waits in torch's reorder buffer while
+    another worker is SIGKILLed (at sample 0, once); the sample loads fine alone, so the loader
+    backs off to a new pool, which loads the waiting batch again. Its skip counted twice and was
+    taken off the delivered samples twice: 197 delivered and 3 skipped while the loop received
+    198 and 2 samples were bad (issue 24 item 3). Counted when the batch is delivered, each
+    count is what the loop received."""
+    loader = loaderdoctor.DataLoader(
+        Ledger(16, {0: "kill-once-when-collated", 5: "raise"}, str(tmp_path)),
+        batch_size=4,
+        num_workers=2,
+        heal=True,
+        collate_fn=TouchingCollate(str(tmp_path)),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        batches = [batch.flatten().tolist() for batch in loader]
+    assert batches == [[0, 1, 2, 3], [4, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    report = loader.report
+    assert report.delivered == {"batches": 4, "samples": 15}
+    assert report.counts["skipped"] == 1
+    assert [(i.diagnosis.cause, i.action, i.diagnosis.indices) for i in loader.incidents] == [
+        ("killed-by-signal", "backed-off", [0]),
+        ("sample-error", "skipped", [5]),
+    ]
 
 
 def healing_run(*args: str, **kwargs) -> dict:

@@ -73,3 +73,19 @@ def test_to_json_is_json_text_and_to_dict_the_dict() -> None:
 def test_a_diagnosis_reads_back_what_to_json_wrote() -> None:
     diagnosis = verdict("native-crash")
     assert Diagnosis.from_json(diagnosis.to_json()) == diagnosis
+
+
+@pytest.mark.parametrize(
+    ("actions", "status"),
+    [
+        ([], "ok"),
+        (["skipped", "respawned"], "healed"),
+        (["respawned", "lost"], "healed-with-loss"),  # never plain "healed" (issue 23 item 4)
+        (["lost", "raised"], "crashed"),
+    ],
+)
+def test_the_status_says_when_healing_lost_samples(actions: list[str], status: str) -> None:
+    log = IncidentLog()
+    for action in actions:
+        log.append(verdict("killed-by-signal"), action)
+    assert build_report(log, [], new_counts()).status == status

@@ -120,6 +120,8 @@ def test_incident_from_a_sink_record() -> None:
     [
         (0, [], "ok"),
         (0, ["skipped", "respawned"], "healed"),
+        (0, ["respawned", "lost"], "healed-with-loss"),  # a stream's items named lost
+        (1, ["lost"], "crashed"),
         (0, ["raised"], "crashed"),
         (1, [], "crashed"),
         (1, ["skipped"], "crashed"),
@@ -246,7 +248,8 @@ def _report_json(**edits: object) -> dict[str, object]:
         ({"schema": 1}, "report: no 'status'"),
         (
             _report_json(status="weird"),
-            'report.status: expected "ok" or "crashed" or "healed", got "weird"',
+            'report.status: expected "ok" or "crashed" or "healed" or "healed-with-loss", got '
+            '"weird"',
         ),
         (_report_json(exit_code="0"), 'report.exit_code: expected an integer, got "0"'),
         (_report_json(duration_s=True), "report.duration_s: expected a number, got true"),

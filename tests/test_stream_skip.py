@@ -118,11 +118,12 @@ def test_a_generator_that_raises_every_time_says_the_rest_of_its_stream_is_lost(
         "__next__ can go on"
     )
     assert [str(w.message) for w in heal] == [
-        f"loaderdoctor healed: A sample raised an exception in the Dataset [sample-error] -> skipped "
+        f"loaderdoctor healed: A sample raised an exception in the Dataset [sample-error] -> lost "
         f"(item #{position} of {whose} stream); {note}"
     ]
     assert note in loader.incidents[0].diagnosis.evidence
     assert [w.filename for w in heal] == [__file__]
+    assert loader.report.status == "healed-with-loss"  # never plain "healed" (issue 23 item 4)
 
 
 def test_thousands_of_skips_warn_ten_times_and_count_every_one() -> None:

@@ -20,7 +20,12 @@ PALETTE = (
     "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#aec7e8",
 )  # fmt: skip
 INCIDENT_COLOR = "#d62728"
-STATUS_COLORS = {"ok": "#2ca02c", "healed": "#e6a100", "crashed": "#d62728"}
+STATUS_COLORS = {
+    "ok": "#2ca02c",
+    "healed": "#e6a100",
+    "healed-with-loss": "#e6550d",
+    "crashed": "#d62728",
+}
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;

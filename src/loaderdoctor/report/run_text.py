@@ -14,7 +14,12 @@ from loaderdoctor.units import format_bytes, format_seconds
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-STATUS_STYLES = {"ok": "bold green", "healed": "bold yellow", "crashed": "bold red"}
+STATUS_STYLES = {
+    "ok": "bold green",
+    "healed": "bold yellow",
+    "healed-with-loss": "bold dark_orange",
+    "crashed": "bold red",
+}
 MAX_DETAILED_INCIDENTS = 3
 
 

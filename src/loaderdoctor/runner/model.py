@@ -14,10 +14,10 @@ from typing import Any, Literal
 from loaderdoctor.jsonshape import ShapeError, check_shape, json_kind
 
 SCHEMA = 1
-RunStatus = Literal["ok", "crashed", "healed"]
+RunStatus = Literal["ok", "crashed", "healed", "healed-with-loss"]
 SupervisorFate = Literal["finished", "died"]
 HEALING_ACTIONS = frozenset(
-    {"skipped", "replaced", "quarantined", "respawned", "backed-off", "fell-back"}
+    {"skipped", "replaced", "quarantined", "respawned", "backed-off", "fell-back", "lost"}
 )
 
 
@@ -216,7 +216,10 @@ class RunReport:
 
 
 def run_status(exit_code: int, incidents: list[RunIncident]) -> RunStatus:
-    """crashed: the command failed or a loader raised; healed: every incident was healed."""
+    """crashed: the command failed or a loader raised; healed: every incident was healed;
+    healed-with-loss: healed, but healthy samples were lost (an incident's action "lost")."""
     if exit_code != 0 or any(i.action not in HEALING_ACTIONS for i in incidents):
         return "crashed"
+    if any(i.action == "lost" for i in incidents):
+        return "healed-with-loss"
     return "healed" if incidents else "ok"

@@ -26,6 +26,10 @@ INCIDENT_SINKS: list[Callable[[Any, Incident], None]] = []
 HEALED_ACTIONS = frozenset(
     {"skipped", "replaced", "quarantined", "respawned", "backed-off", "fell-back"}
 )
+# The loader carried on, but healthy samples were lost (named in the incident's evidence and
+# warning): a stream that cannot be read past an item that killed its worker twice. The run is
+# then "healed-with-loss", never plain "healed" (issue 23 items 4 and 5).
+LOSING_ACTIONS = frozenset({"lost"})
 
 
 @dataclass
@@ -33,8 +37,9 @@ class Incident:
     """One failure seen by a loader and what was done about it."""
 
     diagnosis: Diagnosis
-    # "raised"; healing adds skipped, replaced, quarantined, respawned, backed-off, and
-    # "fell-back" (loaderdoctor's own machinery failed: plain torch loading took over).
+    # "raised"; healing adds skipped, replaced, quarantined, respawned, backed-off,
+    # "fell-back" (loaderdoctor's own machinery failed: plain torch loading took over), and
+    # "lost" (carried on, but the healthy samples its evidence names are lost).
     action: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -131,7 +136,7 @@ class IncidentLog(Sequence[Incident]):
 
 @dataclass
 class LoaderReport:
-    status: str  # "ok" | "healed" | "crashed"
+    status: str  # "ok" | "healed" | "healed-with-loss" | "crashed"
     incidents: list[Incident]
     quarantine: list[int]
     delivered: dict[str, int]
@@ -165,6 +170,8 @@ def build_report(log: IncidentLog, quarantine: list[int], counts: dict[str, int]
         status = "ok"
     elif actions <= HEALED_ACTIONS:
         status = "healed"
+    elif actions <= HEALED_ACTIONS | LOSING_ACTIONS:
+        status = "healed-with-loss"
     else:
         status = "crashed"
     return LoaderReport(
@@ -180,6 +187,7 @@ def build_report(log: IncidentLog, quarantine: list[int], counts: dict[str, int]
 __all__ = [
     "HEALED_ACTIONS",
     "INCIDENT_SINKS",
+    "LOSING_ACTIONS",
     "BackoffStep",
     "Incident",
     "IncidentLog",

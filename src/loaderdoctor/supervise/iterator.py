@@ -58,11 +58,13 @@ from loaderdoctor.supervise.loader_view import wrap_dataset
 from loaderdoctor.supervise.pool import Pool
 from loaderdoctor.supervise.respawn import Replacement
 from loaderdoctor.supervise.result_queue import HalfMessage
-from loaderdoctor.supervise.sample_policy import SkippedBatch
+from loaderdoctor.supervise.sample_policy import HealedBatch, SkippedBatch
+from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter, internal_evidence
 from loaderdoctor.supervise.start_failure import load_in_process, start_diagnosis, start_error
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, new_stream_progress
 from loaderdoctor.supervise.supervision import IterState, LoaderSnapshot, Settings, Supervision
+from loaderdoctor.supervise.worker import SupervisedBatchedMapDataset
 from loaderdoctor.supervise.worker_collate import SupervisedCollate
 from loaderdoctor.supervise.worker_exceptions import worker_exception
 from loaderdoctor.supervise.worker_hooks import BOOTSTRAP_DIR_ENV, SupervisedWorkerInit
@@ -135,6 +137,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_epoch = supervision.epoch
         self._ld_ledger = Ledger()
         self._ld_last_index: Any = None
+        self._ld_pending_skips = 0  # left out of batches not sent yet (``_next_index``)
         self._ld_raising: BaseException | None = None
         self._ld_in_reset = False  # torch's _reset is waiting for its workers' resume replies
         self._ld_queue_poisoned = False  # a worker died mid-write: the result queue is unusable
@@ -172,8 +175,16 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         # With on_error="replace" only a worker finds a quarantined sample's substitute, so such
         # a sample cannot simply be left out in the main process (see ``_next_index``).
         self._ld_replacing = policy is not None and policy.on_error == "replace"
+        dataset = wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy)
+        # Workers whose dataset loads a whole batch with its own ``__getitems__`` (Hugging Face
+        # ``datasets.Dataset``): their recorder names the batch in flight, not the sample.
+        self._ld_batched_workers = (
+            set(range(snapshot.num_workers))
+            if isinstance(dataset, SupervisedBatchedMapDataset)
+            else set()
+        )
         return snapshot.with_overrides(
-            dataset=wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy),
+            dataset=dataset,
             collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
             worker_init_fn=SupervisedWorkerInit(
                 snapshot.worker_init_fn,
@@ -259,10 +270,12 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
     def _next_index(self) -> Any:
         index = super()._next_index()
         # A sample quarantined after these workers started is unknown to their dataset wrapper
-        # (persistent workers keep it for epochs): leave it out here, as the worker would.
+        # (persistent workers keep it for epochs): leave it out here, as the worker would; it
+        # counts as skipped when the batch it was left out of (or the next one) is delivered.
         while not self._ld_replacing and len(self._ld_sup.quarantine) > self._ld_quarantine_known:
-            index, dropped = respawn.without_new_quarantine(self, index)
-            if not dropped:
+            index, bad = respawn.without_new_quarantine(self, index)
+            self._ld_pending_skips += bad
+            if index is not None:
                 break
             index = super()._next_index()
         self._ld_last_index = index
@@ -272,7 +285,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         sent = self._send_idx
         super()._try_put_index()
         if self._send_idx != sent:
-            self._ld_ledger.owe(sent, self._ld_last_index)
+            self._ld_ledger.owe(sent, self._ld_last_index, self._ld_pending_skips)
+            self._ld_pending_skips = 0
 
     def _reset(self, loader: Any, first_iter: bool = False) -> None:
         if not first_iter:
@@ -356,7 +370,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         return super()._get_data()
 
     def _process_data(self, data: Any, worker_idx: int) -> Any:
-        task, indices = self._ld_ledger.settle_handed_over(self._task_info)
+        task, indices, skipped = self._ld_ledger.settle_handed_over(self._task_info)
+        self._ld_sup.counts["skipped"] += skipped
         self._ld_events.drain_if_new(self._ld_recorder.total(Field.EVENTS))
         if torch_compat.is_exception_wrapper(data):
             self._workers_num_tasks[worker_idx] -= 1
@@ -367,7 +382,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             healable = diagnosis.cause in ENVIRONMENTAL or diagnosis.cause == "internal-error"
             try:
                 if self._ld_sup.settings.heal and healable and task is not None:
-                    self._ld_ledger.owe(task, indices)  # still owed to the user
+                    self._ld_sup.counts["skipped"] -= skipped
+                    self._ld_ledger.owe(task, indices, skipped)  # still owed to the user
                     raise _PoolFailure(ev, error, diagnosis)
                 self._ld_sup.record(diagnosis, "raised")
                 self._ld_raising = error  # raised on purpose: the user's, not an internal error
@@ -376,10 +392,15 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 error = None  # type: ignore[assignment]  # no cycle via its traceback
         if isinstance(data, StreamBatch):
             data = self._ld_stream_delivered(data, indices, counted=task is not None)
-        elif task is not None and not isinstance(data, SkippedBatch):
-            self._ld_sup.delivered(indices, data)
+        elif isinstance(data, SkippedBatch):
+            if task is not None:
+                self._ld_sup.take_events(data.events)
+        elif task is not None:
+            data = self._ld_sup.delivered_batch(indices, data)
             if self._ld_sup.backoff is not None:
                 self._ld_sup.backoff.delivered()
+        elif isinstance(data, HealedBatch):
+            data = data.batch
         return super()._process_data(data, worker_idx)
 
     # --- the decision point ---------------------------------------------------------------
@@ -442,6 +463,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         return data
 
     def _ld_epoch_done(self) -> None:
+        self._ld_sup.counts["skipped"] += self._ld_pending_skips  # the epoch's last batches
+        self._ld_pending_skips = 0
         self._ld_events.drain()
         if self._ld_sup.backoff is not None:
             self._ld_sup.backoff.epoch_finished()
@@ -450,6 +473,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
     def _ld_handle(self, failure: _PoolFailure) -> None:
         """Decide about a failure, then carry the decision out (raise, or heal and hand over)."""
         ev = failure.evidence
+        found_alone = False
+        if ev.kind == "death" and ev.stage == "fetch" and ev.worker_id in self._ld_batched_workers:
+            found_alone = self._ld_name_in_batch(ev)
         diagnosis = failure.diagnosis or diagnose(ev)
         sup = self._ld_sup
         at = Situation(
@@ -467,6 +493,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         )
         if self._ld_iterable:
             at = replace(at, culprit=ev.iterable_position)
+        if found_alone:  # re-tried alone already, and it killed its worker again
+            at = replace(at, probe_failed_again=True)
         action = POLICY.decide(diagnosis, at)
         # Start the dead worker's replacement now, so that its start-up overlaps the probe
         # (with on_error="replace" it must know the quarantine: it starts after the decision).
@@ -488,6 +516,38 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             self._ld_raise(failure, diagnosis)
         stream = self._ld_stream_culprit(ev, diagnosis) if self._ld_streams is not None else None
         self._ld_heal(diagnosis, action, at, ev, replacement, stream)
+
+    def _ld_name_in_batch(self, ev: Evidence) -> bool:
+        """A worker died inside the dataset's own ``__getitems__``, which loads the batch at
+        once: its recorder holds the batch's first index, not the sample that killed it (111
+        was named when 37 crashed: issue 23 item 3). Re-try the batch's samples one by one in a
+        fresh worker: the one that kills it again is the culprit (True); else the evidence says
+        "one of" the batch, and no sample is named."""
+        batch = list(ev.batch_indices or [ev.in_flight_index])
+        ev.in_flight_index = ev.sample_file = None
+        shown = ", ".join(repr(i) for i in batch[:16]) + (", …" if len(batch) > 16 else "")
+        head = (
+            "the dataset's own __getitems__ loads a batch at once, so the sample in flight was "
+            f"one of [{shown}]"
+        )
+        if len(batch) == 1:
+            ev.in_flight_index = batch[0]
+            ev.notes.append(head)
+            return False
+        outcome = probe_batch(self._ld_snapshot, batch)
+        if isinstance(outcome, str):
+            self._ld_sup.counts["probe_failures"] += 1
+            ev.notes.append(f"{head}; re-trying them alone failed ({outcome})")
+        elif outcome is None:
+            ev.notes.append(f"{head}; each loaded fine alone in a fresh worker")
+        else:
+            ev.in_flight_index = outcome
+            ev.sample_file = sample_file(self._ld_snapshot.dataset, outcome)
+            ev.notes.append(
+                f"{head}; re-tried one by one in a fresh worker, sample {outcome!r} killed it again"
+            )
+            return True
+        return False
 
     def _ld_probe(self, diagnosis: Diagnosis, at: Situation, culprit: Any) -> Action:
         """Re-try the sample in flight alone, then decide again on what that showed."""
@@ -673,6 +733,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         """Stop this pool; a successor serves what is owed, then the rest of the epoch."""
         owed = self._ld_ledger.owed_in_order()
         self._ld_sup.counts["resent_batches"] += len(owed)
+        # what was left out of the owed batches: the successor does not know it (counted now)
+        self._ld_sup.counts["skipped"] += self._ld_ledger.skipped_owed() + self._ld_pending_skips
+        self._ld_pending_skips = 0
         if self._ld_streams is not None:
             self._ld_events.drain()  # every skip the dead worker wrote: a replay drops them too
             self._ld_stream_undelivered()
@@ -714,6 +777,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             return batch.batch
         streams.delivered(batch)
         if counted:
+            self._ld_sup.take_events(batch.events)
             # counted by what it holds: a stream that batches itself yields whole batches
             self._ld_sup.delivered(indices, batch.batch)
             if self._ld_sup.backoff is not None:
@@ -740,7 +804,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 streams.not_ended(info[0])
 
     def _ld_stream_culprit(self, ev: Evidence, diagnosis: Diagnosis) -> tuple[str, str]:
-        """The item in flight at a death is skipped when the stream resumes: (action, detail)."""
+        """The item in flight at a death is re-tried once when the stream resumes, as a
+        map-style sample is; one that kills its worker again ends that worker's stream just
+        before it (a generator cannot be read past it): (action, detail)."""
         streams = self._ld_streams
         assert streams is not None
         worker, position = ev.worker_id, ev.iterable_position
@@ -752,18 +818,17 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         named = f"item #{position} of worker {worker}'s stream"
         streams.incident = diagnosis  # a replay found not to match says so in its evidence
         if streams.culprit(worker, position, diagnosis):
-            self._ld_sup.counts["skipped"] += 1
             diagnosis.evidence.append(
-                f"{named} is skipped: worker {worker}'s stream resumes past that item"
+                f"{named} is re-tried once: worker {worker}'s stream resumes at that item"
             )
-            return "skipped", f" ({named})"
-        end = streams.stop_at(worker)
-        lost = f"items after #{end - 1}" if end else "items"
+            return "respawned", f" ({named}, re-tried once)"
+        self._ld_sup.counts["skipped"] += 1
+        lost = f"worker {worker}'s items from #{position} on are lost"
         diagnosis.evidence.append(
             f"worker {worker} died at its item #{position} again: its stream cannot be read past "
-            f"it, so worker {worker}'s {lost} are lost (the other workers resume)"
+            f"it, so {lost}; its items before #{position} arrive (the other workers resume)"
         )
-        return "skipped", f" ({named}; the rest of worker {worker}'s stream is lost)"
+        return "lost", f" ({named}; {lost})"
 
     def _ld_stop(self) -> None:
         self._ld_pool.stop(self._workers_status)
@@ -839,6 +904,42 @@ def probe(snapshot: LoaderSnapshot, index: Any) -> bool | str:
         logger.warning("loaderdoctor: sample %r could not be re-tried alone", index, exc_info=True)
         return f"{type(error).__name__}: {error}"
     return False
+
+
+def probe_batch(snapshot: LoaderSnapshot, indices: list[Any]) -> Any:
+    """Load ``indices`` one by one, alone, in a fresh worker: the first one that fails (None
+    when all load). A string says why the probe itself could not tell, as ``probe``'s does."""
+    loader = torch.utils.data.DataLoader(
+        snapshot.dataset,
+        batch_size=None,  # each sample by ``dataset[index]``, so the recorder names it
+        sampler=indices,
+        num_workers=1,
+        worker_init_fn=snapshot.worker_init_fn,
+        multiprocessing_context=snapshot.multiprocessing_context,
+    )
+    settings = Settings(
+        hang_timeout=PROBE_TIMEOUT_S,
+        heal=False,
+        on_error="raise",
+        retries=0,
+        quarantine_path=None,
+        allow_in_process=False,
+    )
+    supervision = Supervision(settings, snapshot.dataset, lambda: None)
+    supervision.log.quiet = True  # an isolated re-try: the loader it serves reports the outcome
+    try:
+        for _ in SupervisedMultiProcessingIter(LoaderSnapshot(loader), supervision):
+            pass
+    except Exception as error:
+        for incident in supervision.log:
+            found = [i for i in indices if _fails_at(incident.diagnosis, i)]
+            if found:
+                return found[0]
+        logger.warning(
+            "loaderdoctor: samples %r could not be re-tried alone", indices, exc_info=True
+        )
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def _fails_at(diagnosis: Diagnosis, index: Any) -> bool:

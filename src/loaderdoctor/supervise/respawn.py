@@ -18,6 +18,7 @@ from typing import Any
 from loaderdoctor import torch_compat
 from loaderdoctor.supervise.loader_view import wrap_dataset
 from loaderdoctor.supervise.sample_policy import SkippedBatch
+from loaderdoctor.supervise.worker import SupervisedBatchedMapDataset
 
 # How long a respawn waits for the result queue's writer lock before it calls the queue poisoned
 # (held by a worker killed mid-write); a healthy writer holds it for one batch's write.
@@ -35,25 +36,21 @@ class Replacement:
     refused: str = ""
 
 
-def without_new_quarantine(it: Any, index: Any) -> tuple[Any, bool]:
-    """(the batch without samples quarantined since this pool started, whether it is gone)."""
+def without_new_quarantine(it: Any, index: Any) -> tuple[Any, int]:
+    """(the batch without samples quarantined since this pool started, or None when none is
+    left; how many were left out). The caller counts them when the batch is delivered."""
     if it._ld_replacing:
-        return index, False  # the workers know the quarantine (``refresh_workers``)
+        return index, 0  # the workers know the quarantine (``refresh_workers``)
     fresh = set(list(it._ld_sup.quarantine)[it._ld_quarantine_known :])
-    counts = it._ld_sup.counts
     if not isinstance(index, list):
-        if index in fresh:
-            counts["skipped"] += 1
-            return None, True
-        return index, False
+        return (None, 1) if index in fresh else (index, 0)
     bad = [i for i in index if i in fresh]
     if not bad:
-        return index, False
-    if len(bad) == len(index) or it._drop_last:  # as the worker's wrapper decides
-        counts["dropped"] += len(bad)
-        return None, True
-    counts["skipped"] += len(bad)
-    return [i for i in index if i not in fresh], False
+        return index, 0
+    # short, drop_last or not, as the worker's wrapper leaves it: its healthy samples arrive
+    if len(bad) == len(index):
+        return None, len(bad)
+    return [i for i in index if i not in fresh], len(bad)
 
 
 def replace(
@@ -103,6 +100,11 @@ def replace(
     if new_pid is not None:
         it._ld_sup.worker_pids.add(new_pid)
     it._workers_status[worker_id] = True
+    if dataset is not None:  # a new view: does its recorder name the sample or the batch?
+        if isinstance(dataset, SupervisedBatchedMapDataset):
+            it._ld_batched_workers.add(worker_id)
+        else:
+            it._ld_batched_workers.discard(worker_id)
     return Replacement(worker_id, old_pid, new_pid)
 
 
@@ -131,6 +133,8 @@ def refresh_workers(it: Any) -> None:
             it._ld_sup.worker_pids.add(new_pid)
     it._ld_quarantine_known = len(it._ld_sup.quarantine)
     it._ld_quarantined_a_death = False
+    batched = isinstance(dataset, SupervisedBatchedMapDataset)
+    it._ld_batched_workers = set(range(it._num_workers)) if batched else set()
 
 
 def resend_owed(it: Any, replacement: Replacement) -> str:
@@ -144,13 +148,16 @@ def resend_owed(it: Any, replacement: Replacement) -> str:
         task for task, info in it._task_info.items() if info[0] == worker_id and len(info) == 1
     )
     index_queue = it._ld_pool.index_queue(worker_id)
+    ledger = it._ld_ledger
     for task in owed:
-        batch, gone = without_new_quarantine(it, it._ld_ledger.indices_of(task))
-        if gone:  # nothing of it is left to load: it is skipped here, in its turn
+        batch, bad = without_new_quarantine(it, ledger.indices_of(task))
+        skipped = ledger.skipped_of(task) + bad
+        if batch is None:  # nothing of it is left to load: it is skipped here, in its turn
             it._task_info[task] = (worker_id, SkippedBatch([], "quarantined"))
             it._tasks_outstanding -= 1
+            ledger.owe(task, [], skipped)
             continue
-        it._ld_ledger.owe(task, batch)
+        ledger.owe(task, batch, skipped)
         index_queue.put((task, batch))
     it._workers_num_tasks[worker_id] = sum(
         1 for info in it._task_info.values() if info[0] == worker_id

@@ -21,14 +21,41 @@ class SamplePolicy:
 
 
 class SkippedBatch:
-    """Stands in for a batch whose every sample was skipped (or, with drop_last, left short)."""
+    """Stands in for a batch whose every sample was skipped (``events``: their skips)."""
 
-    def __init__(self, indices: list[Any], reason: str) -> None:
+    def __init__(
+        self, indices: list[Any], reason: str, events: list[dict[str, Any]] | None = None
+    ) -> None:
         self.indices = indices
         self.reason = reason
+        self.events = events or []
 
     def __repr__(self) -> str:
         return f"SkippedBatch({self.indices!r}, {self.reason!r})"
+
+
+class HealedBatch:
+    """A batch a healing worker changed (a sample skipped or replaced): the batch, how many
+    samples it holds, and the events of its samples. The main process counts them when the user
+    receives the batch, so every count equals what the loop received: a batch lost with its
+    worker and loaded again by its replacement counts once (issue 24 item 3)."""
+
+    __slots__ = ("batch", "events", "samples")
+
+    def __init__(self, batch: Any, samples: int, events: list[dict[str, Any]]) -> None:
+        self.batch = batch
+        self.samples = samples
+        self.events = events
+
+    def pin_memory(self, device: Any = None) -> HealedBatch:
+        """torch's pin thread calls this: pin the batch inside."""
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        pinned = pin_memory(self.batch, device) if device is not None else pin_memory(self.batch)
+        return HealedBatch(pinned, self.samples, self.events)
+
+    def __repr__(self) -> str:
+        return f"HealedBatch({self.samples} samples, {len(self.events)} events)"
 
 
 class DroppedSamples(list[Any]):

@@ -70,8 +70,9 @@ class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
             data = self._ld_next_data()
             sup.take_in_process_events()
             if isinstance(data, SkippedBatch):
+                sup.take_events(data.events)
                 continue
-            sup.delivered(self._ld_last_index, data)
+            data = sup.delivered_batch(self._ld_last_index, data)
             if sup.backoff is not None:
                 sup.backoff.delivered()
             return data

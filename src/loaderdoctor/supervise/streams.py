@@ -54,13 +54,14 @@ class StreamBatch:
     skipped on purpose); ``items``: how many items it holds. ``keys``: (position, key) of its items that have a key. ``state``: the
     dataset's ``state_dict()`` after this batch (Stateful datasets only). ``notes``: what the
     worker has to say (a replay that did not match). ``culprits``: (position, key) of items in
-    flight at a death, read again (and dropped) when the stream resumed: their keys name them.
+    flight at a death, read again (re-tried) when the stream resumed: their keys name them.
     """
 
     __slots__ = (
         "batch",
         "culprits",
         "end",
+        "events",
         "first",
         "items",
         "keys",
@@ -80,6 +81,7 @@ class StreamBatch:
         state: Any = None,
         notes: tuple[str, ...] = (),
         culprits: tuple[tuple[int, Any], ...] = (),
+        events: tuple[dict[str, Any], ...] = (),
     ) -> None:
         self.batch = batch
         self.worker_id = worker_id
@@ -90,6 +92,7 @@ class StreamBatch:
         self.state = state
         self.notes = notes
         self.culprits = culprits
+        self.events = events  # skips of its items: counted when the user receives it
 
     def pin_memory(self, device: Any = None) -> StreamBatch:
         """torch's pin thread calls this: pin the batch inside, keep the positions."""
@@ -106,6 +109,7 @@ class StreamBatch:
             self.state,
             self.notes,
             self.culprits,
+            self.events,
         )
 
     def __repr__(self) -> str:
@@ -117,12 +121,17 @@ class StreamResume:
     """What a re-started worker needs to resume its stream where the user's copy stands."""
 
     skip: int  # positions delivered already: replayed and dropped (or restored from ``state``)
-    culprits: frozenset[int] = frozenset()  # read and dropped: the items in flight at deaths
+    # the items in flight at deaths, re-tried once: read again and delivered (their keys name
+    # them)
+    culprits: frozenset[int] = frozenset()
     reported: frozenset[int] = frozenset()  # skips the main process counted already
     ended: bool = False  # the stream had ended: stays ended
     keys: tuple[tuple[int, Any], ...] = ()  # (position, key) of delivered items, to check
     state: Any = None  # a Stateful dataset's state at ``skip``
     replayable: bool = True
+    # An item that killed its worker twice: the stream ends just before it (a generator cannot
+    # be read past it), so every item before it still arrives.
+    stop: int | None = None
 
 
 @dataclass
@@ -131,7 +140,7 @@ class _WorkerStream:
     culprits: set[int] = field(default_factory=set)
     reported: set[int] = field(default_factory=set)
     ended: bool = False
-    stopped: bool = False  # ended by us: it cannot be read past a culprit
+    stop: int | None = None  # ends just before this position: it killed its worker twice
     keys: deque[tuple[int, Any]] = field(default_factory=lambda: deque(maxlen=CHECKED_KEYS))
     state: Any = None
     has_state: bool = False
@@ -168,7 +177,7 @@ class StreamProgress:
                 diagnosis.key = key
                 diagnosis.evidence.append(
                     f"item #{position} of worker {batch.worker_id}'s stream has key {key!r} "
-                    "(read again, and dropped, when the stream resumed)"
+                    "(read again when the stream resumed)"
                 )
         return batch.items
 
@@ -177,9 +186,7 @@ class StreamProgress:
 
     def not_ended(self, worker_id: int) -> None:
         """Its end was seen, but not all of its batches reached the user: a replay re-reads them."""
-        stream = self._of(worker_id)
-        if not stream.stopped:
-            stream.ended = False
+        self._of(worker_id).ended = False
 
     def skipped(self, worker_id: int | None, position: int | None) -> None:
         """A skip the main process counted (an ``on_error`` event): a replay must not count it again."""
@@ -187,22 +194,17 @@ class StreamProgress:
             self._of(worker_id).reported.add(position)
 
     def culprit(self, worker_id: int, position: int, diagnosis: Any = None) -> bool:
-        """The item in flight at a death: dropped when the stream is resumed (``diagnosis`` gets
-        its key when the replay reads it). False when the same position killed this worker
-        before (a stream cannot be read past it)."""
+        """The item in flight at a death: re-tried once when the stream resumes, as a map-style
+        sample is (``diagnosis`` gets its key when the re-try reads it). False when the same
+        position killed this worker before: the stream then ends just before it (``stop``)."""
         stream = self._of(worker_id)
         if position in stream.culprits:
+            stream.stop = position if stream.stop is None else min(stream.stop, position)
             return False
         stream.culprits.add(position)
         if diagnosis is not None:
             stream.culprit_incidents[position] = diagnosis
         return True
-
-    def stop_at(self, worker_id: int) -> int:
-        """A stream that cannot be read past its culprit: it ends where the user's copy stands."""
-        stream = self._of(worker_id)
-        stream.ended = stream.stopped = True
-        return stream.delivered_end
 
     def delivered_end(self, worker_id: int) -> int:
         return self._of(worker_id).delivered_end
@@ -217,6 +219,7 @@ class StreamProgress:
             keys=tuple(stream.keys),
             state=stream.state if stream.has_state else None,
             replayable=self.replayable,
+            stop=stream.stop,
         )
 
     def resume_after(self, worker_id: int, buffered: list[StreamBatch]) -> StreamResume:

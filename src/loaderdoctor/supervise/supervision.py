@@ -27,7 +27,7 @@ from loaderdoctor.supervise.quarantine import (
     write_quarantine,
 )
 from loaderdoctor.supervise.quarantine import now as quarantine_now
-from loaderdoctor.supervise.sample_policy import SamplePolicy
+from loaderdoctor.supervise.sample_policy import HealedBatch, SamplePolicy
 from loaderdoctor.system.oom_priority import (
     PROBE_OOM_SCORE_ADJ,
     WORKER_OOM_SCORE_ADJ,
@@ -121,11 +121,28 @@ class Supervision:
         return cls(settings, loader.dataset, weakref.ref(loader))
 
     # --- recording -------------------------------------------------------------------------
-    def delivered(self, indices: Any, batch: Any) -> None:
-        """One batch handed to the user: the loader's delivered counts (the only ones kept)."""
+    def delivered(self, indices: Any, batch: Any, samples: int | None = None) -> None:
+        """One batch handed to the user: the loader's delivered counts (the only ones kept),
+        counted here, at the delivery, from what the batch holds."""
         self.counts["batches"] += 1
-        self.counts["samples"] += samples_delivered(indices, batch)
+        self.counts["samples"] += (
+            samples if samples is not None else samples_delivered(indices, batch)
+        )
         self.tell_watchers("delivered")
+
+    def delivered_batch(self, indices: Any, data: Any) -> Any:
+        """A map-style batch handed to the user: counted, and unwrapped when a healing worker
+        changed it (its samples' skips and replacements count now, with it)."""
+        if isinstance(data, HealedBatch):
+            self.take_events(data.events)
+            self.delivered(indices, data.batch, data.samples)
+            return data.batch
+        self.delivered(indices, data)
+        return data
+
+    def take_events(self, events: Any) -> None:
+        for event in events:
+            self.take_event(event)
 
     def tell_watchers(self, moment: str) -> None:
         for watcher in self.watchers:
@@ -178,14 +195,8 @@ class Supervision:
         counts = self.counts
         if action == "replaced":
             counts["replaced"] += 1
-        elif event.get("dropped"):
-            counts["dropped"] += 1
         else:
             counts["skipped"] += 1
-            if event.get("position") is None:
-                # A map-style batch comes short by the sample; a stream reads on past it, and
-                # its batch is counted by what it holds (``batch_count``).
-                counts["samples"] -= 1
         if event.get("stage") == "quarantined":
             return  # known bad from an earlier incident or the quarantine file: no new verdict
         index = event.get("index")

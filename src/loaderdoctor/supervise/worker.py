@@ -29,7 +29,13 @@ from loaderdoctor.supervise.streams import (
     is_stateful,
     item_key,
 )
-from loaderdoctor.supervise.worker_state import STATE, _failure, record_event
+from loaderdoctor.supervise.worker_state import (
+    STATE,
+    _failure,
+    flush_events,
+    record_event,
+    take_batch_events,
+)
 
 REFERENCE_SAMPLES = 5
 
@@ -76,9 +82,9 @@ class SupervisedMapDataset(Dataset[Any]):
             if policy.on_error != "raise":
                 return self._heal_batch(indices)
             # Raising, but quarantined samples are never fetched.
+            STATE.batch_events = []
             kept = [index for index in indices if index not in policy.quarantined]
             if len(kept) < len(indices):
-                dropped = not kept or policy.drop_last
                 for index in indices:
                     if index in policy.quarantined:
                         record_event(
@@ -87,10 +93,9 @@ class SupervisedMapDataset(Dataset[Any]):
                                 "stage": "quarantined",
                                 "attempts": 0,
                                 "action": "skipped",
-                                "dropped": dropped,
                             }
                         )
-                if dropped:
+                if not kept:
                     STATE.batch_indices = kept
                     return DroppedSamples([])
                 indices = kept
@@ -184,6 +189,7 @@ class SupervisedMapDataset(Dataset[Any]):
         assert policy is not None
         STATE.reference_fetch = self._reference_votes
         STATE.batch_indices = list(indices)
+        STATE.batch_events = []  # a batch of a worker killed mid-way is loaded again: afresh
         samples: list[Any] = []
         kept_indices: list[Any] = []
         events: list[dict[str, Any]] = []
@@ -207,13 +213,14 @@ class SupervisedMapDataset(Dataset[Any]):
                     events.append({**failure, "action": "replaced", "substitute": substitute})
                     continue
             events.append({**failure, "action": "skipped"})
-        dropped = not samples or (len(samples) < len(indices) and policy.drop_last)
         for event in events:
-            record_event({**event, "dropped": dropped})
-        if dropped:
-            STATE.batch_indices = kept_indices
-            return DroppedSamples(samples)
+            record_event(event)
         STATE.batch_indices = kept_indices
+        # A batch left short is delivered short, drop_last or not: its healthy samples arrive
+        # exactly once (dropping it lost them; under a repeating sampler, timm's
+        # MultiEpochsDataLoader, the next epoch's batch filled the gap: issue 23 item 4).
+        if not samples:
+            return DroppedSamples(samples)
         return samples
 
     def __len__(self) -> int:
@@ -268,7 +275,7 @@ class _SupervisedIterator:
         self.items: list[Any] = []
         self.gaps: set[int] = set()
         self.notes: list[str] = []
-        self.culprits: list[tuple[int, Any]] = []  # (position, key) of culprits read and dropped
+        self.culprits: list[tuple[int, Any]] = []  # (position, key) of culprits re-tried
         self.done = False
         self.stateful = is_stateful(dataset)
         self.expected: dict[int, Any] = {}
@@ -292,9 +299,7 @@ class _SupervisedIterator:
 
     def _counted_already(self, position: int) -> bool:
         resume = self.resume
-        return resume is not None and (
-            position < resume.skip or position in resume.culprits or position in resume.reported
-        )
+        return resume is not None and (position < resume.skip or position in resume.reported)
 
     def __next__(self) -> Any:
         slot = STATE.slot
@@ -306,9 +311,12 @@ class _SupervisedIterator:
             flat[base + _INDEX] = NO_INDEX
             samples_at, stage_at, since_at = base + _SAMPLES, base + _STAGE, base + _SINCE
         while True:  # a loop, not a recursion: a stream may hold thousands of bad records in a row
-            if self.done:
-                raise StopIteration
             position = self.position
+            if resume is not None and resume.stop is not None and position >= resume.stop:
+                self.done = True  # the item there killed this worker twice: never read again
+            if self.done:
+                flush_events()
+                raise StopIteration
             if slot is not None:
                 flat[samples_at] = position + 1
                 flat[stage_at] = _FETCH
@@ -317,6 +325,7 @@ class _SupervisedIterator:
                 item = next(self.iterator)
             except StopIteration:
                 self.done = True
+                flush_events()  # skips at the stream's end: no batch may follow to carry them
                 if slot is not None:
                     slot.stage(Stage.IDLE)
                 raise
@@ -334,11 +343,12 @@ class _SupervisedIterator:
                 self._go_on_after(position, error, report=True)
                 continue
             self.position += 1
-            if resume is not None and self._counted_already(position):
+            if resume is not None and position in resume.culprits:
+                # in flight at a death and re-tried: it loaded, so it arrives; its key names it
+                self.culprits.append((position, item_key(item)))
+            elif resume is not None and self._counted_already(position):
                 if position < resume.skip:
                     self._check_replay(position, item)
-                elif position in resume.culprits:  # in flight at a death, counted: its key
-                    self.culprits.append((position, item_key(item)))
                 # else: skipped before the death, counted as skipped: it stays skipped
                 if self.items:
                     self.gaps.add(position)
@@ -367,9 +377,10 @@ class _SupervisedIterator:
         recovered = not ended or self._reopen_past(position)
         if report:
             failure = _failure(error, None, 1, "fetch")
-            event = {**failure, "position": position, "action": "skipped", "dropped": False}
-            if not recovered:
+            event = {**failure, "position": position, "action": "skipped"}
+            if not recovered:  # the rest of this worker's stream is lost, and said
                 event["note"] = _NOT_PASSED.format(position=position)
+                event["action"] = "lost"
             record_event(event)
         if not recovered:
             self.done = True
@@ -406,6 +417,7 @@ class _SupervisedIterator:
             self.state(),
             tuple(self.notes),
             tuple(self.culprits),
+            tuple(take_batch_events()),
         )
         self.mark = self.position
         self.items, self.gaps, self.notes, self.culprits = [], set(), [], []

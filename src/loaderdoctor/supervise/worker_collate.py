@@ -9,11 +9,18 @@ from loaderdoctor.recorder import Stage
 from loaderdoctor.supervise.exception_tags import tag_exception
 from loaderdoctor.supervise.sample_policy import (
     DroppedSamples,
+    HealedBatch,
     SkippedBatch,
     _safe_structure,
     odd_samples,
 )
-from loaderdoctor.supervise.worker_state import STATE, _failure, record_event
+from loaderdoctor.supervise.worker_state import (
+    STATE,
+    _failure,
+    flush_events,
+    record_event,
+    take_batch_events,
+)
 
 
 class SupervisedCollate:
@@ -26,12 +33,12 @@ class SupervisedCollate:
         indices = STATE.batch_indices
         STATE.batch_indices = []
         if isinstance(samples, SkippedBatch):
+            samples.events = take_batch_events()
             return samples
         if isinstance(samples, DroppedSamples) or (self.heal and samples == []):
             if slot is not None:
                 slot.stage(Stage.IDLE)
-            # ``indices`` are the healthy samples this drop leaves out (drop_last).
-            return SkippedBatch(indices, "every sample was skipped or the batch was left short")
+            return SkippedBatch(indices, "every sample was skipped", take_batch_events())
         if slot is not None:
             slot.stage(Stage.COLLATE)
         try:
@@ -44,7 +51,7 @@ class SupervisedCollate:
             if healed is not None:
                 if slot is not None:
                     slot.collated()
-                return _with_stream_positions(healed)
+                return _with_events(_with_stream_positions(healed), len(indices) - len(odd))
             if slot is not None:
                 slot.stage(Stage.IDLE)
             tag_exception(error, index=None, stage="collate", batch=indices, odd=odd)
@@ -60,7 +67,7 @@ class SupervisedCollate:
             and len(samples) >= 2
         ):
             STATE.good_structure = _safe_structure(samples[0])
-        return _with_stream_positions(batch)
+        return _with_events(_with_stream_positions(batch), len(indices))
 
     def _odd(self, samples: Any, indices: list[Any]) -> list[Any]:
         """The samples unlike a good one: a good structure from an earlier batch decides; else
@@ -85,9 +92,21 @@ class SupervisedCollate:
         except Exception:
             return None
         for index in odd:
-            event = {**_failure(error, index, 1, "collate"), "action": "skipped", "dropped": False}
+            event = {**_failure(error, index, 1, "collate"), "action": "skipped"}
             record_event(event)
         return batch
+
+
+def _with_events(batch: Any, samples: int) -> Any:
+    """A map-style batch with the skip/replace events of its samples (``samples``: how many it
+    holds), when it has any; a stream's travel in its ``StreamBatch``."""
+    if not STATE.batch_events:
+        return batch
+    if STATE.stream is not None:
+        if STATE.worker_id is None:
+            flush_events()  # a stream loaded in-process: nothing can load its batch again
+        return batch
+    return HealedBatch(batch, samples, take_batch_events())
 
 
 def _with_stream_positions(batch: Any) -> Any:

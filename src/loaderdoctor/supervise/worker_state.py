@@ -23,6 +23,10 @@ class _WorkerState:
         self.stack_log: Any = None
         self.event_log: Any = None
         self.events: list[dict[str, Any]] = []
+        # The skip/replace events of the batch being loaded: they travel with that batch
+        # (``sample_policy.HealedBatch``) and count when the user receives it, so a batch lost
+        # with its worker and loaded again counts once (issue 24 item 3).
+        self.batch_events: list[dict[str, Any]] = []
         self.known_bad: set[Any] = set()
         self.good_structure: Any = None  # of a sample in a batch that collated (healing)
         # votes of samples outside a batch: structure -> count (healing)
@@ -38,6 +42,7 @@ class _WorkerState:
         a stale ``good_structure`` once named the wrong sample of a ragged batch)."""
         self.worker_id = worker_id
         self.batch_indices = []
+        self.batch_events = []
         self.known_bad = set()
         self.good_structure = None
         self.reference_fetch = None
@@ -52,18 +57,32 @@ EVENTS_PREFIX = "events-"
 
 
 def record_event(event: dict[str, Any]) -> None:
-    """A skip or replace decided in this process, for the parent's ledger and report."""
+    """A skip or replace decided in this process, for the batch being loaded: it reaches the
+    parent with that batch (``take_batch_events``), or alone (``flush_events``)."""
     event["worker"] = STATE.worker_id
-    if STATE.event_log is None:
-        STATE.events.append(event)  # in-process loading: the parent is this process
-        return
-    try:
-        STATE.event_log.write(json.dumps(event, default=repr) + "\n")
-        STATE.event_log.flush()
-    except (OSError, ValueError):
-        return
-    if STATE.slot is not None:
-        STATE.slot.event()
+    STATE.batch_events.append(event)
+
+
+def take_batch_events() -> list[dict[str, Any]]:
+    """The events of the batch just loaded, to travel with it."""
+    events, STATE.batch_events = STATE.batch_events, []
+    return events
+
+
+def flush_events() -> None:
+    """Send the pending events alone: a stream's last items were skipped and no batch follows
+    to carry them (the parent counts them from the event file, and a replay does not again)."""
+    for event in take_batch_events():
+        if STATE.event_log is None:
+            STATE.events.append(event)  # in-process loading: the parent is this process
+            continue
+        try:
+            STATE.event_log.write(json.dumps(event, default=repr) + "\n")
+            STATE.event_log.flush()
+        except (OSError, ValueError):
+            return
+        if STATE.slot is not None:
+            STATE.slot.event()
 
 
 def _failure(error: BaseException, index: Any, attempts: int, stage: str) -> dict[str, Any]:
