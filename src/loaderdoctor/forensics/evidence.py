@@ -34,6 +34,7 @@ class Evidence:
     exception_message: str | None = None
     traceback: str | None = None
     errno: int | None = None
+    root_exception: str | None = None  # "OSError: ..." at the root of a chained exception
     # Kernel and machine
     kernel_log: list[str] = field(default_factory=list)
     kernel_log_readable: bool | None = None

@@ -337,6 +337,8 @@ def _exception_headline(exception_type: str, message: str) -> str:
     else:
         paragraph = " ".join(message.strip().split("\n\n")[0].split()) if lines else ""
         text = paragraph
+    if text.endswith(f".{exception_type}"):  # the qualified name alone: no message
+        text = exception_type
     if not text.startswith(exception_type):
         text = f"{exception_type}: {text}".rstrip(": ")
     return text
@@ -355,6 +357,8 @@ def evidence_lines(ev: Evidence) -> list[str]:
     elif ev.exception_type:
         first = _exception_headline(ev.exception_type, ev.exception_message or "")
         lines.append(f"{who} raised {first}")
+        if ev.root_exception:
+            lines.append(f"root cause: {ev.root_exception}")
     described = _describe_index(ev)
     if described:
         lines.append(described)

@@ -24,6 +24,10 @@ def format_subject(d: Diagnosis) -> str:
         if d.sample_file:
             text += f" ({d.sample_file})"
         parts.append(text)
+    elif d.position is not None:  # a stream's culprit: its place in its worker's stream
+        named = [f"key {d.key!r}"] if d.key is not None else []
+        named += [d.sample_file] if d.sample_file else []
+        parts.append(f"item #{d.position}" + (f" ({', '.join(named)})" if named else ""))
     if d.batch is not None:
         parts.append(f"batch {d.batch}")
     if d.epoch:

@@ -78,6 +78,10 @@ def _incident_card(incident: RunIncident) -> str:
         )
     if incident.indices:
         where.append("sample " + ", ".join(_e(repr(i)) for i in incident.indices[:20]))
+    elif incident.position is not None:  # a stream's culprit: its place in its worker's stream
+        where.append(f"item #{incident.position}")
+    if incident.key is not None:
+        where.append(f"key <code>{_e(repr(incident.key))}</code>")
     if incident.sample_file:
         where.append(f"file <code>{_e(incident.sample_file)}</code>")
     if incident.batch is not None:

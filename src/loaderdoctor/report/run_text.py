@@ -79,6 +79,10 @@ def format_where(incident: RunIncident) -> str:
         shown = ", ".join(repr(i) for i in incident.indices[:6])
         more = f", … ({len(incident.indices)})" if len(incident.indices) > 6 else ""
         parts.append(f"sample {shown}{more}")
+    elif incident.position is not None:  # a stream's culprit: its place in its worker's stream
+        parts.append(f"item #{incident.position}")
+    if incident.key is not None:
+        parts.append(f"key {incident.key!r}")
     if incident.batch is not None:
         parts.append(f"batch {incident.batch}")
     return ", ".join(parts) or "-"

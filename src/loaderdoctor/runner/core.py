@@ -34,6 +34,7 @@ from loaderdoctor.runner.model import (
     ProcessSummary,
     RunIncident,
     RunReport,
+    UnsupervisedLoader,
     run_status,
 )
 from loaderdoctor.runner.pdeathsig import parent_death_signal
@@ -333,12 +334,8 @@ def merge(
     interrupted: bool,
 ) -> RunReport:
     incidents_dir = protocol.incidents_dir(report_dir)
-    incidents = [
-        RunIncident.from_sink_record(record, started_wall)
-        for record in protocol.read_incident_records(incidents_dir)
-    ]
-    incidents.sort(key=lambda i: i.time_s if i.time_s is not None else 0.0)
     states = protocol.read_states(incidents_dir)
+    incidents = read_incidents(incidents_dir, states, started_wall)
     ranks = process_summaries(states, incidents)
     quarantine: list[Any] = []
     for state in states:
@@ -347,12 +344,14 @@ def merge(
         if incident.action == "quarantined":
             quarantine.extend(i for i in incident.indices if i not in quarantine)
     exit_code, signal_name = exit_code_of(returncode)
-    notes = []
-    if not ranks:
-        notes.append(
-            "no supervised DataLoader was created: the command built none, or its Python ran "
-            "without PYTHONPATH (python -I / -E) or without loaderdoctor installed"
-        )
+    unsupervised_loaders = unsupervised_loaders_of(states)
+    notes = [
+        f"{u.loader} at {u.site} ran unsupervised{f' ({u.count} times)' if u.count > 1 else ''}: "
+        f"{u.reason}"
+        for u in unsupervised_loaders
+    ]
+    if not ranks and not unsupervised_loaders:
+        notes.append(no_loader_note(states, exit_code))
     unsupervised = sum(int(state.get("unsupervised", 0)) for state in states)
     if unsupervised:
         notes.append(
@@ -377,7 +376,78 @@ def merge(
         started_at=datetime.datetime.fromtimestamp(started_wall).isoformat(timespec="seconds"),
         report_dir=str(report_dir),
         notes=notes,
+        unsupervised_loaders=unsupervised_loaders,
     )
+
+
+def read_incidents(
+    incidents_dir: str, states: list[dict[str, Any]], started_wall: float
+) -> list[RunIncident]:
+    """Every incident line, as its process knew it last, in time order."""
+    amended = amended_incidents(states)
+    incidents = []
+    for record in protocol.read_incident_records(incidents_dir):
+        later = amended.get((record.get("pid"), record.get("image"), record.get("sequence")))
+        if later is not None:  # the same incident, with what was learnt after its line
+            record = {**record, "incident": later}
+        incidents.append(RunIncident.from_sink_record(record, started_wall))
+    incidents.sort(key=lambda i: i.time_s if i.time_s is not None else 0.0)
+    return incidents
+
+
+def amended_incidents(states: list[dict[str, Any]]) -> dict[tuple[Any, Any, Any], dict[str, Any]]:
+    """(pid, image, sequence) -> the incident as its process knew it last (a stream culprit's key
+    is read after the incident's line was written)."""
+    amended: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    for state in states:
+        entries = state.get("amended_incidents")
+        if not isinstance(entries, dict):
+            continue
+        for sequence, incident in entries.items():
+            if isinstance(incident, dict) and sequence.isdigit():
+                amended[(state.get("pid"), state.get("image"), int(sequence))] = incident
+    return amended
+
+
+def no_loader_note(states: list[dict[str, Any]], exit_code: int) -> str:
+    """Why no supervised DataLoader was seen: said from what the processes wrote, not guessed."""
+    if not states:  # no process of the command imported torch under the bootstrap
+        return (
+            "no supervised DataLoader was created: no process of the command imported torch "
+            "under loaderdoctor (it built none, or its Python ran without PYTHONPATH "
+            "(python -I / -E) or without loaderdoctor installed)"
+        )
+    if exit_code != 0:
+        uncaught = [str(s["uncaught"]) for s in states if s.get("uncaught")]
+        failed = f"{uncaught[-1]} (its traceback is above the summary)" if uncaught else None
+        return (
+            f"no supervised DataLoader was created: the command imported torch (DataLoader "
+            f"replaced in {len(states)} process image(s)) and exited with code {exit_code} before "
+            f"it built one: {failed or 'its own error, above the summary, says what failed'}"
+        )
+    return "no supervised DataLoader was created: the command imported torch but built none"
+
+
+def unsupervised_loaders_of(states: list[dict[str, Any]]) -> list[UnsupervisedLoader]:
+    """Loaders of a subclass whose __init__ never reached torch's, the same ones counted once."""
+    merged: dict[tuple[str, str, str], UnsupervisedLoader] = {}
+    for state in states:
+        for entry in state.get("unsupervised_loaders", []):
+            try:
+                loader = UnsupervisedLoader(
+                    str(entry["loader"]),
+                    str(entry["site"]),
+                    str(entry["reason"]),
+                    int(entry.get("count", 1)),
+                )
+            except (KeyError, TypeError, ValueError):
+                continue
+            key = (loader.loader, loader.site, loader.reason)
+            if key in merged:
+                merged[key].count += loader.count
+            else:
+                merged[key] = loader
+    return list(merged.values())
 
 
 def process_summaries(

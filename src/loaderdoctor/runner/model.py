@@ -88,6 +88,17 @@ class Delivered:
 
 
 @dataclass
+class UnsupervisedLoader:
+    """A DataLoader subclass whose ``__init__`` never reached torch's (torchdata's
+    ``StatefulDataLoader``): it ran as its own code, unwatched. ``count``: loaders built there."""
+
+    loader: str  # the class name
+    site: str  # "file:line" where it was built (and the user's line, where that differs)
+    reason: str
+    count: int = 1
+
+
+@dataclass
 class ProcessSummary:
     """One process of the command that created supervised DataLoaders (a script, a rank)."""
 
@@ -176,6 +187,7 @@ class RunReport:
     # "finished": run saw its command end; "died": run ended first (killed), and the command
     # (or, failing that, run's own report written at the start) says what was known then.
     supervisor: SupervisorFate = "finished"
+    unsupervised_loaders: list[UnsupervisedLoader] = field(default_factory=list)
     schema: int = SCHEMA
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -209,6 +221,10 @@ class RunReport:
         values["ranks"] = [
             ProcessSummary(**{**r, "delivered": Delivered(**r.get("delivered", {}))})
             for r in values.get("ranks", [])
+        ]
+        values["unsupervised_loaders"] = [
+            UnsupervisedLoader(**_known(UnsupervisedLoader, u))
+            for u in values.get("unsupervised_loaders", [])
         ]
         if values.get("memory") is not None:
             values["memory"] = MemoryReport.from_dict(values["memory"])

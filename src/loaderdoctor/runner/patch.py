@@ -20,12 +20,12 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, TypeVar
 
 import torch.utils.data
 import torch.utils.data.dataloader
 
-from loaderdoctor.runner import lifeline, protocol
+from loaderdoctor.runner import lifeline, protocol, subclasses
 from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, HEAL_WARNED_NAME, RUN_DIR_ENV
 from loaderdoctor.supervise import loader as supervised
 
@@ -77,10 +77,19 @@ def _warn_heal_unavailable_once() -> None:
     )
 
 
-class RunDataLoader(supervised.DataLoader):
-    """The DataLoader every ``torch.utils.data.DataLoader(...)`` call makes under ``run``."""
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class RunDataLoader(supervised.DataLoader[_T_co]):
+    """The DataLoader every ``torch.utils.data.DataLoader(...)`` call makes under ``run``.
+
+    Generic as torch's is: ``DataLoader[int]`` and ``class X(DataLoader[T])`` (torchdata's
+    ``StatefulDataLoader``, which ``accelerate`` imports whenever torchdata is installed) must work
+    under ``run`` as they do without it (issue 23).
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        subclasses.reached(self)
         if HANG_TIMEOUT is not None:
             kwargs.setdefault("hang_timeout", HANG_TIMEOUT)
         if HEAL:
@@ -89,6 +98,16 @@ class RunDataLoader(supervised.DataLoader):
             else:
                 _warn_heal_unavailable_once()
         super().__init__(*args, **kwargs)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        loader = super().__new__(cls)
+        if cls.__init__ is not RunDataLoader.__init__:  # a subclass with an __init__ of its own
+            subclasses.watch(loader, on_unsupervised=_state_changed)
+        return loader
+
+
+def _state_changed() -> None:
+    _write_state(force=True)
 
 
 class LoaderRecord:
@@ -142,14 +161,33 @@ def _records_changed(record: LoaderRecord, supervision: Any, moment: str) -> Non
     _write_state(force=moment != "delivered")
 
 
+# A stream's culprit is named by its key only once the stream resumed and read it again, after the
+# incident's line was written: such incidents are kept, and written again in the state, with the
+# key, once it is known (issue 23: the WebDataset __key__ was null in report.json).
+_incidents_sunk = 0
+_keyless_stream_incidents: list[tuple[int, Any]] = []
+
+
 def _incident_sink(loader: Any, incident: Any) -> None:
+    global _incidents_sunk
     pid = getattr(getattr(incident, "diagnosis", None), "pid", None)
     if isinstance(pid, int) and pid != os.getpid():  # a worker that died before being seen
         with _lock:
             _incident_pids.add(pid)
+    with _lock:
+        sequence = _incidents_sunk
+        _incidents_sunk += 1
+        diagnosis = getattr(incident, "diagnosis", None)
+        if (
+            getattr(diagnosis, "position", None) is not None
+            and getattr(diagnosis, "key", 0) is None
+        ):
+            _keyless_stream_incidents.append((sequence, incident))
     record = {
         "time": time.time(),
         "pid": os.getpid(),
+        "image": _image,
+        "sequence": sequence,
         "rank": current_rank(),
         "incident": incident.to_dict(),
     }
@@ -164,6 +202,7 @@ def _write_state(force: bool) -> None:
     if not force and now - _last_state_write < STATE_EVERY_S:
         return
     _last_state_write = now
+    subclasses.check_all()  # the loaders of subclasses built since: supervised or not
     with _lock:
         for record in _records:
             record.refresh()
@@ -184,6 +223,12 @@ def _write_state(force: bool) -> None:
             "rank": current_rank(),
             "heal": HEAL_AVAILABLE,
             "worker_pids": sorted(worker_pids),
+            "amended_incidents": {
+                str(sequence): incident.to_dict()
+                for sequence, incident in _keyless_stream_incidents
+                if incident.diagnosis.key is not None
+            },
+            "unsupervised_loaders": subclasses.unsupervised_loaders(),
         }
     try:
         protocol.write_json(protocol.state_path(incidents_dir(), os.getpid(), _image), state)
@@ -192,7 +237,7 @@ def _write_state(force: bool) -> None:
 
 
 def _flush_state() -> None:
-    if _state["created"]:
+    if _state["created"] or subclasses.pending():
         _write_state(force=True)
 
 
@@ -224,3 +269,25 @@ def apply() -> None:
     # Every os.exec* ends in one of these two (execvp and execl* call them by name).
     os.execv = _flushing_before(os.execv)
     os.execve = _flushing_before(os.execve)
+    sys.excepthook = _noting_uncaught(sys.excepthook)
+    # Says that torch was imported and patched here, should the command fail before it builds a
+    # DataLoader: the report then blames the command's own error, not the environment.
+    _write_state(force=True)
+
+
+def _noting_uncaught(previous: Any) -> Any:
+    """``sys.excepthook`` that first notes the exception's last line in the state (the report
+    says what ended the command), then hands it to the hook it replaced, unchanged."""
+
+    def note_uncaught(kind: Any, value: Any, tb: Any) -> Any:
+        try:
+            text = str(value).strip().splitlines()
+            with _lock:
+                _state["uncaught"] = f"{kind.__name__}: {text[0]}" if text else kind.__name__
+            _write_state(force=True)
+        except Exception:  # never in the way of the user's traceback
+            pass
+        return previous(kind, value, tb)
+
+    note_uncaught.__wrapped__ = previous  # type: ignore[attr-defined]
+    return note_uncaught

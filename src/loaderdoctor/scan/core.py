@@ -19,7 +19,7 @@ from loaderdoctor.scan.findings import build_report
 from loaderdoctor.scan.model import BadSample, ScanReport
 from loaderdoctor.scan.shard import Shard
 from loaderdoctor.scan.state import Loaded, ScanState, save_checkpoint
-from loaderdoctor.scan.summary import SummarizingDataset, keep_summary
+from loaderdoctor.scan.summary import SummarizingDataset, Summary
 
 if TYPE_CHECKING:
     from loaderdoctor.scan.memcap import MemoryCap
@@ -29,6 +29,13 @@ MAX_ROUNDS = 1000
 # not tell): the sample is flaky if it loaded in the end.
 FLAKY_ACTIONS = frozenset({"respawned", "backed-off"})
 MAX_EVIDENCE = 8
+# Samples per message from a worker. One sample per message cost more than the decoding itself
+# (562 samples/s against a 2,560/s limit of the cores, issue 29): the queue, the pickling and the
+# supervised iterator's bookkeeping are paid per message. The worker still records each sample in
+# the flight recorder as it starts it, so a crash, an OOM kill or a hang (timed per sample) names
+# exactly that sample, and a sample that raises is skipped alone inside its batch.
+MAX_CHUNK = 32
+CHUNKS_PER_WORKER = 8  # at least this many batches per worker: the last ones end close together
 
 Progress = Callable[[int, int], None]  # (done, total)
 
@@ -204,10 +211,10 @@ def _scan_round(
 
     loader = DataLoader(
         wrapped,
-        batch_size=None,
+        batch_size=chunk_size(len(indices), num_workers),
         sampler=indices,
         num_workers=num_workers,
-        collate_fn=keep_summary,
+        collate_fn=keep_summaries,
         worker_init_fn=cap,
         on_error="skip",
         heal=True,
@@ -217,11 +224,12 @@ def _scan_round(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HealWarning)  # every action is in loader.report
         try:
-            for index, seconds, structure, peak_bytes, startup in loader:
-                state.loaded[index] = Loaded(seconds, structure, peak_bytes)
-                if startup is not None:
-                    state.startup.append(startup)
-                on_loaded()
+            for summaries in loader:
+                for index, seconds, structure, peak_bytes, startup in summaries:
+                    state.loaded[index] = Loaded(seconds, structure, peak_bytes)
+                    if startup is not None:
+                        state.startup.append(startup)
+                    on_loaded()
         except LoaderError as error:
             failure = error
         finally:  # also on Ctrl-C: the verdicts so far go into the checkpoint
@@ -240,6 +248,17 @@ def _scan_round(
                     if isinstance(index, int) and not state.done(index):
                         state.bad[index] = _bad_sample(index, diagnosis, wrapped.inner, cap)
     return failure
+
+
+def keep_summaries(summaries: list[Summary]) -> list[Summary]:
+    """The collate_fn: a batch's summaries are already small and plain; torch must not convert
+    them (default_collate would turn the tuples' columns into tensors)."""
+    return summaries
+
+
+def chunk_size(samples: int, num_workers: int) -> int:
+    """Samples per batch: up to ``MAX_CHUNK``, and ``CHUNKS_PER_WORKER`` batches per worker."""
+    return max(1, min(MAX_CHUNK, samples // (max(num_workers, 1) * CHUNKS_PER_WORKER)))
 
 
 def _bad_sample(index: int, diagnosis: Any, dataset: Any, cap: Any) -> BadSample:

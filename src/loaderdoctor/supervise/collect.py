@@ -314,3 +314,9 @@ def facts_from_tags(ev: Evidence, tags: dict[str, Any]) -> None:
         ev.odd_indices = list(tags["odd"])
     if ev.worker_id is None and tags.get("worker") is not None:
         ev.worker_id = tags["worker"]
+    if tags.get("root"):
+        ev.root_exception = str(tags["root"])
+    if tags.get("record_key") is not None and ev.stream_key is None:
+        ev.stream_key = tags["record_key"]
+    if tags.get("record_url") and ev.sample_file is None:
+        ev.sample_file = str(tags["record_url"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from loaderdoctor.supervise.exception_facts import exception_facts
 from loaderdoctor.supervise.worker_state import STATE
 
 MARKER = "[loaderdoctor] "
@@ -17,6 +18,7 @@ MARKER = "[loaderdoctor] "
 def tag_exception(error: BaseException, **facts: Any) -> None:
     """Attach the facts (index, stage, worker) as a note; the note travels in torch's traceback."""
     facts["worker"] = STATE.worker_id
+    facts.update(exception_facts(error))
     try:
         note = MARKER + json.dumps(facts, default=repr)
     except (TypeError, ValueError):  # pragma: no cover - default=repr handles every object

@@ -215,6 +215,11 @@ class Supervision:
         )
         if ev.stage == "collate" and index is not None:
             ev.odd_indices = [index]
+        facts = event.get("facts")
+        if isinstance(facts, dict):
+            from loaderdoctor.supervise import collect
+
+            collect.facts_from_tags(ev, facts)
         attempts = event.get("attempts") or 1
         if attempts > 1:
             ev.notes.append(f"failed {attempts} times in a row")

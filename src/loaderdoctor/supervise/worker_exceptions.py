@@ -67,7 +67,7 @@ def worker_exception(
     culprit = ev.in_flight_index
     if culprit is None and ev.odd_indices and len(ev.odd_indices) == 1:
         culprit = ev.odd_indices[0]
-    ev.sample_file = sample_file(dataset, culprit)
+    ev.sample_file = sample_file(dataset, culprit) or ev.sample_file
     diagnosis = diagnose(ev)
     if diagnosis.cause == "shm-exhausted":
         collect.add_machine_evidence(ev, None)

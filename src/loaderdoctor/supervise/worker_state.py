@@ -86,8 +86,11 @@ def flush_events() -> None:
 
 
 def _failure(error: BaseException, index: Any, attempts: int, stage: str) -> dict[str, Any]:
+    from loaderdoctor.supervise.exception_facts import exception_facts
+
     text = "".join(traceback.format_exception(error))
     return {
+        "facts": exception_facts(error),  # a chain's root, a DecodingError's record
         "index": index,
         "stage": stage,
         "exception_type": type(error).__name__,

@@ -12,7 +12,7 @@ from typing import Any
 from loaderdoctor.tune.bounds import analyze
 from loaderdoctor.tune.budget import MemoryModel, default_budget
 from loaderdoctor.tune.measure import MeasureSettings, is_map_style, measure, measure_restart
-from loaderdoctor.tune.model import Budget, LoaderConfig, Soak, Startup, Trial, TuneReport
+from loaderdoctor.tune.model import Budget, Decided, LoaderConfig, Soak, Startup, Trial, TuneReport
 from loaderdoctor.tune.sampler import own_memory
 from loaderdoctor.tune.search import Progress, Search, SearchResult, SearchSettings
 from loaderdoctor.tune.soak import soak
@@ -63,9 +63,8 @@ def tune_dataset(
     window = MeasureSettings(
         batch_size, window_s, max_window_s=max(4 * window_s, window_s + 1), collate_fn=collate_fn
     )
-    limits = SearchSettings(
-        workers_cap, usable_cores=cores, time_budget_s=time_budget_s, cuda=has_cuda
-    )
+    limits = SearchSettings(workers_cap, cores, time_budget_s=time_budget_s, cuda=has_cuda)
+    limits.early_stop = True  # trials end once decided (the search's own tests run them whole)
     result, model = _search(dataset, window, budget, limits, progress)
     notes = [*result.notes, *filter(None, [_contention(result.trials)])]
     startup = _startup(dataset, result.pick, window, result.pick_samples_per_s, notes)
@@ -128,7 +127,9 @@ def _search(
 ) -> tuple[SearchResult, MemoryModel]:
     """Walk the grid: every trial measured against the budget, the memory model fitted as it goes."""
 
-    def run_trial(config: LoaderConfig, phase: str, worker_guess: int) -> Trial:
+    def run_trial(
+        config: LoaderConfig, phase: str, worker_guess: int, decided: Decided | None = None, /
+    ) -> Trial:
         return measure(
             dataset,
             config,
@@ -136,6 +137,7 @@ def _search(
             phase=phase,
             budget_bytes=budget.memory_bytes,
             worker_guess_bytes=worker_guess,
+            decided=decided,
         )
 
     model = MemoryModel()

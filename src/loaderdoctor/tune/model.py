@@ -93,6 +93,22 @@ class Trial:
         return cls(**values)
 
 
+@dataclass(frozen=True)
+class Decided:
+    """The rates past which a trial's outcome is clear: below ``losing`` it cannot be picked,
+    above ``winning`` it beats everything measured so far by more than the noise."""
+
+    losing: float
+    winning: float
+
+    def verdict(self, rate: float) -> str | None:
+        if rate < self.losing:
+            return f"below {self.losing:.0f} samples/s, it cannot be picked"
+        if rate > self.winning:
+            return f"above {self.winning:.0f} samples/s, clearly faster than every earlier trial"
+        return None
+
+
 @dataclass
 class Skipped:
     """A configuration never started: its predicted memory or shm would exceed the budget."""

@@ -1,7 +1,8 @@
-"""The search: a doubling ladder of worker counts that stops on a plateau, a few probes around the
-best, prefetch_factor at the best count, and a second measurement of the top candidates.
+"""The search: a doubling ladder of worker counts that stops on a plateau, a probe around the
+best, prefetch_factor at the best count, and a second measurement of the best (and the pick).
 
-The exhaustive grid (workers 0..16 x prefetch 1..4) is 65 trials; this walks 8 to 15 of them.
+The exhaustive grid (workers 0..16 x prefetch 1..4) is 65 trials; this walks 7 to 11 of them, and
+with ``early_stop`` ends each (but the second measurements) once its rate decides it.
 Throughput over worker counts rises, flattens where the bound is reached (the cores for compute,
 the main process or the transfer for cheap samples) and stays flat or sinks, so two doublings
 past the core count that each gain less than ``tolerance`` mark the plateau. Every configuration's memory is
@@ -15,19 +16,34 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from loaderdoctor.tune.budget import MemoryModel, over_budget
-from loaderdoctor.tune.model import Budget, LoaderConfig, Skipped, Trial
+from loaderdoctor.tune.model import Budget, Decided, LoaderConfig, Skipped, Trial
 
-Measure = Callable[[LoaderConfig, str, int], Trial]  # (config, phase, worker guess bytes)
+
+class Measure(Protocol):
+    """Runs one trial: (config, phase, worker guess bytes[, the bars that decide it early])."""
+
+    def __call__(
+        self, config: LoaderConfig, phase: str, worker_guess: int, decided: Decided = ..., /
+    ) -> Trial: ...
+
+
 Progress = Callable[[int, int, str], None]  # (trials done, trials planned, what runs now)
 
 DEFAULT_PREFETCH = 2  # torch's default
 PLATEAU_STEPS = 2  # doublings in a row without a gain that end the ladder
-MAX_REFINE = 3  # probes between measured worker counts
+# Probes between measured worker counts. One: on shared cores a 4% drop between two counts is
+# noise as often as a peak, and each probe is a trial at about the most workers measured, the
+# dearest kind (three probes were a fifth of tune's time on a loaded 2-core machine, issue 29).
+MAX_REFINE = 1
 KNEE_MARGIN = 0.10  # scaling this much better than proportional below the pick: a knee between
 MAX_PICK_TOLERANCE = 0.05
 TIGHT_BUDGET = 0.75  # try prefetch_factor=1 when the pick uses this much of the budget
+# Early stopping (``SearchSettings.early_stop``): a trial's rate over part of its window is off by
+# up to this much on busy cores, so its bars stand this far beyond what decides it.
+EARLY_MARGIN = 0.05
 
 
 @dataclass
@@ -38,7 +54,10 @@ class SearchSettings:
     pick_tolerance: float = 0.03  # the fewest workers within this of the best are picked
     time_budget_s: float | None = None
     cuda: bool = False
-    repeats: int = 2  # top candidates measured a second time
+    repeats: int = 1  # top candidates measured a second time (and the pick, when not among them)
+    # End a trial after part of its window once its rate decides it (``measure.Decided``):
+    # below what could be picked, or clearly above everything before. Repeats run whole.
+    early_stop: bool = False
 
 
 @dataclass
@@ -107,13 +126,44 @@ class Search:
         if self.progress is not None:
             self.planned = max(self.planned, len(self.trials) + 1)
             self.progress(len(self.trials), self.planned, config.label())
-        trial = self.measure(config, phase, self.model.per_worker_bytes)
+        decided = self._decided(config) if phase != "repeat" else None
+        if decided is None:
+            trial = self.measure(config, phase, self.model.per_worker_bytes)
+        else:
+            trial = self.measure(config, phase, self.model.per_worker_bytes, decided)
         trial.predicted_bytes, trial.predicted_shm_bytes = predicted, predicted_shm
         self.trials.append(trial)
         self.model.update(trial)
         if self.progress is not None:
             self.progress(len(self.trials), max(self.planned, len(self.trials)), config.label())
         return trial if trial.ok else None
+
+    def _decided(self, config: LoaderConfig) -> Decided | None:
+        """The bars past which ``config``'s trial is decided, from what was measured so far.
+
+        With more workers than the pick (or another prefetch_factor at its count), a trial
+        matters only if it gains ``tolerance`` over the best: the pick is the fewest workers
+        within ``pick_tolerance`` of the best. With fewer, only if it comes within
+        ``pick_tolerance`` of the best.
+        """
+        if not self.settings.early_stop:
+            return None
+        ranked = self._ranked()
+        if not ranked:
+            return None
+        best = ranked[0][1]
+        pick, _rate = self.pick()
+        gain = 1 + self.settings.tolerance
+        if (config.num_workers, config.prefetch_factor) > (
+            pick.num_workers,
+            pick.prefetch_factor or DEFAULT_PREFETCH,
+        ):
+            needed = best * gain
+        else:
+            needed = best * (1 - self.pick_tolerance())
+        return Decided(
+            losing=needed * (1 - EARLY_MARGIN), winning=best * gain * (1 + 2 * EARLY_MARGIN)
+        )
 
     def _would_overrun(self) -> bool:
         if self.settings.time_budget_s is None:
@@ -204,7 +254,8 @@ class Search:
         one is slower, or was over the budget: the peak may lie in between.
         """
         tried: set[int] = set()
-        for _probe in range(MAX_REFINE):
+        probes = 0
+        while probes < MAX_REFINE:  # ends: each pass tries a worker count not tried before
             rates = self._worker_rates()
             if not rates:
                 return
@@ -233,9 +284,12 @@ class Search:
             if not candidates:
                 return
             tried.add(candidates[0])
+            measured = len(self.trials)
             self.attempt(LoaderConfig.make(candidates[0], DEFAULT_PREFETCH), "refine")
             if self.out_of_time:
                 return
+            # a probe over the budget was never started: it costs nothing, the next may fit
+            probes += len(self.trials) - measured
 
     def _prefetch(self) -> None:
         base, base_rate = self.pick()
@@ -257,8 +311,18 @@ class Search:
 
     def _repeat(self) -> None:
         ranked = self._ranked()
+        if not ranked:
+            return
         pick, _rate = self.pick()
-        chosen = [config for config, _ in ranked[: self.settings.repeats]]
+        top = ranked[0][0]
+        # Only contenders: a configuration far below the best is not picked on a second look,
+        # and a best that far ahead of every other stays the pick (at 16 workers, a second look
+        # at a latency-bound set's clear winner was a tenth of tune's time, issue 29).
+        near = ranked[0][1] * (1 - 2 * MAX_PICK_TOLERANCE)
+        contenders = [config for config, rate in ranked[1:] if rate >= near]
+        if not contenders and pick == top:
+            return
+        chosen = [top, *contenders[: self.settings.repeats - 1]]
         if pick not in chosen:
             chosen.append(pick)
         if pick.prefetch_factor not in (None, DEFAULT_PREFETCH):

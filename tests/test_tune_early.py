@@ -1,0 +1,127 @@
+"""tune ends a trial early once its rate decides it, and repeats only contenders (issue 29)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from loaderdoctor.tune import Budget, LoaderConfig, MeasureSettings, Search, SearchSettings, Trial
+from loaderdoctor.tune import measure as measure_trial
+from loaderdoctor.tune.model import Decided
+from test_tune import MiB, fake_measure, plateau_at_six
+
+GiB = 1 << 30
+
+
+class Sleepy:
+    """2 ms per sample, in the main process (0 workers: no process is started)."""
+
+    def __len__(self) -> int:
+        return 1000
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(0.002)
+        return torch.full((4,), float(index))
+
+
+def test_decided_says_which_side_of_its_bars_a_rate_is() -> None:
+    decided = Decided(losing=900.0, winning=1200.0)
+    assert decided.verdict(899.0) == "below 900 samples/s, it cannot be picked"
+    assert decided.verdict(1201.0) == (
+        "above 1200 samples/s, clearly faster than every earlier trial"
+    )
+    assert decided.verdict(900.0) is None and decided.verdict(1200.0) is None
+
+
+def test_a_decided_trial_ends_after_part_of_its_window() -> None:
+    settings = MeasureSettings(batch_size=4, window_s=1.0)
+    losing = measure_trial(
+        Sleepy(), LoaderConfig.make(0), settings, decided=Decided(losing=1e9, winning=2e9)
+    )
+    assert losing.ok and 0.4 <= losing.window_s < 1.0
+    assert (losing.note or "").startswith("stopped after 0.4")
+    assert (losing.note or "").endswith(": below 1000000000 samples/s, it cannot be picked")
+    assert losing.samples_per_s > 0
+    undecided = measure_trial(
+        Sleepy(), LoaderConfig.make(0), settings, decided=Decided(losing=1.0, winning=1e9)
+    )
+    assert undecided.window_s >= 1.0 and undecided.note is None
+
+
+def _fake(rates: dict[int, float], log: list[tuple[LoaderConfig, str, Decided | None]]):
+    def measure(config: LoaderConfig, phase: str, _guess: int, decided: Decided | None = None):
+        log.append((config, phase, decided))
+        rate = rates.get(config.num_workers, 0.0)
+        if config.prefetch_factor == 4:  # a deeper queue only costs here
+            rate /= 2
+        workers = config.num_workers
+        return Trial(
+            config=config,
+            phase=phase,
+            samples_per_s=rate,
+            seconds=1.0,
+            worker_peak_bytes=[1 << 20] * workers,
+            total_peak_bytes=(100 << 20) + (1 << 20) * workers,
+        )
+
+    return measure
+
+
+def test_the_search_hands_each_trial_the_bars_that_decide_it() -> None:
+    rates = {0: 100.0, 1: 200.0, 2: 400.0, 4: 410.0, 8: 405.0}
+    log: list[tuple[LoaderConfig, str, Decided | None]] = []
+    settings = SearchSettings(8, usable_cores=2, early_stop=True)
+    result = Search(_fake(rates, log), Budget(64 * GiB, None, "test"), settings).run()
+    decided = {(config, phase): bars for config, phase, bars in log}
+    assert decided[LoaderConfig.make(0), "workers"] is None  # nothing to compare with yet
+    # 2 workers, more than the pick (1) then: it matters only if it gains 4% over 200
+    assert decided[LoaderConfig.make(2), "workers"] == Decided(
+        losing=pytest.approx(200 * 1.04 * 0.95), winning=pytest.approx(200 * 1.04 * 1.10)
+    )
+    # 8 workers, the pick 2 and the best 410 (4 workers): it must gain 4% over 410
+    assert decided[LoaderConfig.make(8), "workers"] == Decided(
+        losing=pytest.approx(410 * 1.04 * 0.95), winning=pytest.approx(410 * 1.04 * 1.10)
+    )
+    assert all(bars is None for _config, phase, bars in log if phase == "repeat")
+    assert result.pick == LoaderConfig.make(2)
+
+
+def test_fewer_workers_than_the_pick_must_come_within_the_pick_tolerance() -> None:
+    log: list[tuple[LoaderConfig, str, Decided | None]] = []
+    rates = {0: 100.0, 1: 480.0, 2: 900.0, 4: 1000.0, 8: 1010.0, 16: 990.0}
+    settings = SearchSettings(16, early_stop=True)
+    Search(_fake(rates, log), Budget(64 * GiB, None, "test"), settings).run()
+    probes = [(config, bars) for config, phase, bars in log if phase == "refine"]
+    assert [config.num_workers for config, _bars in probes] == [3]  # the knee between 2 and 4
+    bars = probes[0][1]
+    assert bars is not None
+    assert bars.losing == pytest.approx(1010 * (1 - 0.03) * 0.95)
+
+
+def _repeated(rates: dict[int, float]) -> list[int]:
+    log: list[tuple[LoaderConfig, str, Decided | None]] = []
+    Search(_fake(rates, log), Budget(64 * GiB, None, "test"), SearchSettings(4)).run()
+    return [config.num_workers for config, phase, _bars in log if phase == "repeat"]
+
+
+def test_a_clear_winner_is_not_measured_again() -> None:
+    # 1 worker is 30% ahead of every other configuration: a second look would not change the pick
+    assert _repeated({0: 100.0, 1: 1000.0, 2: 700.0, 4: 600.0}) == []
+
+
+def test_only_the_best_of_near_ties_is_measured_again() -> None:
+    # 2 workers are 4% behind 1: a contender, but one second look (the best's) is enough
+    assert _repeated({0: 100.0, 1: 1000.0, 2: 960.0, 4: 600.0}) == [1]
+
+
+def test_a_probe_over_the_budget_does_not_use_up_the_refine_phase() -> None:
+    # 250 MiB + 100 MiB per worker, a budget of 760 MiB: 5 workers fit, 6 do not. The ladder
+    # stops at 8; the probe between 4 and 8 (6) is over the budget and never runs; 5 does.
+    log: list[LoaderConfig] = []
+    measure = fake_measure(plateau_at_six, main=250 * MiB, per_worker=100 * MiB, log=log)
+    result = Search(measure, Budget(760 * MiB, None, "test"), SearchSettings(16)).run()
+    assert {s.config.num_workers for s in result.skipped} >= {6, 8}
+    assert max(config.num_workers for config in log) == 5
+    assert result.pick.num_workers == 5
