@@ -20,6 +20,7 @@ EXPECTED_IDS = [
     "container",
     "threads",
     "kernel-log",
+    "oom-priority",
     "versions",
     "dependencies",
 ]

@@ -214,3 +214,35 @@ def test_evidence_and_diagnosis_round_trip_through_json() -> None:
     from loaderdoctor.forensics import Diagnosis
 
     assert Diagnosis.from_dict(diagnosis.to_dict()) == diagnosis
+
+
+def test_a_multiline_start_error_is_one_readable_sentence_each() -> None:
+    # multiprocessing's bootstrapping error is an indented block whose last line is a URL: on
+    # main the evidence quoted '\n' inside a sentence and "raised RuntimeError:  section in ..."
+    message = (
+        "\n        An attempt has been made to start a new process before the\n"
+        "        current process has finished its bootstrapping phase.\n\n"
+        '        To fix this issue, refer to the "Safe importing of main module"\n'
+        "        section in https://docs.python.org/3/library/multiprocessing.html\n        "
+    )
+    ev = Evidence(kind="start", start_method="spawn", exception_type="RuntimeError")
+    ev.exception_message = message
+    assert diagnose(ev).evidence == [
+        "the error message says: 'before the current process has finished its bootstrapping phase'",
+        "the worker raised RuntimeError: An attempt has been made to start a new "
+        "process before the current process has finished its bootstrapping phase.",
+    ]
+
+
+def test_a_quoted_worker_traceback_is_named_by_its_last_exception_line() -> None:
+    ev = Evidence(
+        kind="exception",
+        worker_id=1,
+        exception_type="ValueError",
+        exception_message=(
+            "Caught ValueError in DataLoader worker process 1.\nOriginal Traceback (most recent "
+            'call last):\n  File "x.py", line 3, in f\n    raise ValueError("corrupt")\n'
+            "ValueError: corrupt"
+        ),
+    )
+    assert diagnose(ev).evidence[1] == "worker 1 raised ValueError: corrupt"

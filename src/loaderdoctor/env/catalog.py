@@ -106,6 +106,17 @@ CATALOG: tuple[EnvCheckSpec, ...] = (
         "host's `dmesg` has the evidence.",
     ),
     EnvCheckSpec(
+        "oom-priority",
+        "Workers go before the training process when memory runs out",
+        "When memory runs out the kernel's OOM killer takes the process with the highest "
+        "badness, and a spawned worker holds as much as the training process: healing an OOM "
+        "kill could get the training process killed. Supervised workers run at oom_score_adj "
+        "900 and samples re-tried alone at 1000, so the kernel takes them first.",
+        "Start the training process at oom_score_adj 0 (check the launcher's "
+        "`/proc/PID/oom_score_adj`, Kubernetes sets it by QoS class); on Linux nothing else is "
+        "needed.",
+    ),
+    EnvCheckSpec(
         "versions",
         "Python, torch, numpy and pillow versions",
         "Bug reports and fixes depend on versions; some worker bugs are fixed only in newer torch.",

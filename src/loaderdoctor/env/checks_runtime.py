@@ -10,6 +10,12 @@ import sys
 from loaderdoctor.env.facts import Inputs
 from loaderdoctor.env.findings import EnvCheck, Status, make_check
 from loaderdoctor.system.kmsg import oom_kills
+from loaderdoctor.system.oom_priority import (
+    PROBE_OOM_SCORE_ADJ,
+    WORKER_OOM_SCORE_ADJ,
+    oom_protection,
+    oom_score_adj,
+)
 from loaderdoctor.units import format_bytes
 
 
@@ -64,6 +70,22 @@ def check_kernel_log(inputs: Inputs) -> EnvCheck:
         last = kills[-1]
         text += f"; {len(kills)} OOM kill(s) on record, the last pid {last.pid} ({last.comm})"
     return make_check("kernel-log", "pass", log.source, text, details)
+
+
+def check_oom_priority(inputs: Inputs) -> EnvCheck:
+    own = oom_score_adj()
+    details = {"this_process": own, "workers": WORKER_OOM_SCORE_ADJ, "probes": PROBE_OOM_SCORE_ADJ}
+    if own is None:
+        text = "no /proc/self/oom_score_adj here: the OOM killer's choice cannot be steered"
+        return make_check("oom-priority", "unknown", None, text, details)
+    if own >= WORKER_OOM_SCORE_ADJ:
+        text = (
+            f"this process runs at oom_score_adj {own}, as high as its workers would "
+            f"({WORKER_OOM_SCORE_ADJ}): the OOM killer may take the training process first"
+        )
+        return make_check("oom-priority", "warn", own, text, details)
+    text = oom_protection(WORKER_OOM_SCORE_ADJ, PROBE_OOM_SCORE_ADJ, [])
+    return make_check("oom-priority", "pass", own, text, details)
 
 
 def check_versions(inputs: Inputs) -> EnvCheck:

@@ -37,6 +37,7 @@ CHECKS: dict[str, Check] = {
     "container": checks_shm.check_container,
     "threads": checks_limits.check_threads,
     "kernel-log": checks_runtime.check_kernel_log,
+    "oom-priority": checks_runtime.check_oom_priority,
     "versions": checks_runtime.check_versions,
     "dependencies": checks_imports.check_dependencies,
 }

@@ -385,6 +385,29 @@ CAUSES: dict[str, Cause] = {
             ),
         ),
         Cause(
+            id="process-limit",
+            title="No more processes may start (EAGAIN): a process limit was reached",
+            explanation=(
+                "Starting a worker failed with EAGAIN ('Resource temporarily unavailable'): the "
+                "user has as many processes and threads as RLIMIT_NPROC (ulimit -u) allows, or "
+                "the container's pids cgroup (docker --pids-limit, Kubernetes podPidsLimit) is "
+                "full. Every worker counts, and so does each thread of every process."
+            ),
+            fixes=(
+                "Use fewer workers (num_workers), or fewer threads per process "
+                "(OMP_NUM_THREADS=1, torch.set_num_threads).",
+                "Raise the limit: `ulimit -u` before starting; in docker `--pids-limit`, in "
+                "Kubernetes the kubelet's podPidsLimit.",
+                "Look for leaked processes or threads of earlier loaders (persistent_workers, "
+                "DataLoaders created in a loop).",
+            ),
+            symptoms=("BlockingIOError: [Errno 11] Resource temporarily unavailable",),
+            proof=(
+                "Starting a worker raised errno 11 (EAGAIN) from fork/clone; the evidence shows "
+                "RLIMIT_NPROC and the pids cgroup's pids.max and pids.current where readable."
+            ),
+        ),
+        Cause(
             id="cuda-in-worker",
             title="CUDA was used in a forked worker",
             explanation=(

@@ -68,6 +68,8 @@ MESSAGE_SIGNATURES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
             r"may have been in progress in another thread when fork\(\) was called"
         ),
     ),
+    # A thread is a task too: RLIMIT_NPROC and pids.max count it, and Python says this.
+    ("process-limit", 0.9, re.compile(r"can't start new thread")),
     (
         "main-guard-missing",
         0.98,
@@ -107,12 +109,19 @@ def exception_signature(ev: Evidence) -> Finding | None:
     text = f"{ev.exception_type or ''}: {ev.exception_message or ''}\n{ev.traceback or ''}"
     if ev.errno == 24:
         return Finding("fd-exhausted", 0.97, ("errno EMFILE (24): too many open files",))
+    if ev.errno == 11 and ev.kind == "start":
+        return Finding(
+            "process-limit",
+            0.95,
+            ("starting a worker failed with errno EAGAIN (11): no more processes may start",),
+        )
     if ev.errno == 28 and "shm" in text.lower():
         return Finding("shm-exhausted", 0.97, ("errno ENOSPC (28) on shared memory",))
     for cause, score, pattern in MESSAGE_SIGNATURES:
         match = pattern.search(text)
         if match:
-            return Finding(cause, score, (f"the error message says: {match.group(0)!r}",))
+            quoted = " ".join(match.group(0).split())  # one line, as the sentence it is
+            return Finding(cause, score, (f"the error message says: {quoted!r}",))
     return None
 
 
@@ -131,9 +140,29 @@ def python_exception(ev: Evidence) -> Finding | None:
 def start_failure(ev: Evidence) -> Finding | None:
     if ev.kind != "start":
         return None
+    if ev.main_guard_missing and ev.main_script:
+        return Finding(
+            "main-guard-missing",
+            0.97,
+            (
+                f"{ev.main_script} starts the epoch at the script's top level, outside "
+                f'`if __name__ == "__main__":`: each {ev.start_method} worker would re-run the '
+                "script first, training included",
+            ),
+        )
     if ev.unpicklable_parts:
         parts = ", ".join(ev.unpicklable_parts)
         return Finding("unpicklable", 0.97, (f"cannot be pickled for {ev.start_method}: {parts}",))
+    if ev.fileless_main_parts:
+        parts = ", ".join(ev.fileless_main_parts)
+        return Finding(
+            "unpicklable",
+            0.95,
+            (
+                f"defined in a __main__ that has no file (a notebook cell, python -c or stdin), "
+                f"which a {ev.start_method} worker cannot import: {parts}",
+            ),
+        )
     return None
 
 
@@ -293,6 +322,28 @@ def _describe_index(ev: Evidence) -> str | None:
     return "in flight: " + text
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+
+
+def _exception_headline(exception_type: str, message: str) -> str:
+    """``Type: message`` on one line. A message that quotes a traceback (torch's "Caught X in
+    DataLoader worker process N") ends with the exception's own line: that one. Any other
+    message's first paragraph, its lines joined (multiprocessing's bootstrapping error is an
+    indented block whose last line is a URL)."""
+    lines = [line.strip() for line in message.strip().splitlines()]
+    raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    if raised:
+        text = raised[-1]
+    else:
+        paragraph = " ".join(message.strip().split("\n\n")[0].split()) if lines else ""
+        text = paragraph
+    if text.endswith(f".{exception_type}"):  # the qualified name alone: no message
+        text = exception_type
+    if not text.startswith(exception_type):
+        text = f"{exception_type}: {text}".rstrip(": ")
+    return text
+
+
 def evidence_lines(ev: Evidence) -> list[str]:
     """The facts behind a verdict, most telling first, as plain sentences."""
     lines: list[str] = []
@@ -304,12 +355,7 @@ def evidence_lines(ev: Evidence) -> list[str]:
     elif ev.exit_code is not None:
         lines.append(f"{who} exited with code {ev.exit_code}")
     elif ev.exception_type:
-        message = (ev.exception_message or "").strip().splitlines()
-        first = message[-1] if message else ""
-        if first.endswith(f".{ev.exception_type}"):  # the qualified name alone: no message
-            first = ev.exception_type
-        if not first.startswith(f"{ev.exception_type}"):
-            first = f"{ev.exception_type}: {first}".rstrip(": ")
+        first = _exception_headline(ev.exception_type, ev.exception_message or "")
         lines.append(f"{who} raised {first}")
         if ev.root_exception:
             lines.append(f"root cause: {ev.root_exception}")

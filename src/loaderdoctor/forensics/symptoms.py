@@ -222,6 +222,14 @@ SYMPTOMS: tuple[Symptom, ...] = (
         words=("many", "emfile", "ancdata", "errno"),
     ),
     Symptom(
+        "eagain",
+        "text",
+        r"\[Errno 11\] Resource temporarily unavailable|can't start new thread",
+        (("process-limit", 0.85),),
+        "No process or thread could start: ulimit -u or a pids cgroup (docker --pids-limit).",
+        words=("errno", "thread"),
+    ),
+    Symptom(
         "paging-file",
         "text",
         r"WinError 1455|" + "|".join(PAGING_TEXTS),
@@ -473,6 +481,7 @@ PRIORS: dict[str, float] = {
     "worker-exit": 0.01,
     "init-error": 0.01,
     "mps-in-worker": 0.01,
+    "process-limit": 0.01,
     "batch-lost": 0.01,
     "internal-error": 0.0,
 }
@@ -494,6 +503,10 @@ TELLS: dict[str, Tell] = {
         "dmesg -T | grep -i killed", "nothing: no OOM kill, so a scheduler or a person"
     ),
     "fd-exhausted": Tell("ulimit -n", "1024 or less (256 in a macOS shell)"),
+    "process-limit": Tell(
+        "ulimit -u; cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/pids/pids.max",
+        "a limit near the number of processes and threads running",
+    ),
     "sample-error": Tell("python SCRIPT", "(with num_workers=0) the traceback of one sample"),
     "collate-error": Tell("python SCRIPT", "(with num_workers=0) the traceback in collate_fn"),
     "unpicklable": Tell("loaderdoctor lint SCRIPT", "a lambda or local function handed over"),

@@ -32,6 +32,8 @@ def format_summary(report: ScanReport) -> str:
     else:
         counts = f"scanned {report.total} samples in {took} ({rate})"
     counts += f": {verdict}, {len(report.outliers)} outliers"
+    if report.flaky:
+        counts += f", {len(report.flaky)} flaky"
     settings = format_settings(report)
     return f"{counts}\nsettings: {settings}" if settings else counts
 
@@ -83,6 +85,7 @@ def print_report(report: ScanReport, console: Console, quarantine_path: str | No
 
     console.print(escape(format_summary(report)))
     _print_bad(report, console, quarantine_path)
+    _print_flaky(report, console)
     _print_outliers(report, console)
     _print_costs(report, console)
 
@@ -109,6 +112,27 @@ def _print_bad(report: ScanReport, console: Console, quarantine_path: str | None
                     f"loaderdoctor.DataLoader(..., quarantine={quarantine_path!r}) skips them"
                 )
             )
+
+
+FLAKY_TITLE = "flaky samples (killed a worker once, loaded when re-tried alone)"
+
+
+def _print_flaky(report: ScanReport, console: Console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    if not report.flaky:
+        return
+    table = Table(title=escape(FLAKY_TITLE), title_justify="left")
+    for column in ("index", "cause", "file", "message"):
+        table.add_column(column, overflow="fold")
+    for flaky in report.flaky[:MAX_ROWS]:
+        table.add_row(
+            str(flaky.index), escape(flaky.cause), escape(flaky.file or "-"), escape(flaky.message)
+        )
+    console.print(table)
+    if len(report.flaky) > MAX_ROWS:
+        console.print(f"... and {len(report.flaky) - MAX_ROWS} more (see --json)")
 
 
 def _print_outliers(report: ScanReport, console: Console) -> None:

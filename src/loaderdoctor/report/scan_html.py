@@ -163,6 +163,27 @@ def _bad_section(report: ScanReport) -> str:
     return "".join(parts)
 
 
+def _flaky_section(report: ScanReport) -> str:
+    if not report.flaky:
+        return ""
+    parts = [
+        "<h2>Flaky samples</h2>",
+        '<p class="muted">Each killed a worker once, then loaded when re-tried alone: not '
+        "quarantined, but where an intermittent crash comes from.</p>",
+        "<table><tr><th>index</th><th>cause</th><th>file</th><th>message</th><th>evidence</th></tr>",
+    ]
+    for flaky in report.flaky[:MAX_ROWS]:
+        evidence = "".join(f"<li>{_e(line)}</li>" for line in flaky.evidence)
+        parts.append(
+            f'<tr><td class="num">{flaky.index}</td><td><span class="cause">{_e(flaky.cause)}'
+            f"</span></td><td>{_file(flaky.file)}</td><td>{_e(flaky.message)}</td>"
+            f"<td><ul>{evidence}</ul></td></tr>"
+        )
+    parts.append("</table>")
+    parts.append(_more(len(report.flaky)))
+    return "".join(parts)
+
+
 def _outlier_section(report: ScanReport) -> str:
     if not report.outliers:
         return ""
@@ -198,10 +219,11 @@ def _ranking(title: str, unit: str, rows: Sequence[tuple[int, str, str | None]])
 
 def _meta(report: ScanReport) -> list[str]:
     settings = format_settings(report)
+    flaky = f"{len(report.flaky)} flaky · " if report.flaky else ""
     parts = [
         f'<p class="meta"><code>{_e(report.spec)}</code></p>',
         f'<p class="meta">{report.total} samples, {report.scanned} loaded · '
-        f"{len(report.bad)} bad · {len(report.outliers)} outlier(s) · "
+        f"{len(report.bad)} bad · {len(report.outliers)} outlier(s) · {flaky}"
         f"{format_seconds(report.seconds)} "
         f"({report.throughput:.1f} samples/s, {report.num_workers} workers)</p>",
     ]
@@ -217,6 +239,7 @@ def format_html(report: ScanReport) -> str:
     body = [
         *_meta(report),
         _bad_section(report),
+        _flaky_section(report),
         _outlier_section(report),
         _plots(report, report.profile),
         _ranking("Slowest samples", "ms", [(i, format_ms(s), f) for i, s, f in slowest]),

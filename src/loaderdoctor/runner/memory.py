@@ -123,6 +123,11 @@ class MemorySampler:
             track.worker = True
             track.memory.role = "worker"
             track.memory.start_method = _start_method(process)
+            # torch names the process in _worker_loop: what came before was its start-up (a
+            # spawned worker importing torch again, ~500 MiB under 2.14's CUDA build), not a
+            # growth of the worker's own (issue 24).
+            track.memory.series = []
+            track.ticks = 0
         if not track.environ_read:
             track.environ_read = True
             track.memory.rank = _rank(process)

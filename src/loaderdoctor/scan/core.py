@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from loaderdoctor.scan.memcap import MemoryCap
 
 MAX_ROUNDS = 1000
+# A worker death healed without quarantining its sample (it loaded alone, or the re-try could
+# not tell): the sample is flaky if it loaded in the end.
+FLAKY_ACTIONS = frozenset({"respawned", "backed-off"})
 MAX_EVIDENCE = 8
 # Samples per message from a worker. One sample per message cost more than the decoding itself
 # (562 samples/s against a 2,560/s limit of the cores, issue 29): the queue, the pickling and the
@@ -230,7 +233,14 @@ def _scan_round(
         except LoaderError as error:
             failure = error
         finally:  # also on Ctrl-C: the verdicts so far go into the checkpoint
-            diagnoses = [incident.diagnosis for incident in loader.report.incidents]
+            incidents = loader.report.incidents
+            diagnoses = [incident.diagnosis for incident in incidents]
+            for incident in incidents:  # a death whose sample was not quarantined
+                if incident.action in FLAKY_ACTIONS:
+                    for index in incident.diagnosis.indices:
+                        if isinstance(index, int):
+                            death = _bad_sample(index, incident.diagnosis, wrapped.inner, cap)
+                            state.deaths.setdefault(index, death)
             if failure is not None and failure.diagnosis is not None:
                 diagnoses.append(failure.diagnosis)
             for diagnosis in diagnoses:

@@ -7,7 +7,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoctor.scan.model import HungrySample, Outlier, Profile, ScanReport, SlowSample
+from loaderdoctor.scan.model import (
+    FlakySample,
+    HungrySample,
+    Outlier,
+    Profile,
+    ScanReport,
+    SlowSample,
+)
 from loaderdoctor.scan.state import ScanState
 from loaderdoctor.supervise.quarantine import QuarantineEntry
 from loaderdoctor.supervise.quarantine import now as quarantine_now
@@ -50,6 +57,17 @@ def build_report(
         hungriest=hungriest,
         profile=profile(state),
         worker_startup=sorted(round(seconds, 6) for seconds in state.startup),
+        flaky=[
+            FlakySample(
+                index=index,
+                cause=death.cause,
+                file=death.file,
+                message=death.message,
+                evidence=death.evidence,
+            )
+            for index, death in sorted(state.deaths.items())
+            if index in loaded  # killed a worker once, then loaded (the bad are listed as bad)
+        ],
         **settings,
     )
 

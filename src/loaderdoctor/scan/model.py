@@ -24,6 +24,18 @@ class BadSample:
 
 
 @dataclass
+class FlakySample:
+    """A sample that killed its worker once and loaded when re-tried alone: an intermittent
+    crash (a race, a memory peak, a flaky read), not in the quarantine since it loads."""
+
+    index: int
+    cause: str  # the verdict on the death it caused
+    file: str | None
+    message: str
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Outlier:
     """A sample that loads but whose structure differs from the majority's (breaks collation)."""
 
@@ -83,6 +95,7 @@ class ScanReport:
     # Per worker started: what its first fetch took beyond that sample's own time (imports,
     # decoders, caches). Not in ``slowest``, whose times are the samples' own.
     worker_startup: list[float] = field(default_factory=list)
+    flaky: list[FlakySample] = field(default_factory=list)
     schema: int = SCHEMA
 
     @property
@@ -134,4 +147,5 @@ class ScanReport:
             ranks=data.get("ranks", 1),
             resumed=data.get("resumed", 0),
             worker_startup=list(data.get("worker_startup", [])),
+            flaky=[FlakySample(**item) for item in data.get("flaky", [])],
         )

@@ -40,6 +40,9 @@ class ScanState:
     bad: dict[int, BadSample] = field(default_factory=dict)
     # What each worker's first fetch took beyond the sample's own time: its start-up.
     startup: list[float] = field(default_factory=list)
+    # Samples in flight at a worker death that were not quarantined (they loaded alone): the
+    # report lists those of them that loaded as flaky.
+    deaths: dict[int, BadSample] = field(default_factory=dict)
 
     def done(self, index: int) -> bool:
         return index in self.loaded or index in self.bad
@@ -51,6 +54,8 @@ class ScanState:
         """Take every result of ``other``; a sample that loaded anywhere is not bad."""
         self.loaded.update(other.loaded)
         self.startup.extend(other.startup)
+        for index, death in other.deaths.items():
+            self.deaths.setdefault(index, death)
         for index, bad in other.bad.items():
             if index not in self.loaded:
                 self.bad.setdefault(index, bad)
@@ -77,6 +82,7 @@ class ScanState:
             "loaded": rows,
             "bad": [asdict(self.bad[index]) for index in sorted(self.bad)],
             "startup": [round(seconds, 6) for seconds in self.startup],
+            "deaths": [asdict(self.deaths[index]) for index in sorted(self.deaths)],
         }
 
     @classmethod
@@ -112,6 +118,12 @@ class ScanState:
         if not isinstance(startup, list) or not all(_seconds(s) for s in startup):
             raise CheckpointError("'startup' is not a list of seconds")
         state.startup = [float(seconds) for seconds in startup]
+        deaths = data.get("deaths", [])  # absent before flaky samples were reported
+        if not isinstance(deaths, list):
+            raise CheckpointError("'deaths' is not a list")
+        for position, item in enumerate(deaths):
+            death = _bad(item, total, f"'deaths' entry {position}")
+            state.deaths[death.index] = death
         return state
 
 

@@ -123,6 +123,54 @@ def main_script_unguarded() -> tuple[str | None, bool | None]:
         return path, not _has_main_guard(source)
 
 
+def unguarded_main_line() -> str | None:
+    """Where this process's main script, run again by a spawned worker, would reach this call.
+
+    A spawn or forkserver worker re-runs the main script's top level under the name
+    ``__mp_main__`` before it loads a sample. When the script's top level reaches this call (an
+    epoch starting) outside an ``if __name__ == "__main__":`` block, each worker would run the
+    training itself. Read from the stack: the line of the main module's top-level frame, and
+    whether that line lies in a guarded block of the script's source. None when it does, or
+    when there is no such frame or file (a notebook: spawn has nothing to re-run).
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not path or not os.path.isfile(path):
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and not (
+        frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)
+    ):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    guarded = _guarded_lines(path)
+    if guarded is None or any(first <= line <= last for first, last in guarded):
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read().splitlines()[line - 1].strip()
+    except (OSError, IndexError):
+        text = ""
+    return f"line {line} of {path}" + (f" (`{text}`)" if text else "")
+
+
+def _guarded_lines(path: str) -> list[tuple[int, int]] | None:
+    """The line ranges of the script's top-level ``if __name__ == "__main__":`` blocks (None
+    when the source cannot be read or parsed: then nothing is said about it)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    return [
+        (node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno)
+        for node in tree.body
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
+    ]
+
+
 def defined_in_fileless_main(parts: Sequence[tuple[str, Any]]) -> list[str]:
     """Which of the worker's arguments need a class or function of a ``__main__`` with no file.
 

@@ -70,6 +70,13 @@ def process_killing(cause: str, kind: str) -> bool:
     return kind in ("death", "hang") or cause in ("native-crash", "oom-killed", "killed-by-signal")
 
 
+def memory_suspect(diagnosis: Diagnosis) -> bool:
+    """A death the OOM killer may have caused (its verdict, or a SIGKILL whose cause could not be
+    read): the sample is re-tried alone before the dead worker's replacement starts, so that the
+    two never grow at once beside the training process (issue 24)."""
+    return diagnosis.cause == "oom-killed" or diagnosis.signal == "SIGKILL"
+
+
 def ladder(num_workers: int, prefetch_factor: int, floor: int) -> list[tuple[int, int]]:
     """The rungs from the user's settings down to ``floor`` workers: prefetch 1, then halving."""
     rungs = [(num_workers, prefetch_factor)]
@@ -130,8 +137,9 @@ class HealPolicy:
             return Action(
                 ActionKind.BACK_OFF, 0, 1, "the rest of the epoch loads in the main process"
             )
-        if at.kind == "death" and at.reached_worker_init is False:
+        if at.kind == "death" and at.reached_worker_init is False and cause != "oom-killed":
             return raise_it  # the workers cannot start at all: nothing to respawn into
+        # (An OOM kill while starting, spawned workers each importing torch again: fewer fit.)
         if at.kind == "exception":
             # Out of shared memory or descriptors: the batch is still owed; back off. Any other
             # exception is the user's to see (sample errors heal inside the workers).
@@ -275,6 +283,7 @@ __all__ = [
     "HealPolicy",
     "Situation",
     "ladder",
+    "memory_suspect",
     "process_killing",
     "replaces_one_worker",
     "step_down",

@@ -142,6 +142,9 @@ class LoaderReport:
     delivered: dict[str, int]
     counts: dict[str, int]
     backoff: list[BackoffStep] = field(default_factory=list)
+    # Whether workers and probes go before the training process when memory runs out
+    # (``system.oom_priority``); None when no worker ran.
+    oom_protection: str | None = None
 
     def to_json(self, indent: int | None = 2) -> str:
         """The report as JSON text; ``to_dict()`` gives the dict."""
@@ -156,6 +159,7 @@ class LoaderReport:
             "delivered": dict(self.delivered),
             "counts": dict(self.counts),
             "backoff": [step.to_dict() for step in self.backoff],
+            "oom_protection": self.oom_protection,
         }
 
 

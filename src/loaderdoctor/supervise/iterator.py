@@ -37,6 +37,7 @@ import torch
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.origin import origin_of
+from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import collect, respawn, result_queue
@@ -49,6 +50,7 @@ from loaderdoctor.supervise.heal_policy import (
     ActionKind,
     HealPolicy,
     Situation,
+    memory_suspect,
     replaces_one_worker,
 )
 from loaderdoctor.supervise.ledger import Ledger
@@ -59,7 +61,7 @@ from loaderdoctor.supervise.result_queue import HalfMessage
 from loaderdoctor.supervise.sample_policy import HealedBatch, SkippedBatch
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter, internal_evidence
-from loaderdoctor.supervise.start_failure import start_diagnosis, start_error
+from loaderdoctor.supervise.start_failure import load_in_process, start_diagnosis, start_error
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, new_stream_progress
 from loaderdoctor.supervise.supervision import IterState, LoaderSnapshot, Settings, Supervision
 from loaderdoctor.supervise.worker import SupervisedBatchedMapDataset
@@ -67,6 +69,7 @@ from loaderdoctor.supervise.worker_collate import SupervisedCollate
 from loaderdoctor.supervise.worker_exceptions import worker_exception
 from loaderdoctor.supervise.worker_hooks import BOOTSTRAP_DIR_ENV, SupervisedWorkerInit
 from loaderdoctor.supervise.worker_watch import WorkerWatch
+from loaderdoctor.system.oom_priority import PROBE_OOM_SCORE_ADJ
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +192,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 self._ld_log_dir,
                 snapshot.dataset,
                 hang_timeout=supervision.settings.hang_timeout,
+                oom_score_adj=supervision.oom_score_adj,
                 stream_resumes=(
                     self._ld_streams.resumes(snapshot.num_workers)
                     if self._ld_streams is not None and self._ld_resuming
@@ -222,6 +226,8 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         self._ld_pool = Pool(
             self._workers, self._index_queues, self._workers_done_event, self._ld_log_dir
         )
+        self._ld_pool.first_for_oom_killer(self._ld_sup.oom_score_adj)
+        self._ld_sup.oom_notes.extend(self._ld_pool.oom_notes)
         self._ld_sup.worker_pids |= self._ld_pool.pids()
         self._ld_watch = WorkerWatch(
             self._ld_pool,
@@ -253,16 +259,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 raise start_error(error, diagnosis)
             finally:
                 error = None  # type: ignore[assignment]  # no cycle through the traceback
-        # Workers that cannot start (pickling, spawn bootstrapping): load in-process, loudly.
-        diagnosis.evidence.append("the epoch loads in the main process instead (num_workers=0)")
-        sup.record(diagnosis, "backed-off")
-        sup.workers_cannot_start = True
-        warnings.warn(
-            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> loading in the main "
-            "process (num_workers=0)",
-            HealWarning,
-            stacklevel=user_stacklevel(),
-        )
+        load_in_process(sup, diagnosis)
         self._ld_successor = SupervisedSingleProcessIter(
             self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
             sup,
@@ -507,6 +504,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
             worker_id is not None
             and not self._ld_replacing
             and self._ld_streams is None  # a stream's resume waits for the culprit's position
+            and not (action.kind is ActionKind.PROBE and memory_suspect(diagnosis))
             and self._ld_can_replace(action, at, ev)
         ):
             replacement = self._ld_replace_early(worker_id)
@@ -557,7 +555,11 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         if isinstance(outcome, str):  # the probe could not tell: never the sample's failure
             self._ld_sup.counts["probe_failures"] += 1
             return POLICY.decide(diagnosis, replace(at, probe_error=outcome))
-        return POLICY.decide(diagnosis, replace(at, probe_failed_again=outcome))
+        action = POLICY.decide(diagnosis, replace(at, probe_failed_again=outcome))
+        if outcome and action.kind is ActionKind.QUARANTINE:
+            reproduced_alone(diagnosis, culprit)  # its first evidence line says what the note did
+            action = replace(action, note="")
+        return action
 
     def _ld_raise(self, failure: _PoolFailure, diagnosis: Diagnosis) -> NoReturn:
         self._ld_sup.record(diagnosis, "raised")
@@ -648,7 +650,9 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
         replacement: Replacement | None,
     ) -> bool:
         """Finish replacing the failed worker alone (True), or say why the pool is rebuilt."""
-        late = (self._ld_replacing or self._ld_streams is not None) and replacement is None
+        late = replacement is None and (
+            self._ld_replacing or self._ld_streams is not None or memory_suspect(diagnosis)
+        )
         if late and ev.worker_id is not None and self._ld_can_replace(action, at, ev):
             if self._ld_streams is not None:
                 replacement = self._ld_replace_stream_worker(ev.worker_id)
@@ -889,6 +893,8 @@ def probe(snapshot: LoaderSnapshot, index: Any) -> bool | str:
     )
     supervision = Supervision(settings, snapshot.dataset, lambda: None)
     supervision.log.quiet = True  # an isolated re-try: the loader it serves reports the outcome
+    # The memory suspect goes first, before the workers and never after the training process.
+    supervision.oom_score_adj = PROBE_OOM_SCORE_ADJ
     try:
         for _ in SupervisedMultiProcessingIter(LoaderSnapshot(loader), supervision):
             pass

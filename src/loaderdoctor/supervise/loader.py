@@ -141,11 +141,17 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 _warn_once(self, self._ld_unsupervised)
             return super()._get_iterator()
         if worker_hooks.is_spawn_bootstrapping():
+            # A spawned worker re-running an unguarded main script reached this loop. It must
+            # never heal by loading here (it would run the user's training in the worker): it
+            # fails as under stock torch, and the parent, told by the marker, gives the verdict.
             worker_hooks.write_bootstrap_marker()
+            return super()._get_iterator()
         from loaderdoctor.supervise.iterator import SupervisedMultiProcessingIter
         from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter
 
         workers, prefetch = self.num_workers, self.prefetch_factor
+        if workers and not sup.workers_cannot_start and sup.settings.heal:
+            _foreseen_start_failure(self, sup)
         if sup.workers_cannot_start:
             workers = 0
         elif sup.backoff is not None:
@@ -189,6 +195,37 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             drain()
         self._ld.take_in_process_events()
         return self._ld.report()
+
+
+def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
+    """Before any worker starts, the start failures the main process can foresee under spawn
+    or forkserver, healed like the others (loading in the main process, once, loudly): a worker
+    would re-run the main script's top level, and when that starts this epoch outside a main
+    guard each worker would run the training itself; or the loader's parts need a class of a
+    ``__main__`` with no file (a notebook), which no worker can import (issue 24)."""
+    from loaderdoctor.supervise import collect
+    from loaderdoctor.supervise.iterator import start_method_of
+    from loaderdoctor.supervise.start_failure import (
+        fileless_main_diagnosis,
+        load_in_process,
+        unguarded_diagnosis,
+    )
+
+    method = start_method_of(loader)
+    if method == "fork":
+        return
+    unguarded = collect.unguarded_main_line()
+    if unguarded is not None:
+        load_in_process(sup, unguarded_diagnosis(unguarded, method))
+        return
+    parts = (
+        ("dataset", loader.dataset),
+        ("collate_fn", loader.collate_fn),
+        ("worker_init_fn", loader.worker_init_fn),
+    )
+    fileless = collect.defined_in_fileless_main(parts)
+    if fileless:
+        load_in_process(sup, fileless_main_diagnosis(fileless, method))
 
 
 def _checked_settings(

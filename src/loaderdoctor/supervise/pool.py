@@ -16,6 +16,7 @@ from typing import Any
 
 from loaderdoctor import torch_compat
 from loaderdoctor.supervise import collect
+from loaderdoctor.system.oom_priority import raise_oom_score
 
 SHUTDOWN_GRACE_S = 2.0
 
@@ -28,6 +29,22 @@ class Pool:
         self._done_event = done_event
         self.log_dir = log_dir
         self.owner_pid = os.getpid()
+        self.oom_score_adj: int | None = None  # set by ``first_for_oom_killer``
+        self.oom_notes: list[str] = []  # why a worker's value could not be raised
+
+    def first_for_oom_killer(self, value: int) -> None:
+        """Make every worker, and each replacement from now on, the OOM killer's choice before
+        the training process (``system.oom_priority``)."""
+        self.oom_score_adj = value
+        for process in self._workers:
+            self._rank_for_oom_killer(process.pid)
+
+    def _rank_for_oom_killer(self, pid: int | None) -> None:
+        if self.oom_score_adj is None or pid is None:
+            return
+        why_not = raise_oom_score(pid, self.oom_score_adj)
+        if why_not is not None:
+            self.oom_notes.append(why_not)
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -81,6 +98,7 @@ class Pool:
         process = context.Process(target=torch_compat.WORKER_LOOP, args=make_args(index_queue))
         process.daemon = True
         process.start()
+        self._rank_for_oom_killer(process.pid)
         self._workers[worker_id] = process
         if old_pid is not None:
             self.remove_temp_dirs(old_pid)  # the others' are in use (their fd-passing sockets)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import warnings
 from typing import Any
 
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.origin import format_traceback
 from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise.errors import WorkerStartError, attach
+from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
+from loaderdoctor.system.process_limits import process_limits
 
 
 def start_diagnosis(error: BaseException, loader: Any, start_method: str) -> Diagnosis:
@@ -17,10 +21,46 @@ def start_diagnosis(error: BaseException, loader: Any, start_method: str) -> Dia
         exception_type=type(error).__name__,
         exception_message=str(error),
         traceback=format_traceback(error),
+        errno=getattr(error, "errno", None),
     )
+    if ev.errno == errno.EAGAIN or "can't start new thread" in str(error):
+        ev.notes.extend(process_limits())
     if start_method != "fork":
         ev.unpicklable_parts = unpicklable_parts(loader)
     return diagnose(ev)
+
+
+def unguarded_diagnosis(main_line: str, start_method: str) -> Diagnosis:
+    """The verdict on a main script whose top level starts an epoch without a main guard, found
+    before any worker starts (``collect.unguarded_main_line``)."""
+    return diagnose(
+        Evidence(
+            kind="start",
+            start_method=start_method,
+            main_script=main_line,
+            main_guard_missing=True,
+        )
+    )
+
+
+def load_in_process(supervision: Any, diagnosis: Diagnosis) -> None:
+    """Workers that cannot start (pickling, an unguarded main script) and healing is on: the
+    loader loads in the main process for the rest of its life, and says so once."""
+    diagnosis.evidence.append("the epoch loads in the main process instead (num_workers=0)")
+    supervision.record(diagnosis, "backed-off")
+    supervision.workers_cannot_start = True
+    warnings.warn(
+        f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> loading in the main "
+        "process (num_workers=0)",
+        HealWarning,
+        stacklevel=user_stacklevel(),
+    )
+
+
+def fileless_main_diagnosis(parts: list[str], start_method: str) -> Diagnosis:
+    """The verdict on a loader whose parts need a class or function of a ``__main__`` with no
+    file (a notebook): each spawned worker would die unpickling them, found before any starts."""
+    return diagnose(Evidence(kind="start", start_method=start_method, fileless_main_parts=parts))
 
 
 def start_error(error: BaseException, diagnosis: Diagnosis) -> BaseException:
@@ -57,4 +97,11 @@ def unpicklable_parts(loader: Any) -> list[str]:
     return parts
 
 
-__all__ = ["start_diagnosis", "start_error", "unpicklable_parts"]
+__all__ = [
+    "fileless_main_diagnosis",
+    "load_in_process",
+    "start_diagnosis",
+    "start_error",
+    "unguarded_diagnosis",
+    "unpicklable_parts",
+]

@@ -28,6 +28,11 @@ from loaderdoctor.supervise.quarantine import (
 )
 from loaderdoctor.supervise.quarantine import now as quarantine_now
 from loaderdoctor.supervise.sample_policy import HealedBatch, SamplePolicy
+from loaderdoctor.system.oom_priority import (
+    PROBE_OOM_SCORE_ADJ,
+    WORKER_OOM_SCORE_ADJ,
+    oom_protection,
+)
 
 
 class IterState(enum.Enum):
@@ -101,6 +106,10 @@ class Supervision:
         self.backoff: Backoff | None = None  # set at the first step down
         # Workers cannot start at all (unpicklable, spawn bootstrapping) and healing is on.
         self.workers_cannot_start = False
+        # Each worker's oom_score_adj (raised right after its start; probes: higher still), and
+        # why it could not be where it could not: the report says whether the protection is on.
+        self.oom_score_adj = WORKER_OOM_SCORE_ADJ
+        self.oom_notes: list[str] = []
         # loaderdoctor's own machinery failed and healing is on: plain torch loading from now on
         self.plain_torch = False
         # Told ``watcher(self, moment)`` when the records change: "iter" (an epoch starts),
@@ -253,7 +262,12 @@ class Supervision:
         )
 
     def report(self) -> LoaderReport:
-        return build_report(self.log, sorted(self.quarantine), self.counts)
+        report = build_report(self.log, sorted(self.quarantine), self.counts)
+        if self.worker_pids:  # workers ran: say whether the training process was protected
+            report.oom_protection = oom_protection(
+                self.oom_score_adj, PROBE_OOM_SCORE_ADJ, self.oom_notes
+            )
+        return report
 
 
 def _distributed() -> bool:

@@ -21,6 +21,7 @@ from loaderdoctor.recorder import FlightRecorder, Stage
 from loaderdoctor.supervise.exception_tags import tag_exception
 from loaderdoctor.supervise.worker_state import EVENTS_PREFIX, STATE
 from loaderdoctor.system import platform
+from loaderdoctor.system.oom_priority import raise_oom_score
 
 BOOTSTRAP_DIR_ENV = "LOADERDOCTOR_BOOTSTRAP_DIR"
 # Each worker says how the parent gets its stack when it is stuck (see ``platform.stack_dump``):
@@ -45,8 +46,12 @@ class SupervisedWorkerInit:
         dataset: Any,
         hang_timeout: float | None = None,
         stream_resumes: dict[int, Any] | None = None,
+        oom_score_adj: int | None = None,
     ) -> None:
         self.user_init = user_init
+        # The parent raises it right after the start too; here it is in place before the
+        # first sample whichever comes first (``system.oom_priority``).
+        self.oom_score_adj = oom_score_adj
         # IterableDataset pools re-started after a death: where each worker's stream resumes
         self.stream_resumes = stream_resumes or {}
         self.recorder = recorder
@@ -55,6 +60,8 @@ class SupervisedWorkerInit:
         self.hang_timeout = hang_timeout
 
     def __call__(self, worker_id: int) -> None:
+        if self.oom_score_adj is not None:
+            raise_oom_score(os.getpid(), self.oom_score_adj)
         STATE.begin(worker_id)
         STATE.stream_resume = self.stream_resumes.get(worker_id)
         slot = self.recorder.attach(worker_id)
