@@ -875,35 +875,8 @@ def probe(snapshot: LoaderSnapshot, index: Any) -> bool | str:
     loaderdoctor's own machinery failed): logged, and never taken for the sample's failure,
     which would quarantine a healthy sample.
     """
-    loader = torch.utils.data.DataLoader(
-        snapshot.dataset,
-        batch_size=None,
-        sampler=[index],
-        num_workers=1,
-        worker_init_fn=snapshot.worker_init_fn,
-        multiprocessing_context=snapshot.multiprocessing_context,
-    )
-    settings = Settings(
-        hang_timeout=PROBE_TIMEOUT_S,
-        heal=False,
-        on_error="raise",
-        retries=0,
-        quarantine_path=None,
-        allow_in_process=False,
-    )
-    supervision = Supervision(settings, snapshot.dataset, lambda: None)
-    supervision.log.quiet = True  # an isolated re-try: the loader it serves reports the outcome
-    # The memory suspect goes first, before the workers and never after the training process.
-    supervision.oom_score_adj = PROBE_OOM_SCORE_ADJ
-    try:
-        for _ in SupervisedMultiProcessingIter(LoaderSnapshot(loader), supervision):
-            pass
-    except Exception as error:
-        if any(_fails_at(incident.diagnosis, index) for incident in supervision.log):
-            return True
-        logger.warning("loaderdoctor: sample %r could not be re-tried alone", index, exc_info=True)
-        return f"{type(error).__name__}: {error}"
-    return False
+    outcome = probe_batch(snapshot, [index])
+    return outcome if isinstance(outcome, str) else outcome is not None
 
 
 def probe_batch(snapshot: LoaderSnapshot, indices: list[Any]) -> Any:
@@ -927,6 +900,8 @@ def probe_batch(snapshot: LoaderSnapshot, indices: list[Any]) -> Any:
     )
     supervision = Supervision(settings, snapshot.dataset, lambda: None)
     supervision.log.quiet = True  # an isolated re-try: the loader it serves reports the outcome
+    # The memory suspect goes first, before the workers and never after the training process.
+    supervision.oom_score_adj = PROBE_OOM_SCORE_ADJ
     try:
         for _ in SupervisedMultiProcessingIter(LoaderSnapshot(loader), supervision):
             pass
@@ -935,9 +910,8 @@ def probe_batch(snapshot: LoaderSnapshot, indices: list[Any]) -> Any:
             found = [i for i in indices if _fails_at(incident.diagnosis, i)]
             if found:
                 return found[0]
-        logger.warning(
-            "loaderdoctor: samples %r could not be re-tried alone", indices, exc_info=True
-        )
+        what = f"sample {indices[0]!r}" if len(indices) == 1 else f"samples {indices!r}"
+        logger.warning("loaderdoctor: %s could not be re-tried alone", what, exc_info=True)
         return f"{type(error).__name__}: {error}"
     return None
 
