@@ -384,6 +384,8 @@ def _double_check_seed(worker_id: int) -> None:
 
 # --- every torch private loaderdoctor's source mentions is in the contract above --------------
 OTHER_ITERATOR_ATTRIBUTES = (
+    # the loader's: torch's __init__ ran to its end (runner: a subclass that never calls it)
+    "_DataLoader__initialized",
     "_workers",
     "_data_queue",
     "_index_queues",

@@ -119,6 +119,13 @@ ITERATOR_ATTRIBUTES = (
 )
 
 
+def loader_init_finished(loader: Any) -> bool:
+    """torch's ``DataLoader.__init__`` ran to its end (it sets its private ``__initialized``
+    last; a subclass whose own ``__init__`` never calls it, torchdata's StatefulDataLoader, or
+    one still being built, has not)."""
+    return bool(vars(loader).get("_DataLoader__initialized"))
+
+
 def worker_pids(iterator: Any) -> set[int]:
     """The pids of a multiprocessing iterator's workers (``_workers``); empty for in-process."""
     return {process.pid for process in getattr(iterator, "_workers", ()) if process.pid}
@@ -267,6 +274,7 @@ __all__ = [
     "ResumeIteration",
     "SingleProcessIter",
     "is_exception_wrapper",
+    "loader_init_finished",
     "multiprocessing_context_of",
     "result_queue_writer_lock",
     "show_user_dataset_in_worker_info",

@@ -57,12 +57,13 @@ class SubclassCheck:
             return False
         loader = None if final else self.loader()
         if loader is not None:
-            attributes = loader.__dict__
-            # torch's __init__ sets this last and ours sets ``_ld`` right after it: without it,
-            # the loader is still being built (or its __init__ raised, as torch's would have).
-            if not attributes.get("_DataLoader__initialized"):
+            from loaderdoctor.torch_compat import loader_init_finished  # torch is loaded by now
+
+            # torch's __init__ finishes and ours sets ``_ld`` right after it: before that, the
+            # loader is still being built (or its __init__ raised, as torch's would have).
+            if not loader_init_finished(loader):
                 return False
-            unsupervised = "_ld" not in attributes
+            unsupervised = "_ld" not in loader.__dict__
         elif final:
             unsupervised = not self.reached
         else:
