@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import IO, TYPE_CHECKING
+from collections.abc import Sequence
+from typing import IO, TYPE_CHECKING, Any
 
 from loaderdoctor.report.console import render_plain, terminal, width_for
 from loaderdoctor.scan.model import ScanReport
@@ -92,19 +93,9 @@ def print_report(report: ScanReport, console: Console, quarantine_path: str | No
 
 def _print_bad(report: ScanReport, console: Console, quarantine_path: str | None) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
     if report.bad:
-        table = Table(title="bad samples", title_justify="left")
-        for column in ("index", "cause", "file", "message"):
-            table.add_column(column, overflow="fold")
-        for bad in report.bad[:MAX_ROWS]:
-            table.add_row(
-                str(bad.index), escape(bad.cause), escape(bad.file or "-"), escape(bad.message)
-            )
-        console.print(table)
-        if len(report.bad) > MAX_ROWS:
-            console.print(f"... and {len(report.bad) - MAX_ROWS} more (see --json)")
+        _print_samples("bad samples", report.bad, console)
         if quarantine_path is not None:
             console.print(
                 escape(
@@ -118,21 +109,26 @@ FLAKY_TITLE = "flaky samples (killed a worker once, loaded when re-tried alone)"
 
 
 def _print_flaky(report: ScanReport, console: Console) -> None:
+    if report.flaky:
+        _print_samples(FLAKY_TITLE, report.flaky, console)
+
+
+def _print_samples(title: str, samples: Sequence[Any], console: Console) -> None:
+    """One table of samples (index, cause, file, message), the first MAX_ROWS of them."""
     from rich.markup import escape
     from rich.table import Table
 
-    if not report.flaky:
-        return
-    table = Table(title=escape(FLAKY_TITLE), title_justify="left")
+    table = Table(title=escape(title), title_justify="left")
     for column in ("index", "cause", "file", "message"):
         table.add_column(column, overflow="fold")
-    for flaky in report.flaky[:MAX_ROWS]:
+    for sample in samples[:MAX_ROWS]:
         table.add_row(
-            str(flaky.index), escape(flaky.cause), escape(flaky.file or "-"), escape(flaky.message)
-        )
+            str(sample.index), escape(sample.cause), escape(sample.file or "-"),
+            escape(sample.message),
+        )  # fmt: skip
     console.print(table)
-    if len(report.flaky) > MAX_ROWS:
-        console.print(f"... and {len(report.flaky) - MAX_ROWS} more (see --json)")
+    if len(samples) > MAX_ROWS:
+        console.print(f"... and {len(samples) - MAX_ROWS} more (see --json)")
 
 
 def _print_outliers(report: ScanReport, console: Console) -> None:
