@@ -9,6 +9,29 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 
+def quiet_result_queue(timeout: float = 30.0) -> None:
+    """In a worker, wait until its result queue has written every batch it was given (the
+    feeder thread done, the writer lock free), so that a death planted next happens between
+    two writes, as a crash in ``__getitem__`` usually does. A death while the feeder thread
+    writes (the lock held for ever) is a different, real case that the "locked"/"half-sent"
+    tests plant on purpose; without this, load decides which case a test gets."""
+    import sys
+    import time
+
+    frame = sys._getframe()
+    while frame is not None and frame.f_code.co_name != "_worker_loop":
+        frame = frame.f_back
+    data_queue = None if frame is None else frame.f_locals.get("data_queue")
+    if data_queue is None:
+        return
+    deadline = time.monotonic() + timeout
+    while getattr(data_queue, "_buffer", None) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    lock = getattr(data_queue, "_wlock", None)
+    if lock is not None and lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        lock.release()
+
+
 class RandomAugmented(Dataset):
     """Each sample mixes the index with torch, numpy and random draws: seeds must match exactly."""
 
@@ -227,6 +250,8 @@ class BatchFetched(Dataset):
             if once:
                 open(flag, "w").close()
         in_worker = torch.utils.data.get_worker_info() is not None
+        if fault in ("segv", "kill") or once:
+            quiet_result_queue()
         if fault == "segv" and in_worker:
             ctypes.string_at(0)
         if (fault == "kill" or once) and in_worker:

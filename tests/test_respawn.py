@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 import loaderdoctor
+from ld_datasets import quiet_result_queue
 from loaderdoctor.supervise.heal import HealWarning
 
 pytestmark = [
@@ -71,6 +72,8 @@ class Counting(Dataset):
 
 
 def fail(fault: str) -> None:
+    if fault in ("sigkill", "segv", "exit"):
+        quiet_result_queue()
     if fault == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif fault == "segv":

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loaderdoctor
-from ld_datasets import StreamLedger
+from ld_datasets import StreamLedger, quiet_result_queue
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, item_key
 
@@ -36,6 +36,8 @@ BAD = 21  # worker 21 % 4 = 1, its item #5 (1, 5, 9, 13, 17, 21)
 
 
 def fault(mode: str) -> None:
+    if mode in ("sigkill", "segv", "exit"):
+        quiet_result_queue()
     if mode == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif mode == "segv":
