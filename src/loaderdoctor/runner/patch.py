@@ -26,6 +26,7 @@ import torch.utils.data
 import torch.utils.data.dataloader
 
 from loaderdoctor.runner import lifeline, protocol, subclasses
+from loaderdoctor.runner.model import weakest_protection
 from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, HEAL_WARNED_NAME, RUN_DIR_ENV
 from loaderdoctor.supervise import loader as supervised
 
@@ -121,6 +122,7 @@ class LoaderRecord:
         self.counts: dict[str, int] = {}
         self.worker_pids: set[int] = set()
         self.quarantine: list[Any] = []
+        self.oom_protection: str | None = None
         self.read(supervision)
 
     def read(self, supervision: Any, *, quarantine: bool = True) -> None:
@@ -129,6 +131,8 @@ class LoaderRecord:
         self.worker_pids = set(supervision.worker_pids)
         if quarantine:  # not per batch: it may hold thousands of samples
             self.quarantine = list(supervision.quarantine)
+        if quarantine or self.oom_protection is None:  # per batch only until workers ran
+            self.oom_protection = supervision.oom_protection()
 
     def refresh(self) -> None:
         supervision = self.supervision()
@@ -223,6 +227,9 @@ def _write_state(force: bool) -> None:
             "rank": current_rank(),
             "heal": HEAL_AVAILABLE,
             "worker_pids": sorted(worker_pids),
+            "oom_protection": weakest_protection(
+                [("", r.oom_protection) for r in _records if r.oom_protection is not None]
+            ),
             "amended_incidents": {
                 str(sequence): incident.to_dict()
                 for sequence, incident in _keyless_stream_incidents

@@ -269,11 +269,15 @@ class Supervision:
 
     def report(self) -> LoaderReport:
         report = build_report(self.log, sorted(self.quarantine), self.counts)
-        if self.worker_pids:  # workers ran: say whether the training process was protected
-            report.oom_protection = oom_protection(
-                self.oom_score_adj, PROBE_OOM_SCORE_ADJ, self.oom_notes
-            )
+        report.oom_protection = self.oom_protection()
         return report
+
+    def oom_protection(self) -> str | None:
+        """Whether its workers and probes go before the training process when memory runs out;
+        None while no worker ran (``loaderdoctor run`` reports it too)."""
+        if not self.worker_pids:
+            return None
+        return oom_protection(self.oom_score_adj, PROBE_OOM_SCORE_ADJ, self.oom_notes)
 
 
 def _distributed() -> bool:
