@@ -65,6 +65,14 @@ class Gated(Dataset):
         return torch.tensor([index])
 
 
+class GatedBatched(Gated):
+    """``Gated`` that loads a whole batch with its own ``__getitems__`` (as Hugging Face
+    ``datasets`` does): its live workers leave the quarantined samples out before the call."""
+
+    def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
+        return [self[index] for index in indices]
+
+
 def quarantined(path: str) -> list[int]:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -100,12 +108,17 @@ def run(loader: loaderdoctor.DataLoader) -> Counter[int]:
 
 
 def loader_for(
-    fault: str, tmp_path: Path, on_error: str, batches: list[list[int]], **kwargs: Any
+    fault: str,
+    tmp_path: Path,
+    on_error: str,
+    batches: list[list[int]],
+    dataset: type[Gated] = Gated,
+    **kwargs: Any,
 ) -> loaderdoctor.DataLoader:
     path = str(tmp_path / "quarantine.json")
     raises = (RAISES,) if batches is REPLACE_BATCHES else ()
     return loaderdoctor.DataLoader(
-        Gated(fault, path, raises),
+        dataset(fault, path, raises),
         batch_size=4,
         sampler=[index for batch in batches for index in batch],
         num_workers=2,
@@ -118,18 +131,19 @@ def loader_for(
 
 
 @pytest.mark.parametrize(
-    ("on_error", "fault", "method"),
+    ("on_error", "fault", "method", "dataset"),
     [
-        ("skip", "sigkill", None),
-        ("skip", "segv", None),
-        ("raise", "sigkill", None),
-        ("skip", "sigkill", "spawn"),
+        ("skip", "sigkill", None, Gated),
+        ("skip", "segv", None, Gated),
+        ("raise", "sigkill", None, Gated),
+        ("raise", "segv", None, GatedBatched),
+        ("skip", "sigkill", "spawn", Gated),
     ],
 )
 def test_a_live_worker_skips_a_duplicate_quarantined_after_it_was_sent(
-    on_error: str, fault: str, method: str | None, tmp_path: Path
+    on_error: str, fault: str, method: str | None, dataset: type[Gated], tmp_path: Path
 ) -> None:
-    loader = loader_for(fault, tmp_path, on_error, BATCHES, multiprocessing_context=method)
+    loader = loader_for(fault, tmp_path, on_error, BATCHES, dataset, multiprocessing_context=method)
     received = run(loader)
     healthy = [i for batch in BATCHES for i in batch if i != BAD]
     assert received == Counter(healthy)  # every healthy sample exactly once, BAD never

@@ -56,13 +56,14 @@ class SupervisedMapDataset(Dataset[Any]):
     def __getitem__(self, index: Any) -> Any:
         # batch_size=None (no auto-collation) and the num_workers=0 paths come here.
         policy = self.policy
-        if (policy is not None and policy.on_error != "raise") or self._quarantined(index):
-            kept = self._heal_batch([index]) if policy is not None else self._left_out([index])
-            return (
-                kept[0]
-                if kept and not isinstance(kept, DroppedSamples)
-                else SkippedBatch([index], "skipped")
-            )
+        if policy is not None or STATE.quarantine is not NO_LIVE_QUARANTINE:  # else: no cost
+            if (policy is not None and policy.on_error != "raise") or self._quarantined(index):
+                kept = self._heal_batch([index]) if policy is not None else self._left_out([index])
+                return (
+                    kept[0]
+                    if kept and not isinstance(kept, DroppedSamples)
+                    else SkippedBatch([index], "skipped")
+                )
         slot = STATE.slot
         if slot is not None:
             slot.fetching(index)
@@ -257,6 +258,18 @@ class SupervisedBatchedMapDataset(SupervisedMapDataset):
     """For datasets that fetch a whole batch at once with their own ``__getitems__``."""
 
     def __getitems__(self, indices: list[Any]) -> Any:
+        if STATE.quarantine.grown():
+            # The dataset loads the batch at once: its quarantined samples are left out first.
+            STATE.batch_events = []
+            kept = [index for index in indices if not self._quarantined(index)]
+            if len(kept) < len(indices):
+                for index in indices:
+                    if index not in kept:
+                        _say_quarantined(index)
+                indices = kept
+                if not kept:
+                    STATE.batch_indices = []
+                    return DroppedSamples([])
         slot = STATE.slot
         if slot is not None and indices:
             slot.fetching(indices[0])
