@@ -28,8 +28,7 @@ from torch.utils.data import Dataset, get_worker_info
 import loaderdoctor
 from ld_datasets import quiet_result_queue
 from loaderdoctor.supervise.heal import HealWarning
-
-pytestmark = pytest.mark.slow
+from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, LiveQuarantine
 
 N = 24
 BAD = 9  # kills its worker, every time
@@ -130,6 +129,7 @@ def loader_for(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("on_error", "fault", "method", "dataset"),
     [
@@ -156,6 +156,7 @@ def test_a_live_worker_skips_a_duplicate_quarantined_after_it_was_sent(
     assert (report.counts["samples"], report.counts["skipped"]) == (len(healthy), 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["sigkill", "segv"])
 def test_with_replace_a_live_worker_substitutes_a_sample_quarantined_after_it_was_sent(
     fault: str, tmp_path: Path
@@ -175,3 +176,23 @@ def test_with_replace_a_live_worker_substitutes_a_sample_quarantined_after_it_wa
     assert loader.report.quarantine == [RAISES, BAD]
     counts = loader.report.counts
     assert (counts["samples"], counts["skipped"], counts["replaced"]) == (N, 0, 3)
+
+
+def test_a_reader_learns_each_entry_the_main_process_adds() -> None:
+    live = LiveQuarantine(capacity=3)
+    reader = live.reader()
+    assert not reader.grown() and 5 not in reader
+    assert live.add(5)
+    assert reader.grown() and 5 in reader and 6 not in reader
+    assert [live.add(index) for index in (0, True, -1, "7", 2**63 - 1, 7, 8)] == [
+        True,  # index 0 is a sample like any other
+        False,  # not an index (a bool, a negative, a string, past what an int64 holds)
+        False,
+        False,
+        False,
+        True,
+        False,  # the table is full: the main process still leaves it out of what it sends
+    ]
+    assert [index in reader for index in (0, 5, 7, 8)] == [True, True, True, False]
+    assert [1, 2] not in reader  # an index that cannot be hashed is never quarantined
+    assert 5 not in NO_LIVE_QUARANTINE and not NO_LIVE_QUARANTINE.grown()
