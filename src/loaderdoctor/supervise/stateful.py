@@ -538,7 +538,7 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
         if pool is not None and not pool.owned_here():
             # A forked child inherited this iterator: its workers are not this process's
             # children, so there is nothing to stop (and torch's join would raise here).
-            vars(self)["_shutdown"] = True
+            self.__dict__["_shutdown"] = True
             return
         successor = getattr(self, "_ld_successor", None)
         if successor is not None:
