@@ -30,11 +30,18 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from torch.utils.data import _utils as _torch_utils
-from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataStatefulDataLoader
-from torchdata.stateful_dataloader.stateful import Stateful
-from torchdata.stateful_dataloader.stateful_dataloader import (
-    _StatefulMultiProcessingDataLoaderIter,
-)
+
+try:
+    from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataStatefulDataLoader
+    from torchdata.stateful_dataloader.stateful import Stateful
+    from torchdata.stateful_dataloader.stateful_dataloader import (
+        _StatefulMultiProcessingDataLoaderIter,
+    )
+except ModuleNotFoundError as missing:
+    raise ModuleNotFoundError(
+        "loaderdoctor.StatefulDataLoader needs torchdata: pip install 'loaderdoctor[torchdata]'",
+        name=missing.name,
+    ) from None
 
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
