@@ -193,3 +193,28 @@ def test_persistent_workers_heal_once_and_serve_every_later_epoch(tmp_path: Path
         ("native-crash", [45]),
     ]
     assert loader.report.quarantine == [45]
+
+
+def test_the_torchdata_internals_the_supervision_overrides_are_there() -> None:
+    """The contract with torchdata's private iterator: the hooks overridden, with their
+    parameters (a torchdata release that renames one fails here, not in a user's run)."""
+    import inspect
+
+    from torchdata.stateful_dataloader.stateful_dataloader import (
+        _StatefulMultiProcessingDataLoaderIter as Iter,
+    )
+
+    hooks = {
+        "__init__": ["self", "loader", "next_iter_state"],
+        "_next_index": ["self"],
+        "_try_put_index": ["self"],
+        "_reset": ["self", "loader", "first_iter", "prime_prefetch"],
+        "_try_get_data": ["self", "timeout"],
+        "_get_data": ["self"],
+        "_process_data": ["self", "data", "worker_id", "state_dict"],
+        "_next_data": ["self"],
+        "state_dict": ["self"],
+        "_shutdown_workers": ["self"],
+    }
+    found = {name: list(inspect.signature(getattr(Iter, name)).parameters) for name in hooks}
+    assert found == hooks
