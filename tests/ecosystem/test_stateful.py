@@ -218,3 +218,21 @@ def test_the_torchdata_internals_the_supervision_overrides_are_there() -> None:
     }
     found = {name: list(inspect.signature(getattr(Iter, name)).parameters) for name in hooks}
     assert found == hooks
+
+
+def test_a_worker_death_raises_its_verdict_from_the_drop_in() -> None:
+    """Without heal, a segfault at sample 45 raises torch's kind of error with the verdict."""
+    loader = loaderdoctor.StatefulDataLoader(Crashing(), batch_size=BATCH, num_workers=2)
+    received: list[int] = []
+    with pytest.raises(loaderdoctor.WorkerDiedError) as raised:
+        for batch in loader:
+            received += batch.tolist()
+    diagnosis = raised.value.diagnosis
+    assert (diagnosis.cause, diagnosis.indices, diagnosis.sample_file) == (
+        "native-crash",
+        [45],
+        "/data/0045.bin",
+    )
+    assert isinstance(raised.value, RuntimeError)
+    assert received == list(range(40))  # in order, up to the culprit's batch
+    assert [i.action for i in loader.incidents] == ["raised"]

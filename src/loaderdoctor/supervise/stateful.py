@@ -534,7 +534,9 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
         return super().state_dict()
 
     def _ld_drain(self) -> None:
-        self._ld_events.drain()
+        """Read the events written so far (``loader.report`` asks, mid-epoch)."""
+        if self._ld_state is IterState.RUNNING and not getattr(self, "_shutdown", True):
+            self._ld_events.drain()
         if self._ld_successor is not None:
             self._ld_successor._ld_drain()
 
