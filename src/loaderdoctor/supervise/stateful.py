@@ -218,9 +218,14 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
     """torchdata's multiprocessing iterator with a watch on every worker."""
 
     def __init__(
-        self, snapshot: LoaderSnapshot, next_iter_state: Any, supervision: Supervision
+        self,
+        snapshot: LoaderSnapshot,
+        next_iter_state: Any,
+        supervision: Supervision,
+        respawns: int = 0,
     ) -> None:
         self._ld_sup = supervision
+        self._ld_respawns = respawns  # pools this epoch rebuilt before this one (MAX_RESPAWNS)
         self._ld_snapshot = snapshot
         self._ld_state = IterState.RUNNING
         self._ld_failure: tuple[str, Diagnosis | None] = ("", None)
@@ -442,7 +447,7 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
         at = Situation(
             heal=sup.settings.heal,
             iterable=False,
-            respawns=0,
+            respawns=self._ld_respawns,
             num_workers=self._num_workers,
             prefetch_factor=self._prefetch_factor,
             kind=ev.kind,
@@ -505,7 +510,7 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
             HealWarning,
             stacklevel=user_stacklevel(),
         )
-        self._ld_successor = SupervisedStatefulIter(snapshot, state, sup)
+        self._ld_successor = SupervisedStatefulIter(snapshot, state, sup, self._ld_respawns + 1)
         self._ld_state = IterState.HANDED_OVER
 
     def _ld_raise(self, ev: Evidence, diagnosis: Diagnosis) -> NoReturn:
