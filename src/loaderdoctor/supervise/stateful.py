@@ -52,7 +52,7 @@ from loaderdoctor.supervise import collect, result_queue
 from loaderdoctor.supervise.errors import WorkerDiedError, WorkerHangError
 from loaderdoctor.supervise.events import EventReader
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
-from loaderdoctor.supervise.heal_policy import ActionKind, HealPolicy, Situation
+from loaderdoctor.supervise.heal_policy import Action, ActionKind, HealPolicy, Situation
 from loaderdoctor.supervise.ledger import Ledger
 from loaderdoctor.supervise.loader import (
     LOADER_HOOKS,
@@ -444,44 +444,7 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
         state at the last batch delivered."""
         diagnosis = diagnose(ev)
         sup = self._ld_sup
-        at = Situation(
-            heal=sup.settings.heal,
-            iterable=False,
-            respawns=self._ld_respawns,
-            num_workers=self._num_workers,
-            prefetch_factor=self._prefetch_factor,
-            kind=ev.kind,
-            stage=ev.stage,
-            reached_worker_init=ev.reached_worker_init,
-            culprit=ev.in_flight_index,
-            culprit_quarantined=ev.in_flight_index in sup.quarantine,
-            in_process_allowed=False,
-        )
-        action = POLICY.decide(diagnosis, at)
-        if action.kind is ActionKind.PROBE:
-            from loaderdoctor.supervise.iterator import probe
-
-            outcome = probe(self._ld_snapshot, ev.in_flight_index)
-            if isinstance(outcome, str):
-                sup.counts["probe_failures"] += 1
-                action = POLICY.decide(diagnosis, replace(at, probe_error=outcome))
-            else:
-                action = POLICY.decide(diagnosis, replace(at, probe_failed_again=outcome))
-                if outcome and action.kind is ActionKind.QUARANTINE:
-                    reproduced_alone(diagnosis, ev.in_flight_index)
-                    action = replace(action, note="")
-        if action.kind is ActionKind.BACK_OFF and action.num_workers != self._num_workers:
-            # torchdata's state records num_workers: the pool keeps its size
-            action = replace(
-                action,
-                kind=ActionKind.RESPAWN,
-                num_workers=self._num_workers,
-                prefetch_factor=self._prefetch_factor,
-                note=(
-                    f"a StatefulDataLoader keeps num_workers={self._num_workers} (its "
-                    "state_dict records it): respawned instead of backing off"
-                ),
-            )
+        action = self._ld_decide(ev, diagnosis)
         if action.kind not in _HEALS:
             self._ld_raise(ev, diagnosis)
         if action.note:
@@ -512,6 +475,48 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
         )
         self._ld_successor = SupervisedStatefulIter(snapshot, state, sup, self._ld_respawns + 1)
         self._ld_state = IterState.HANDED_OVER
+
+    def _ld_decide(self, ev: Evidence, diagnosis: Diagnosis) -> Action:
+        """The policy's decision, the culprit re-tried alone where it asks; a back-off that
+        would change num_workers (torchdata's state records it) respawns the same pool."""
+        at = Situation(
+            heal=self._ld_sup.settings.heal,
+            iterable=False,
+            respawns=self._ld_respawns,
+            num_workers=self._num_workers,
+            prefetch_factor=self._prefetch_factor,
+            kind=ev.kind,
+            stage=ev.stage,
+            reached_worker_init=ev.reached_worker_init,
+            culprit=ev.in_flight_index,
+            culprit_quarantined=ev.in_flight_index in self._ld_sup.quarantine,
+            in_process_allowed=False,
+        )
+        action = POLICY.decide(diagnosis, at)
+        if action.kind is ActionKind.PROBE:
+            from loaderdoctor.supervise.iterator import probe
+
+            outcome = probe(self._ld_snapshot, ev.in_flight_index)
+            if isinstance(outcome, str):
+                self._ld_sup.counts["probe_failures"] += 1
+                action = POLICY.decide(diagnosis, replace(at, probe_error=outcome))
+            else:
+                action = POLICY.decide(diagnosis, replace(at, probe_failed_again=outcome))
+                if outcome and action.kind is ActionKind.QUARANTINE:
+                    reproduced_alone(diagnosis, ev.in_flight_index)
+                    action = replace(action, note="")
+        if action.kind is ActionKind.BACK_OFF and action.num_workers != self._num_workers:
+            action = replace(
+                action,
+                kind=ActionKind.RESPAWN,
+                num_workers=self._num_workers,
+                prefetch_factor=self._prefetch_factor,
+                note=(
+                    f"a StatefulDataLoader keeps num_workers={self._num_workers} (its "
+                    "state_dict records it): respawned instead of backing off"
+                ),
+            )
+        return action
 
     def _ld_raise(self, ev: Evidence, diagnosis: Diagnosis) -> NoReturn:
         self._ld_sup.record(diagnosis, "raised")
