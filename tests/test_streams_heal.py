@@ -351,6 +351,27 @@ def test_run_heal_heals_a_killed_stream_worker_in_an_unmodified_script(tmp_path:
     assert report["delivered"]["samples"] == 80
 
 
+@pytest.mark.slow
+def test_a_skip_before_a_death_stays_a_skip(tmp_path: Path) -> None:
+    """Item 0 raises once and is skipped, item 1 then kills the worker before any batch went
+    out: the skip is not lost with the worker, so the resumed stream does not read item 0
+    again and deliver it (one skip counted and one delivery for the same item). Found by the
+    ledger below (n=6, batch_size=1, one worker)."""
+    loader = loaderdoctor.DataLoader(
+        StreamLedger(6, {0: "raise-once", 1: "kill-once"}, str(tmp_path)),
+        batch_size=1,
+        num_workers=1,
+        heal=True,
+        on_error="skip",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        items = [int(row[0]) for batch in loader for row in batch]
+    assert items == [1, 2, 3, 4, 5]
+    assert loader.report.delivered == {"batches": 5, "samples": 5}
+    assert loader.report.counts["skipped"] == 1
+
+
 STREAM_FAULTS = st.sampled_from(["raise", "raise-once", "kill-once", "kill"])
 
 

@@ -434,6 +434,10 @@ class _SupervisedIterator:
                 event["note"] = _NOT_PASSED.format(position=position)
                 event["action"] = "lost"
             record_event(event)
+            # Written now, not with the next batch: a death before that batch would take the
+            # skip with it, and the resumed stream would read the item again and deliver it,
+            # one skip reported and one delivery for the same item.
+            flush_events()
         if not recovered:
             self.done = True
 
