@@ -48,7 +48,7 @@ from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import Field, FlightRecorder
-from loaderdoctor.supervise import collect, result_queue
+from loaderdoctor.supervise import collect, live_quarantine, result_queue
 from loaderdoctor.supervise.errors import WorkerDiedError, WorkerHangError
 from loaderdoctor.supervise.events import EventReader
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
@@ -254,6 +254,8 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
                 snapshot.dataset,
                 hang_timeout=supervision.settings.hang_timeout,
                 oom_score_adj=supervision.oom_score_adj,
+                # map-style only here (a stream runs as plain torchdata)
+                live_quarantine=live_quarantine.for_pool(supervision, False),
             ),
         )
         previous = os.environ.get(BOOTSTRAP_DIR_ENV)
