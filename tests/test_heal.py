@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import loaderdoctor
 from conftest import FAULTS, in_cgroup, memory_cgroup, run_python
-from ld_datasets import Faulty, Ledger, TouchingCollate
+from ld_datasets import Faulty, Ledger, TouchingCollate, two_epochs
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.quarantine import read_quarantine, write_quarantine
 
@@ -198,16 +198,7 @@ def test_exactly_once_ledger(
         # drop_last: torch never forms its last incomplete batch (which samples, the sampler
         # decides); every sample of every batch it forms arrives or is skipped
         tail = n % batch_size if drop_last else 0
-        received: list[int] = []  # samples per batch, as the loop received them
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", HealWarning)
-            epochs = []
-            for _ in range(2):
-                rows = []
-                for batch in loader:
-                    received.append(len(batch))
-                    rows.extend(int(row[0]) for row in batch)
-                epochs.append(rows)
+        epochs, received = two_epochs(loader)  # received: samples per batch
         for epoch in epochs:
             counts = Counter(epoch)
             assert all(c == 1 for c in counts.values()), f"a sample arrived twice: {counts}"

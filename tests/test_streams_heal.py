@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loaderdoctor
-from ld_datasets import StreamLedger, quiet_result_queue
+from ld_datasets import StreamLedger, quiet_result_queue, two_epochs
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, item_key
 
@@ -386,16 +386,7 @@ def test_exactly_once_ledger_of_streams(
             heal=True,
             on_error="skip",
         )
-        received: list[int] = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", HealWarning)
-            epochs = []
-            for _ in range(2):
-                rows = []
-                for batch in loader:
-                    received.append(len(batch))
-                    rows.extend(int(row[0]) for row in batch)
-                epochs.append(rows)
+        epochs, received = two_epochs(loader)
         for epoch, items in enumerate(epochs):
             counts = Counter(items)
             assert all(c == 1 for c in counts.values()), f"an item arrived twice: {counts}"
