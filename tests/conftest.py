@@ -201,3 +201,10 @@ def _processes_need_the_slow_marker(request: pytest.FixtureRequest) -> Iterator[
             f"{request.node.nodeid} starts real processes but is not marked slow: {started[0]}",
             pytrace=False,
         )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that start processes first, the quick ones last (a stable sort: file order
+    within each): the two xdist workers steal from each other's queue (``--dist worksteal``), so
+    the run ends on quick tests, and neither worker waits alone on a long one at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
