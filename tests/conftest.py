@@ -64,6 +64,18 @@ def run_python(
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
+def ledger_settings(examples: int) -> Any:
+    """Hypothesis settings of the exactly-once ledgers (heal, streams): ``examples`` by default,
+    ``LOADERDOCTOR_LEDGER_EXAMPLES`` for a deeper local run; each example starts real workers."""
+    from hypothesis import HealthCheck, settings
+
+    return settings(
+        max_examples=int(os.environ.get("LOADERDOCTOR_LEDGER_EXAMPLES", str(examples))),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+
+
 def own_memory_cgroup_v1() -> Path:
     """This process's cgroup v1 memory directory; skips the test where there is none."""
     if os.geteuid() != 0:

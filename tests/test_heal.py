@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import loaderdoctor
-from conftest import FAULTS, in_cgroup, memory_cgroup, run_python
+from conftest import FAULTS, in_cgroup, ledger_settings, memory_cgroup, run_python
 from ld_datasets import Faulty, Ledger, TouchingCollate, two_epochs
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.quarantine import read_quarantine, write_quarantine
@@ -152,13 +152,7 @@ def test_spawn_pickling_failure_falls_back_loudly() -> None:
 FAULT_KINDS = st.sampled_from(["raise", "raise-once", "kill", "kill-once", "hang", "ragged"])
 
 
-@settings(
-    max_examples=int(
-        os.environ.get("LOADERDOCTOR_LEDGER_EXAMPLES", "12")
-    ),  # more: a deep local run
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@ledger_settings(12)
 @given(
     n=st.integers(6, 28),
     batch_size=st.integers(1, 5),

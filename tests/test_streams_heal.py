@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import loaderdoctor
+from conftest import ledger_settings
 from ld_datasets import StreamLedger, quiet_result_queue, two_epochs
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, item_key
@@ -355,11 +356,7 @@ STREAM_FAULTS = st.sampled_from(["raise", "raise-once", "kill-once", "kill"])
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=int(os.environ.get("LOADERDOCTOR_LEDGER_EXAMPLES", "8")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@ledger_settings(8)
 @given(
     n=st.integers(6, 28),
     batch_size=st.integers(1, 5),
