@@ -112,7 +112,7 @@ def test_user_timeout_becomes_a_hang_verdict_with_the_stack() -> None:
     iterator = iter(loader)
     with pytest.raises(WorkerHangError) as caught:
         list(iterator)
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 100  # the 120 s sleep was cut short, at any load
     diagnosis = caught.value.diagnosis
     assert diagnosis.cause == "worker-hang" and diagnosis.indices == [5]
     assert "DataLoader timed out after 3 seconds" in str(caught.value)
