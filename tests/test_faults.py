@@ -28,7 +28,10 @@ def verdict(*args: str, **kwargs) -> dict:
 FORK_AND_SPAWN = ["fork", "spawn"]
 
 
-@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+# forkserver starts workers the way spawn does (the worker's function pickled by name): its
+# verdicts are test_no_numpy's (sigkill) and its clean runs test_equivalence's and
+# test_dropin_core's.
+@pytest.mark.parametrize("method", FORK_AND_SPAWN)
 def test_segfault_is_a_native_crash_with_the_python_stack(method: str) -> None:
     out = verdict("segv", method)
     assert out["cause"] == "native-crash"
