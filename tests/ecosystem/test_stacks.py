@@ -117,7 +117,6 @@ def write_shards(folder: Path, culprits: dict[str, Any]) -> None:
                 tar.addfile(info, io.BytesIO(payload))
 
 
-ITEM_2 = "issue 23 item 2: StatefulDataLoader runs unsupervised (named per loader in the report)"
 FILES = lambda sample, folder: f"/data/files/{sample:04d}.bin"  # noqa: E731
 STACKS = {
     "hf-trainer-torch": Stack(
@@ -136,7 +135,6 @@ STACKS = {
         "torchdata_stateful.py",
         ("torchdata",),
         name=FILES,
-        known={(mode, f): ITEM_2 for mode in ("run", "heal") for f in CAUSES},
     ),
     "monai": Stack(
         "monai_train.py",
@@ -353,34 +351,6 @@ def check_culprit(
         return
     assert incident["indices"] == [culprit], details
     assert incident["sample_file"] == stack.name(culprit, folder), details
-
-
-def test_a_stateful_dataloader_is_named_as_unsupervised_in_the_report(tmp_path: Path) -> None:
-    """Until it is supervised (issue 23 item 2), each StatefulDataLoader is named, with its site."""
-    stack = STACKS["torchdata-stateful"]
-    if missing(stack):
-        pytest.skip(skip_reason(stack))
-    result, report, received = ld_run(stack, tmp_path, {"raise": RAISE}, heal=False)
-    assert result.returncode == 1 and report["incidents"] == [], result.stderr[-4000:]
-    script = STACKS_DIR / stack.script
-    line = (
-        script.read_text()
-        .splitlines()
-        .index("    loader = StatefulDataLoader(Files(), batch_size=8, num_workers=2)")
-    )
-    site = f"{script}:{line + 1}"
-    reason = (
-        "its __init__ (torchdata.stateful_dataloader.stateful_dataloader.StatefulDataLoader) "
-        "never calls torch's DataLoader.__init__, and torchdata builds its own iterator: its "
-        "workers were not watched (a worker death there is torch's own error) and its batches "
-        "are not counted"
-    )
-    assert report["unsupervised_loaders"] == [
-        {"loader": "StatefulDataLoader", "site": site, "reason": reason, "count": 1}
-    ]
-    assert report["notes"] == [f"StatefulDataLoader at {site} ran unsupervised: {reason}"]
-    assert "OSError: image file is truncated (37)" in result.stderr  # torch's own error
-    assert RAISE not in received
 
 
 def test_importing_torchdata_under_run_exits_0(tmp_path: Path) -> None:

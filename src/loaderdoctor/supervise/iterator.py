@@ -40,7 +40,7 @@ from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import Field, FlightRecorder
-from loaderdoctor.supervise import collect, respawn, result_queue
+from loaderdoctor.supervise import collect, live_quarantine, respawn, result_queue
 from loaderdoctor.supervise.errors import LoaderError, WorkerDiedError, WorkerHangError, attach
 from loaderdoctor.supervise.events import EventReader
 from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of, user_stacklevel
@@ -193,6 +193,7 @@ class SupervisedMultiProcessingIter(torch_compat.MultiProcessingIter):
                 snapshot.dataset,
                 hang_timeout=supervision.settings.hang_timeout,
                 oom_score_adj=supervision.oom_score_adj,
+                live_quarantine=live_quarantine.for_pool(supervision, self._ld_iterable),
                 stream_resumes=(
                     self._ld_streams.resumes(snapshot.num_workers)
                     if self._ld_streams is not None and self._ld_resuming
