@@ -22,11 +22,12 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import loaderdoctor
-from ld_datasets import StreamLedger, quiet_result_queue
+from conftest import ledger_settings
+from ld_datasets import StreamLedger, quiet_result_queue, two_epochs
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, item_key
 
@@ -376,11 +377,7 @@ STREAM_FAULTS = st.sampled_from(["raise", "raise-once", "kill-once", "kill"])
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=int(os.environ.get("LOADERDOCTOR_LEDGER_EXAMPLES", "8")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@ledger_settings(8)
 @given(
     n=st.integers(6, 28),
     batch_size=st.integers(1, 5),
@@ -407,16 +404,7 @@ def test_exactly_once_ledger_of_streams(
             heal=True,
             on_error="skip",
         )
-        received: list[int] = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", HealWarning)
-            epochs = []
-            for _ in range(2):
-                rows = []
-                for batch in loader:
-                    received.append(len(batch))
-                    rows.extend(int(row[0]) for row in batch)
-                epochs.append(rows)
+        epochs, received = two_epochs(loader)
         for epoch, items in enumerate(epochs):
             counts = Counter(items)
             assert all(c == 1 for c in counts.values()), f"an item arrived twice: {counts}"
