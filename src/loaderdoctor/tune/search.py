@@ -44,6 +44,7 @@ EDGE_PROBES = 2
 KNEE_MARGIN = 0.10  # scaling this much better than proportional below the pick: a knee between
 MAX_PICK_TOLERANCE = 0.05
 TIGHT_BUDGET = 0.75  # try prefetch_factor=1 when the pick uses this much of the budget
+CONTENDED_SHARE = 0.10  # of the 0-worker trial's time spent waiting for a CPU: shared cores
 # Early stopping (``SearchSettings.early_stop``): a trial's rate over part of its window is off by
 # up to this much on busy cores, so its bars stand this far beyond what decides it.
 EARLY_MARGIN = 0.05
@@ -82,6 +83,21 @@ def worker_ladder(max_workers: int) -> list[int]:
     if max_workers >= 1:
         ladder.append(max_workers)
     return ladder
+
+
+def contended(zero: Trial | None) -> float | None:
+    """The share of the 0-worker trial's time spent waiting for a CPU, when it is at least
+    ``CONTENDED_SHARE`` (other processes share the cores); else None.
+
+    There the scheduler gives every runnable process its turn, so n workers beside b other
+    processes get about n / (n + b) of the cores: throughput keeps climbing with workers past
+    the core count, by a few percent a doubling that a noisy trial can hide (issue 29: the
+    ladder stopped at 8 workers on a 2-core machine at load 13 and picked 2).
+    """
+    if zero is None or zero.run_queue_per_sample_s is None or zero.samples_per_s <= 0:
+        return None
+    queued = zero.run_queue_per_sample_s * zero.samples_per_s
+    return queued if queued >= CONTENDED_SHARE else None
 
 
 def pick_from(trials: list[Trial], settings: SearchSettings) -> tuple[LoaderConfig, float]:
@@ -230,6 +246,9 @@ class Search:
     def _ladder(self, ladder: list[int]) -> str:
         zero = self.attempt(LoaderConfig.make(0), "workers")
         best = zero.samples_per_s if zero else 0.0
+        # on shared cores the rate climbs past the core count (``contended``, which the
+        # report's notes say): no plateau there, the ladder goes on to --max-workers
+        shared = contended(zero)
         misses = 0
         for workers in ladder:
             trial = self.attempt(LoaderConfig.make(workers, DEFAULT_PREFETCH), "workers")
@@ -247,7 +266,7 @@ class Search:
             # Up to the core count workers run in parallel, so a step there that gains nothing
             # is noise more often than a plateau; past it, two steps in a row must gain nothing.
             misses = 0 if gained or workers <= self.settings.usable_cores else misses + 1
-            if misses >= PLATEAU_STEPS:
+            if misses >= PLATEAU_STEPS and shared is None:
                 return (
                     f"plateau at {workers} workers: {PLATEAU_STEPS} doublings in a row gained "
                     f"less than {self.settings.tolerance:.0%}"
