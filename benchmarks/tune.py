@@ -6,12 +6,16 @@ at the most workers) and memory-bound (5 ms of sleep, and each process that load
 under a memory budget that fits 6 workers: the best is in the middle). The grid measures every
 configuration with the same function and window as ``tune`` (``loaderdoctor.tune.measure``, under
 the same budget: a trial past it is stopped and counts as 0; prefetch_factor means nothing at 0
-workers, so that is one point: 65 configurations), always for the whole window. Then ``tune``'s
-pick and the grid's best are re-measured back to back in alternating rounds in this process,
-and the median of the per-round ratios is what counts (the grid's own figure for its best is the
-luckiest of 65 noisy measurements).
+workers, so that is one point: 65 configurations), always for the whole window.
 
-    python benchmarks/tune.py [--quick] [--window 1.0] [--rounds 6] [--batch-size 32]
+On these shared cores the load drifts from minute to minute, so tune and the grid run in rounds,
+side by side: each round runs tune and the whole grid (which goes first alternates by round),
+then tune's pick and that round's grid best back to back, so "pick/grid best" compares two
+neighbouring measurements (the grid's own figure for its best is the luckiest of 65 noisy ones).
+The ratio is per round; the time share sums the rounds, in wall seconds and in CPU seconds (this
+process and its workers: less dependent on what else runs).
+
+    python benchmarks/tune.py [--quick] [--window 1.0] [--rounds 3] [--batch-size 32]
 
 Target (issue 29): the pick within 5% of the grid's best (ratio >= 0.95), in at most 10% of the
 grid's time, on all three datasets (issue 8: 25%).
@@ -21,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 from torch.utils.data import Dataset
@@ -139,15 +145,33 @@ def grid_configs() -> list[LoaderConfig]:
     return configs
 
 
+class Clock:
+    """Wall and CPU seconds (this process and its reaped children: the loaders' workers) of one
+    stretch of work: on cores shared with other processes the wall share depends on their load,
+    the CPU share much less."""
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.cpu = cpu_seconds()
+
+    def stop(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, cpu_seconds() - self.cpu
+
+
+def cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def walk_grid(
     dataset: Dataset, settings: MeasureSettings, budget: int | None
-) -> tuple[LoaderConfig, float, float, float]:
-    """(best configuration, its rate, seconds the walk took, seconds of trials past the budget).
+) -> tuple[dict[LoaderConfig, float], float]:
+    """Every configuration's rate (0 past the budget), and seconds of trials past the budget.
 
     A trial past the budget is stopped only once its first batch arrived: its workers' start-up
     (all of them filling their memory) is paid first, and that is most of what it costs.
     """
-    started = time.perf_counter()
     rates: dict[LoaderConfig, float] = {}
     over_budget_s = 0.0
     for config in grid_configs():
@@ -155,54 +179,96 @@ def walk_grid(
         rates[config] = trial.samples_per_s if trial.ok else 0.0
         if trial.status == "aborted":
             over_budget_s += trial.seconds
-    best = max(rates, key=lambda c: rates[c])
-    return best, rates[best], time.perf_counter() - started, over_budget_s
+    return rates, over_budget_s
 
 
-def side_by_side(
-    dataset: Dataset, pick: LoaderConfig, best: LoaderConfig, settings: MeasureSettings, rounds: int
-) -> tuple[float, float, float]:
-    """Median rates of the pick and the grid's best, and the median of per-round ratios.
+def back_to_back(
+    dataset: Dataset, pick: LoaderConfig, best: LoaderConfig, settings: MeasureSettings, first: int
+) -> tuple[float, float]:
+    """The pick's and the grid's best's rates, measured one right after the other (``first``
+    says which goes first): on shared cores the rate drifts by 10% and more from one second to
+    the next, and a ratio of neighbours cancels most of the drift."""
+    if pick == best:
+        rate = measure(dataset, pick, settings, phase="compare").samples_per_s
+        return rate, rate
+    order = [pick, best] if first == 0 else [best, pick]
+    rates = {c: measure(dataset, c, settings, phase="compare").samples_per_s for c in order}
+    return rates[pick], rates[best]
 
-    Each round measures both, back to back, alternating which goes first: on shared cores the
-    rate drifts by 10% and more from one second to the next, and a ratio of neighbours cancels
-    most of the drift.
-    """
-    pick_rates: list[float] = []
-    best_rates: list[float] = []
-    for round_number in range(rounds):
-        if pick == best:
-            rate = measure(dataset, pick, settings, phase="compare").samples_per_s
-            pick_rates.append(rate)
-            best_rates.append(rate)
-            continue
-        order = [pick, best] if round_number % 2 == 0 else [best, pick]
-        rates = {c: measure(dataset, c, settings, phase="compare").samples_per_s for c in order}
-        pick_rates.append(rates[pick])
-        best_rates.append(rates[best])
-    ratios = [p / b for p, b in zip(pick_rates, best_rates) if b > 0]
-    return (
-        statistics.median(pick_rates),
-        statistics.median(best_rates),
-        statistics.median(ratios),
+
+@dataclass
+class Round:
+    pick: LoaderConfig
+    best: LoaderConfig
+    grid_best_rate: float  # the grid's own (luckiest) figure for its best
+    pick_rate: float  # re-measured, next to the best's
+    best_rate: float
+    tune_wall: float
+    tune_cpu: float
+    grid_wall: float
+    grid_cpu: float
+    over_budget_s: float
+    load: float  # the 1-minute load average when the round began
+
+    @property
+    def ratio(self) -> float:
+        return self.pick_rate / self.best_rate if self.best_rate > 0 else 0.0
+
+
+def one_round(
+    dataset: Dataset,
+    settings: MeasureSettings,
+    budget: int | None,
+    batch_size: int,
+    number: int,
+) -> Round:
+    """tune and the grid in the same stretch of time, the first of them alternating by round,
+    then the pick and this round's grid best back to back."""
+    load = os.getloadavg()[0]
+    report = None
+    rates: dict[LoaderConfig, float] = {}
+    over_budget_s = tune_wall = tune_cpu = grid_wall = grid_cpu = 0.0
+    for part in ("tune", "grid") if number % 2 == 0 else ("grid", "tune"):
+        clock = Clock()
+        if part == "tune":
+            report = tune_dataset(
+                dataset,
+                batch_size=batch_size,
+                max_workers=MAX_WORKERS,
+                window_s=settings.window_s,
+                memory_budget=budget,
+            )
+            tune_wall, tune_cpu = clock.stop()
+        else:
+            rates, over_budget_s = walk_grid(dataset, settings, budget)
+            grid_wall, grid_cpu = clock.stop()
+    assert report is not None
+    pick = LoaderConfig.make(
+        report.recommended.num_workers, report.recommended.prefetch_factor or 2
     )
+    best = max(rates, key=lambda c: rates[c])
+    pick_rate, best_rate = back_to_back(dataset, pick, best, settings, number % 2)
+    return Round(
+        pick, best, rates[best], pick_rate, best_rate,
+        tune_wall, tune_cpu, grid_wall, grid_cpu, over_budget_s, load,
+    )  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="0.5 s windows, 4 rounds")
+    parser.add_argument("--quick", action="store_true", help="0.5 s windows, 2 rounds")
     parser.add_argument("--window", type=float, default=1.0, help="steady-state s per trial")
-    parser.add_argument("--rounds", type=int, default=6, help="alternating re-measurements")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of tune beside the grid")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--only", choices=("compute", "latency", "memory"), help="one dataset")
     args = parser.parse_args()
-    window, rounds = (0.5, 4) if args.quick else (args.window, args.rounds)
+    window, rounds = (0.5, 2) if args.quick else (args.window, args.rounds)
     settings = MeasureSettings(batch_size=args.batch_size, window_s=window, max_window_s=4 * window)
     datasets = {"compute": compute_bound, "latency": latency_bound, "memory": memory_bound}
     # other processes on these cores skew every figure (more workers take a larger share)
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     print(f"CPU pressure before: {cpu_pressure()}")
-    rows = []
+    table = []
     for name, factory in datasets.items():
         if args.only and name != args.only:
             continue
@@ -215,54 +281,55 @@ def main() -> None:
         )
         if budget is not None:
             print(f"{name}: memory budget {budget / 2**20:.0f} MiB (6 workers fit, 7 do not)")
-        started = time.perf_counter()
-        report = tune_dataset(
-            dataset,
-            batch_size=args.batch_size,
-            max_workers=MAX_WORKERS,
-            window_s=window,
-            memory_budget=budget,
-        )
-        tune_seconds = time.perf_counter() - started
-        pick = report.recommended
-        pick_measured = LoaderConfig.make(pick.num_workers, pick.prefetch_factor or 2)
-        print(
-            f"{name}: tune picked {pick.label()} in {tune_seconds:.1f} s "
-            f"({len(report.trials)} trials; bound {report.bound.id}); {report.stop_reason}"
-        )
-        best, best_rate, grid_seconds, over_budget_s = walk_grid(dataset, settings, budget)
-        print(
-            f"{name}: grid best {best.label()} at {best_rate:.0f} samples/s, "
-            f"{len(grid_configs())} configurations in {grid_seconds:.1f} s"
-        )
-        pick_rate, best_again, ratio = side_by_side(dataset, pick_measured, best, settings, rounds)
-        print(f"{name}: tune share of grid time: {tune_seconds / grid_seconds:.1%}")
+        done = []
+        for number in range(rounds):
+            row = one_round(dataset, settings, budget, args.batch_size, number)
+            done.append(row)
+            print(
+                f"{name} round {number + 1} (load {row.load:.1f}): tune picked {row.pick.label()} "
+                f"in {row.tune_wall:.1f} s wall, {row.tune_cpu:.1f} s CPU; grid best "
+                f"{row.best.label()} at {row.grid_best_rate:.0f}/s in {row.grid_wall:.1f} s wall, "
+                f"{row.grid_cpu:.1f} s CPU; back to back {row.pick_rate:.0f} vs "
+                f"{row.best_rate:.0f}/s: {row.ratio:.3f}"
+            )
+        tune_wall = sum(r.tune_wall for r in done)
+        grid_wall = sum(r.grid_wall for r in done)
+        cpu_share = sum(r.tune_cpu for r in done) / sum(r.grid_cpu for r in done)
+        ratios = [r.ratio for r in done]
+        print(f"{name}: tune share of grid time: {tune_wall / grid_wall:.1%}")
+        print(f"{name}: tune share of grid CPU time: {cpu_share:.1%}")
+        over_budget_s = sum(r.over_budget_s for r in done)
         if over_budget_s:
-            within = grid_seconds - over_budget_s
             print(
                 f"{name}: grid trials past the budget took {over_budget_s:.1f} s; tune share of "
-                f"the grid's other trials' time: {tune_seconds / within:.1%}"
+                f"the grid's other trials' time: {tune_wall / (grid_wall - over_budget_s):.1%}"
             )
-        print(f"{name}: ratio pick/grid best: median {ratio:.3f}")
-        rows.append(
-            (name, pick_measured, pick_rate, best, best_again, ratio, tune_seconds, grid_seconds)
+        print(
+            f"{name}: ratio pick/grid best: median {statistics.median(ratios):.3f} "
+            f"({min(ratios):.3f}, {max(ratios):.3f})"
         )
         print(f"{name}: CPU pressure {cpu_pressure()}")
+        table.append((name, done, tune_wall / grid_wall, cpu_share, ratios))
     print()
     print(
-        f"{'dataset':<9} {'tune pick':<22} {'samples/s':>9}  {'grid best':<22} {'samples/s':>9}"
-        f"  {'ratio':>6}  {'tune s':>7} {'grid s':>7} {'time ratio':>10}"
+        f"{'dataset':<9} {'load':>11} {'picks':<16} {'grid bests':<16} {'ratio median (min, max)':<24}"
+        f" {'wall share':>10} {'CPU share':>9}"
     )
-    for name, pick, pick_rate, best, best_rate, ratio, tune_s, grid_s in rows:
+    for name, done, wall_share, cpu_share, ratios in table:
+        loads = f"{min(r.load for r in done):.0f}-{max(r.load for r in done):.0f}"
+        picks = ",".join(str(r.pick.num_workers) for r in done)
+        bests = ",".join(str(r.best.num_workers) for r in done)
+        spread = f"{statistics.median(ratios):.3f} ({min(ratios):.3f}, {max(ratios):.3f})"
         print(
-            f"{name:<9} {pick.label():<22} {pick_rate:>9.0f}  {best.label():<22} {best_rate:>9.0f}"
-            f"  {ratio:>6.3f}  {tune_s:>7.1f} {grid_s:>7.1f} {tune_s / grid_s:>10.1%}"
+            f"{name:<9} {loads:>11} {picks:<16} {bests:<16} {spread:<24}"
+            f" {wall_share:>10.1%} {cpu_share:>9.1%}"
         )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     print(f"CPU pressure after: {cpu_pressure()}")
     print(
-        f"(window {window} s per trial; samples/s: medians of {rounds} alternating rounds; "
-        "ratio: the median of per-round ratios)"
+        f"(window {window} s per trial; {rounds} rounds, each: tune and the grid, the first of "
+        "them alternating, then the pick and that round's grid best back to back; ratio: "
+        "per round; shares: summed over the rounds; picks and grid bests: workers per round)"
     )
 
 
