@@ -7,6 +7,10 @@ Throughput over worker counts rises, flattens where the bound is reached (the co
 the main process or the transfer for cheap samples) and stays flat or sinks, so two doublings
 past the core count that each gain less than ``tolerance`` mark the plateau. Every configuration's memory is
 predicted first and one over the budget is never started.
+
+On shared cores (the 0-worker trial queued for a CPU, ``contended``) single trials are too noisy
+to rank: the pick is read off a throughput model fitted to every measured count at once
+(``throughput.fit``), and the closest other count is measured back to back with it (the duel).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Protocol
 
 from loaderdoctor.tune.budget import MemoryModel, over_budget
 from loaderdoctor.tune.model import Budget, Decided, LoaderConfig, Skipped, Trial
+from loaderdoctor.tune.throughput import Throughput, fit
 
 
 class Measure(Protocol):
@@ -135,6 +140,11 @@ class Search:
         self.started = clock()
         self.planned = 0
         self.out_of_time = False
+        # on shared cores (``contended``): the 0-worker trial's queued share; the pick is then
+        # read off a throughput model fitted to every count, and a close contender settled by
+        # a back-to-back duel, whose winner is ``duel``
+        self.shared: float | None = None
+        self.duel: LoaderConfig | None = None
 
     # -- one trial -------------------------------------------------------------------------
     def attempt(self, config: LoaderConfig, phase: str) -> Trial | None:
@@ -231,7 +241,10 @@ class Search:
             self._pin()
         if not self.out_of_time:
             self._plan(self.settings.repeats)
-            self._repeat()
+            if self.shared is not None and self._modelled() is not None:
+                self._duel()
+            else:
+                self._repeat()
         if self.out_of_time:
             stop += "; the time budget ended the search"
         pick, rate = self.pick()
@@ -248,7 +261,7 @@ class Search:
         best = zero.samples_per_s if zero else 0.0
         # on shared cores the rate climbs past the core count (``contended``, which the
         # report's notes say): no plateau there, the ladder goes on to --max-workers
-        shared = contended(zero)
+        shared = self.shared = contended(zero)
         misses = 0
         for workers in ladder:
             trial = self.attempt(LoaderConfig.make(workers, DEFAULT_PREFETCH), "workers")
@@ -410,6 +423,86 @@ class Search:
             if self.out_of_time:
                 return
 
+    # -- shared cores: the model's pick and the duel ---------------------------------------
+    def throughput(self) -> Throughput | None:
+        """The throughput model fitted to every trial at torch's default prefetch_factor."""
+        points = [
+            (t.config.num_workers, t.samples_per_s)
+            for t in self.trials
+            if t.ok and t.config.prefetch_factor == DEFAULT_PREFETCH and plain(t.config)
+        ]
+        return fit(points, self.settings.usable_cores, self.shared)
+
+    def _modelled(self) -> tuple[LoaderConfig, float] | None:
+        """On shared cores, with three or more worker counts measured: the fewest measured
+        workers whose modelled rate is within ``pick_tolerance`` of the fastest modelled one
+        (single trials are too noisy to rank there), at torch's default prefetch_factor unless
+        another is clearly faster at that count. The duel's winner, once it ran."""
+        if self.shared is None:
+            return None
+        if self.duel is not None:
+            return self.duel, self.rate(self.duel) or 0.0
+        curve = self.throughput()
+        counts = sorted(w for w in self._worker_rates() if w >= 1)
+        if curve is None or len(counts) < 3:
+            return None
+        top = max(curve.predict(w) for w in counts)
+        workers = min(w for w in counts if curve.predict(w) >= top * (1 - self.pick_tolerance()))
+        config = LoaderConfig.make(workers, DEFAULT_PREFETCH)
+        rate = self.rate(config) or 0.0
+        for other, other_rate in self._ranked():  # fastest first
+            if other.num_workers == workers and other != config and plain(other):
+                if other_rate > rate * (1 + 2 * self.pick_tolerance()):
+                    return other, other_rate
+        if self.settings.cuda:
+            pinned = dataclasses.replace(config, pin_memory=True)
+            pinned_rate = self.rate(pinned)
+            if pinned_rate is not None and pinned_rate >= rate * (1 - self.pick_tolerance()):
+                return pinned, pinned_rate
+        return config, rate
+
+    def contender(self) -> LoaderConfig | None:
+        """The fastest other worker count measured (at torch's default prefetch_factor), when
+        its mean rate is within the model's noise (its residual spread, at least ``tolerance``)
+        of the pick's or above: the one a second look could make the pick."""
+        modelled = self._modelled()
+        curve = self.throughput()
+        if modelled is None or curve is None:
+            return None
+        pick, rate = modelled
+        noise = max(curve.spread, self.settings.tolerance)
+        for config, other_rate in self._ranked():
+            other_count = config.num_workers != pick.num_workers
+            if other_count and config.prefetch_factor == DEFAULT_PREFETCH and plain(config):
+                return config if other_rate >= rate * (1 - noise) else None
+        return None
+
+    def _duel(self) -> None:
+        """The contender and the model's pick measured back to back, whole windows: load drifts
+        by 10% and more from one second to the next on shared cores, and a ratio of neighbours
+        cancels most of that. The contender wins with more workers when it is ``tolerance``
+        faster, with fewer when it is within ``pick_tolerance``."""
+        modelled = self._modelled()
+        challenger = self.contender()
+        if modelled is None or challenger is None:
+            return
+        pick = modelled[0]
+        first = self.attempt(challenger, "repeat")
+        second = self.attempt(pick, "repeat") if first is not None else None
+        if first is None or second is None or second.samples_per_s <= 0:
+            return
+        ratio = first.samples_per_s / second.samples_per_s
+        fewer = (challenger.num_workers, challenger.prefetch_factor or 0) < (
+            pick.num_workers,
+            pick.prefetch_factor or 0,
+        )
+        needed = 1 - self.pick_tolerance() if fewer else 1 + self.settings.tolerance
+        self.duel = challenger if ratio >= needed else pick
+        self.notes.append(
+            f"shared cores: {challenger.label()} against {pick.label()} back to back: "
+            f"{ratio:.3f} of its rate; {self.duel.label()} kept"
+        )
+
     def _ranked(self) -> list[tuple[LoaderConfig, float]]:
         configs = {t.config for t in self.trials if t.ok}
         scored = [(config, self.rate(config) or 0.0) for config in configs]
@@ -433,7 +526,11 @@ class Search:
 
     def pick(self) -> tuple[LoaderConfig, float]:
         """The fewest workers within ``pick_tolerance`` of the best mean rate measured, at torch's
-        default prefetch_factor unless another is clearly faster."""
+        default prefetch_factor unless another is clearly faster. On shared cores, from the
+        throughput model (``_modelled``)."""
+        modelled = self._modelled()
+        if modelled is not None:
+            return modelled
         ranked = self._ranked()
         if not ranked:
             return LoaderConfig.make(0), 0.0
@@ -455,3 +552,8 @@ class Search:
             if default_rate is not None and default_rate >= rate * (1 - 2 * self.pick_tolerance()):
                 return default, default_rate
         return config, rate
+
+
+def plain(config: LoaderConfig) -> bool:
+    """Neither persistent workers nor pinned memory: a point of the worker/prefetch grid."""
+    return not config.persistent_workers and not config.pin_memory
