@@ -38,7 +38,7 @@ KNOWN_TORCH_KEYWORDS = torch_signature.ALL
 LOADER_HOOKS: list[Callable[[Any], None]] = []
 
 
-class DataLoader(torch.utils.data.DataLoader[_T_co]):
+class DataLoader(torch_compat.HookedDataLoader[_T_co]):
     """A ``torch.utils.data.DataLoader`` whose every worker failure gets a verdict.
 
     Takes every argument of ``torch.utils.data.DataLoader`` and behaves identically while nothing
@@ -132,20 +132,20 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         """Every incident so far, in order (append-only; ``report`` reads the same log)."""
         return self._ld.log
 
-    def _get_iterator(self) -> Any:
+    def ld_get_iterator(self) -> Any:
         from loaderdoctor.supervise import worker_hooks
 
         sup = self._ld
         if self._ld_unsupervised is not None or sup.plain_torch:
             if self._ld_unsupervised is not None:
                 _warn_once(self, self._ld_unsupervised)
-            return super()._get_iterator()
+            return super().ld_get_iterator()
         if worker_hooks.is_spawn_bootstrapping():
             # A spawned worker re-running an unguarded main script reached this loop. It must
             # never heal by loading here (it would run the user's training in the worker): it
             # fails as under stock torch, and the parent, told by the marker, gives the verdict.
             worker_hooks.write_bootstrap_marker()
-            return super()._get_iterator()
+            return super().ld_get_iterator()
         from loaderdoctor.supervise.iterator import SupervisedMultiProcessingIter
         from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter
 
@@ -172,25 +172,23 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if self._ld_unsupervised is not None or sup.plain_torch:
             return super().__iter__()
         climbed = _announce(sup.climb_at_epoch_start())
-        current = self._iterator
+        current = self.ld_iterator
         state = getattr(current, "_ld_state", IterState.RUNNING)
         if current is not None and (climbed or state is not IterState.RUNNING):
             # Persistent workers died with the last epoch, healing moved loading elsewhere, or
             # the loader climbs back up: start afresh, never resume such an iterator (stock
             # torch would hang or lose the dead worker's batches).
-            self._iterator = None
-            shutdown = getattr(current, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
+            self.ld_iterator = None
+            torch_compat.shut_down(current)
         workers = sup.backoff.num_workers if sup.backoff is not None else self.num_workers
         if self.persistent_workers and (workers == 0 or sup.workers_cannot_start):
-            return self._get_iterator()
+            return self.ld_get_iterator()
         return super().__iter__()
 
     @property
     def report(self) -> LoaderReport:
         """What this loader saw and did: incidents with their actions, quarantine, counts."""
-        drain = getattr(self._iterator, "_ld_drain", None)
+        drain = getattr(self.ld_iterator, "_ld_drain", None)
         if drain is not None:
             drain()
         self._ld.take_in_process_events()

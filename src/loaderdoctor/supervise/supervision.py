@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoctor import torch_compat
 from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise.batch_count import samples_delivered
 from loaderdoctor.supervise.heal import warn_sample_action
@@ -67,7 +68,8 @@ class LoaderSnapshot:
         if isinstance(loader, LoaderSnapshot):
             values = dict(loader.__dict__)
         else:
-            values = {k: v for k, v in vars(loader).items() if k not in ("_iterator", "_ld")}
+            values = torch_compat.loader_state(loader)
+            values.pop("_ld", None)  # the loader's own supervision: never a snapshot's
             values["_snapshot_of"] = type(loader)
         values.update(overrides)
         self.__dict__.update(values)
