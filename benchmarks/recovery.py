@@ -31,8 +31,8 @@ import torch
 from torch.utils.data import Dataset
 
 import loaderdoctor
-from loaderdoctor.supervise import recovery
 from loaderdoctor.supervise.heal import HealWarning
+from loaderdoctor.supervise.parent import recovery
 
 BATCH_SIZE = 8
 

@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from loaderdoctor.forensics import Diagnosis
-from loaderdoctor.supervise.incidents import IncidentLog, build_report
-from loaderdoctor.supervise.ledger import new_counts
+from loaderdoctor.supervise.parent.incidents import IncidentLog, build_report
+from loaderdoctor.supervise.parent.ledger import new_counts
 
 
 def verdict(cause: str) -> Diagnosis:
@@ -27,9 +27,9 @@ def test_a_failing_sink_is_logged_and_counted_not_raised(
     def working(loader: object, incident: object) -> None:
         seen.append(incident.diagnosis.cause)  # type: ignore[attr-defined]
 
-    monkeypatch.setattr("loaderdoctor.supervise.incidents.INCIDENT_SINKS", [broken, working])
+    monkeypatch.setattr("loaderdoctor.supervise.parent.incidents.INCIDENT_SINKS", [broken, working])
     log = IncidentLog()
-    with caplog.at_level(logging.WARNING, logger="loaderdoctor.supervise.incidents"):
+    with caplog.at_level(logging.WARNING, logger="loaderdoctor.supervise.parent.incidents"):
         log.append(verdict("native-crash"), "quarantined")
         log.append(verdict("sample-error"), "skipped")
 
@@ -46,7 +46,7 @@ def test_a_failing_sink_is_logged_and_counted_not_raised(
 def test_a_quiet_log_tells_no_sink(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[str] = []
     monkeypatch.setattr(
-        "loaderdoctor.supervise.incidents.INCIDENT_SINKS",
+        "loaderdoctor.supervise.parent.incidents.INCIDENT_SINKS",
         [lambda loader, incident: seen.append(incident.action)],
     )
     log = IncidentLog()

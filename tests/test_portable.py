@@ -116,7 +116,7 @@ def test_stack_dump_uses_what_the_platform_has(monkeypatch: pytest.MonkeyPatch) 
 def test_a_class_of_a_fileless_main_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from loaderdoctor.supervise.collect import defined_in_fileless_main
+    from loaderdoctor.supervise.parent.collect import defined_in_fileless_main
 
     notebook = types.ModuleType("__main__")  # ipykernel's __main__ has no __file__
     monkeypatch.setitem(sys.modules, "__main__", notebook)

@@ -21,10 +21,10 @@ from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Evidence
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.errors import WorkerDiedError
-from loaderdoctor.supervise.events import EventReader
 from loaderdoctor.supervise.heal import HealWarning
-from loaderdoctor.supervise.ledger import Ledger
-from loaderdoctor.supervise.recovery import (
+from loaderdoctor.supervise.parent.events import EventReader
+from loaderdoctor.supervise.parent.ledger import Ledger
+from loaderdoctor.supervise.parent.recovery import (
     HandOver,
     PoolFailure,
     Raise,
@@ -32,8 +32,8 @@ from loaderdoctor.supervise.recovery import (
     Resumed,
     Successor,
 )
-from loaderdoctor.supervise.sample_policy import SkippedBatch
-from loaderdoctor.supervise.supervision import LoaderSnapshot, Settings, Supervision
+from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
+from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
 
 
 class FakeBooks:

@@ -10,13 +10,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch.utils.data
 
 from loaderdoctor import torch_compat, torch_signature
-from loaderdoctor.supervise.incidents import (
+from loaderdoctor.supervise.parent.incidents import (
     INCIDENT_SINKS,
     Incident,
     IncidentLog,
     LoaderReport,
 )
-from loaderdoctor.supervise.supervision import IterState, LoaderSnapshot, Settings, Supervision
+from loaderdoctor.supervise.parent.supervision import (
+    IterState,
+    LoaderSnapshot,
+    Settings,
+    Supervision,
+)
 
 ON_ERROR_CHOICES = ("raise", "skip", "replace")
 
@@ -133,7 +138,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         return self._ld.log
 
     def ld_get_iterator(self) -> Any:
-        from loaderdoctor.supervise import worker_hooks
+        from loaderdoctor.supervise.worker import hooks as worker_hooks
 
         sup = self._ld
         if self._ld_unsupervised is not None or sup.plain_torch:
@@ -146,8 +151,8 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             # fails as under stock torch, and the parent, told by the marker, gives the verdict.
             worker_hooks.write_bootstrap_marker()
             return super().ld_get_iterator()
-        from loaderdoctor.supervise.iterator import SupervisedMultiProcessingIter
-        from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter
+        from loaderdoctor.supervise.parent.iterator import SupervisedMultiProcessingIter
+        from loaderdoctor.supervise.parent.single_process import SupervisedSingleProcessIter
 
         workers, prefetch = self.num_workers, self.prefetch_factor
         if workers and not sup.workers_cannot_start and sup.settings.heal:
@@ -201,9 +206,9 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
     would re-run the main script's top level, and when that starts this epoch outside a main
     guard each worker would run the training itself; or the loader's parts need a class of a
     ``__main__`` with no file (a notebook), which no worker can import (issue 24)."""
-    from loaderdoctor.supervise import collect
-    from loaderdoctor.supervise.iterator import start_method_of
-    from loaderdoctor.supervise.start_failure import (
+    from loaderdoctor.supervise.parent import collect
+    from loaderdoctor.supervise.parent.iterator import start_method_of
+    from loaderdoctor.supervise.parent.start_failure import (
         fileless_main_diagnosis,
         load_in_process,
         unguarded_diagnosis,

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoctor.supervise.worker_state import EVENTS_PREFIX
+from loaderdoctor.supervise.worker.state import EVENTS_PREFIX
 
 
 class EventReader:

@@ -35,15 +35,14 @@ from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence
 from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
-from loaderdoctor.supervise import collect, result_queue
 from loaderdoctor.supervise.errors import LoaderError
-from loaderdoctor.supervise.events import EventReader
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 from loaderdoctor.supervise.heal_policy import ENVIRONMENTAL
-from loaderdoctor.supervise.ledger import Ledger
-from loaderdoctor.supervise.loader_view import wrap_dataset
-from loaderdoctor.supervise.pool import Pool
-from loaderdoctor.supervise.recovery import (
+from loaderdoctor.supervise.parent import collect, result_queue
+from loaderdoctor.supervise.parent.events import EventReader
+from loaderdoctor.supervise.parent.ledger import Ledger
+from loaderdoctor.supervise.parent.pool import Pool
+from loaderdoctor.supervise.parent.recovery import (
     HandOver,
     Outcome,
     Phase,
@@ -52,16 +51,29 @@ from loaderdoctor.supervise.recovery import (
     Recovery,
     Successor,
 )
-from loaderdoctor.supervise.result_queue import HalfMessage
-from loaderdoctor.supervise.sample_policy import HealedBatch, SkippedBatch
-from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter, internal_evidence
-from loaderdoctor.supervise.start_failure import load_in_process, start_diagnosis, start_error
+from loaderdoctor.supervise.parent.result_queue import HalfMessage
+from loaderdoctor.supervise.parent.single_process import (
+    SupervisedSingleProcessIter,
+    internal_evidence,
+)
+from loaderdoctor.supervise.parent.start_failure import (
+    load_in_process,
+    start_diagnosis,
+    start_error,
+)
+from loaderdoctor.supervise.parent.supervision import (
+    IterState,
+    LoaderSnapshot,
+    Settings,
+    Supervision,
+)
+from loaderdoctor.supervise.parent.watch import WorkerWatch
+from loaderdoctor.supervise.parent.worker_exceptions import worker_exception
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, new_stream_progress
-from loaderdoctor.supervise.supervision import IterState, LoaderSnapshot, Settings, Supervision
-from loaderdoctor.supervise.worker_collate import SupervisedCollate
-from loaderdoctor.supervise.worker_exceptions import worker_exception
-from loaderdoctor.supervise.worker_hooks import BOOTSTRAP_DIR_ENV, SupervisedWorkerInit
-from loaderdoctor.supervise.worker_watch import WorkerWatch
+from loaderdoctor.supervise.worker.collate import SupervisedCollate
+from loaderdoctor.supervise.worker.hooks import BOOTSTRAP_DIR_ENV, SupervisedWorkerInit
+from loaderdoctor.supervise.worker.loader_view import wrap_dataset
+from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SkippedBatch
 from loaderdoctor.system.oom_priority import PROBE_OOM_SCORE_ADJ
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor import torch_compat
-from loaderdoctor.supervise import collect
+from loaderdoctor.supervise.parent import collect
 from loaderdoctor.system.oom_priority import raise_oom_score
 
 SHUTDOWN_GRACE_S = 2.0

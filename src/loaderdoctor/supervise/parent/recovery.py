@@ -35,7 +35,6 @@ from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.errors import WorkerDiedError, WorkerHangError, attach
-from loaderdoctor.supervise.events import EventReader
 from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of, user_stacklevel
 from loaderdoctor.supervise.heal_policy import (
     Action,
@@ -45,14 +44,15 @@ from loaderdoctor.supervise.heal_policy import (
     memory_suspect,
     replaces_one_worker,
 )
-from loaderdoctor.supervise.ledger import Ledger
-from loaderdoctor.supervise.loader_view import wrap_dataset
-from loaderdoctor.supervise.pool import Pool
-from loaderdoctor.supervise.sample_policy import SkippedBatch
+from loaderdoctor.supervise.parent.events import EventReader
+from loaderdoctor.supervise.parent.ledger import Ledger
+from loaderdoctor.supervise.parent.pool import Pool
+from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress
-from loaderdoctor.supervise.supervision import LoaderSnapshot, Supervision
-from loaderdoctor.supervise.worker import SupervisedBatchedMapDataset
+from loaderdoctor.supervise.worker.datasets import SupervisedBatchedMapDataset
+from loaderdoctor.supervise.worker.loader_view import wrap_dataset
+from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
 
 # How long a respawn waits for the result queue's writer lock before it calls the queue poisoned
 # (held by a worker killed mid-write); a healthy writer holds it for one batch's write.

@@ -10,16 +10,16 @@ from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Evidence, diagnose
 from loaderdoctor.forensics.origin import format_traceback, origin_of
 from loaderdoctor.forensics.verdict_text import format_verdict
-from loaderdoctor.supervise import collect
 from loaderdoctor.supervise.errors import attach
-from loaderdoctor.supervise.exception_tags import MARKER, read_tags
 from loaderdoctor.supervise.heal import ResumeSampler, length_of, user_stacklevel
-from loaderdoctor.supervise.loader_view import wrap_dataset
-from loaderdoctor.supervise.sample_policy import SkippedBatch
+from loaderdoctor.supervise.parent import collect
+from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.samples import sample_file
-from loaderdoctor.supervise.supervision import LoaderSnapshot, Supervision
-from loaderdoctor.supervise.worker_collate import SupervisedCollate
-from loaderdoctor.supervise.worker_state import STATE
+from loaderdoctor.supervise.worker.collate import SupervisedCollate
+from loaderdoctor.supervise.worker.exception_tags import MARKER, read_tags
+from loaderdoctor.supervise.worker.loader_view import wrap_dataset
+from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
+from loaderdoctor.supervise.worker.state import STATE
 
 
 def internal_evidence(error: BaseException, epoch: int | None) -> Evidence:

@@ -19,16 +19,21 @@ from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise.batch_count import samples_delivered
 from loaderdoctor.supervise.heal import warn_sample_action
 from loaderdoctor.supervise.heal_policy import Backoff
-from loaderdoctor.supervise.incidents import BackoffStep, IncidentLog, LoaderReport, build_report
-from loaderdoctor.supervise.ledger import new_counts
-from loaderdoctor.supervise.quarantine import (
+from loaderdoctor.supervise.parent.incidents import (
+    BackoffStep,
+    IncidentLog,
+    LoaderReport,
+    build_report,
+)
+from loaderdoctor.supervise.parent.ledger import new_counts
+from loaderdoctor.supervise.parent.quarantine import (
     QuarantineEntry,
     dataset_length,
     read_quarantine,
     write_quarantine,
 )
-from loaderdoctor.supervise.quarantine import now as quarantine_now
-from loaderdoctor.supervise.sample_policy import HealedBatch, SamplePolicy
+from loaderdoctor.supervise.parent.quarantine import now as quarantine_now
+from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SamplePolicy
 from loaderdoctor.system.oom_priority import (
     PROBE_OOM_SCORE_ADJ,
     WORKER_OOM_SCORE_ADJ,
@@ -219,7 +224,7 @@ class Supervision:
             ev.odd_indices = [index]
         facts = event.get("facts")
         if isinstance(facts, dict):
-            from loaderdoctor.supervise import collect
+            from loaderdoctor.supervise.parent import collect
 
             collect.facts_from_tags(ev, facts)
         attempts = event.get("attempts") or 1
@@ -236,7 +241,7 @@ class Supervision:
         self.quarantine_add(index, diagnosis)
 
     def take_in_process_events(self) -> None:
-        from loaderdoctor.supervise.worker_state import STATE
+        from loaderdoctor.supervise.worker.state import STATE
 
         while STATE.events:
             self.take_event(STATE.events.pop(0))

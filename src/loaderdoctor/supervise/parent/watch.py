@@ -18,12 +18,12 @@ from typing import Any
 
 from loaderdoctor.forensics import Evidence
 from loaderdoctor.recorder import FlightRecorder
-from loaderdoctor.supervise import collect
-from loaderdoctor.supervise.ledger import Ledger
-from loaderdoctor.supervise.pool import Pool
+from loaderdoctor.supervise.parent import collect
+from loaderdoctor.supervise.parent.ledger import Ledger
+from loaderdoctor.supervise.parent.pool import Pool
+from loaderdoctor.supervise.parent.worker_exceptions import ERRNO_PATTERN, exception_line
 from loaderdoctor.supervise.samples import sample_file
-from loaderdoctor.supervise.worker_exceptions import ERRNO_PATTERN, exception_line
-from loaderdoctor.supervise.worker_hooks import (
+from loaderdoctor.supervise.worker.hooks import (
     HANG_LOG,
     SEND_ERROR_HEADER,
     STACK_DUMP_FILE,

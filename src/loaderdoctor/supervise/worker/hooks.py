@@ -18,8 +18,8 @@ from typing import Any
 
 from loaderdoctor import torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
-from loaderdoctor.supervise.exception_tags import tag_exception
-from loaderdoctor.supervise.worker_state import EVENTS_PREFIX, STATE
+from loaderdoctor.supervise.worker.exception_tags import tag_exception
+from loaderdoctor.supervise.worker.state import EVENTS_PREFIX, STATE
 from loaderdoctor.system import platform
 from loaderdoctor.system.oom_priority import raise_oom_score
 
