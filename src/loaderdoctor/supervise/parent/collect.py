@@ -21,6 +21,7 @@ import torch
 
 from loaderdoctor.forensics.evidence import Evidence
 from loaderdoctor.recorder import WorkerSnapshot
+from loaderdoctor.supervise import files
 
 # The OOM killer logs before it kills, but the record can reach /dev/kmsg a moment after the
 # parent sees the child gone: look again for this long before concluding "no OOM kill".
@@ -79,7 +80,7 @@ def signal_name(number: int) -> str:
 def read_stack_log(log_dir: str | None, worker_id: int, pid: int | None) -> str | None:
     if not log_dir or pid is None:
         return None
-    path = os.path.join(log_dir, f"worker-{worker_id}-{pid}.log")
+    path = files.stack_log(log_dir, worker_id, pid)
     try:
         with open(path, errors="replace") as handle:
             text = handle.read().strip()
@@ -92,7 +93,7 @@ def read_bootstrap_markers(log_dir: str | None) -> str | None:
     if not log_dir:
         return None
     try:
-        names = sorted(n for n in os.listdir(log_dir) if n.startswith("bootstrap-"))
+        names = files.names_of(log_dir, files.BOOTSTRAP_PREFIX)
     except OSError:
         return None
     for name in names:

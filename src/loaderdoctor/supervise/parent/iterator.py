@@ -36,6 +36,7 @@ from loaderdoctor.forensics import Diagnosis, Evidence
 from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise.errors import LoaderError
+from loaderdoctor.supervise.files import BOOTSTRAP_DIR_ENV
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 from loaderdoctor.supervise.heal_policy import ENVIRONMENTAL
 from loaderdoctor.supervise.parent import collect, result_queue
@@ -71,7 +72,7 @@ from loaderdoctor.supervise.parent.watch import WorkerWatch
 from loaderdoctor.supervise.parent.worker_exceptions import worker_exception
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, new_stream_progress
 from loaderdoctor.supervise.worker.collate import SupervisedCollate
-from loaderdoctor.supervise.worker.hooks import BOOTSTRAP_DIR_ENV, SupervisedWorkerInit
+from loaderdoctor.supervise.worker.hooks import SupervisedWorkerInit
 from loaderdoctor.supervise.worker.loader_view import wrap_dataset
 from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SkippedBatch
 from loaderdoctor.system.oom_priority import PROBE_OOM_SCORE_ADJ

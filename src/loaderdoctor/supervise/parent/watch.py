@@ -18,17 +18,13 @@ from typing import Any
 
 from loaderdoctor.forensics import Evidence
 from loaderdoctor.recorder import FlightRecorder
+from loaderdoctor.supervise import files
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.worker_exceptions import ERRNO_PATTERN, exception_line
 from loaderdoctor.supervise.samples import sample_file
-from loaderdoctor.supervise.worker.hooks import (
-    HANG_LOG,
-    SEND_ERROR_HEADER,
-    STACK_DUMP_FILE,
-    STAGE_TIMER_FRAME,
-)
+from loaderdoctor.supervise.worker.hooks import SEND_ERROR_HEADER, STAGE_TIMER_FRAME
 from loaderdoctor.system.limits import open_files, process_open_files
 
 STACK_DUMP_WAIT_S = 1.0
@@ -145,9 +141,8 @@ class WorkerWatch:
         """(the stuck worker's stack, how it was had) or (None, why not), as the worker said."""
         if pid is None:
             return None, "the worker's pid is unknown"
-        name = STACK_DUMP_FILE.format(worker_id=worker_id, pid=pid)
         try:
-            with open(os.path.join(self.pool.log_dir, name)) as handle:
+            with open(files.stack_dump_how(self.pool.log_dir, worker_id, pid)) as handle:
                 how, _, description = handle.read().partition("\n")
         except OSError:
             return None, "the worker did not say how (it never finished starting)"
@@ -160,7 +155,7 @@ class WorkerWatch:
     def _dump_on_signal(
         self, worker_id: int, pid: int, number: int
     ) -> tuple[str | None, str | None]:
-        path = os.path.join(self.pool.log_dir, f"worker-{worker_id}-{pid}.log")
+        path = files.stack_log(self.pool.log_dir, worker_id, pid)
         try:
             offset = os.path.getsize(path)
             os.kill(pid, number)
@@ -188,7 +183,7 @@ class WorkerWatch:
         self, worker_id: int, pid: int, description: str
     ) -> tuple[str | None, str | None]:
         """The last dump the worker's own timer wrote (``Timeout (0:00:02)!`` and the threads)."""
-        path = os.path.join(self.pool.log_dir, HANG_LOG.format(worker_id=worker_id, pid=pid))
+        path = files.hang_log(self.pool.log_dir, worker_id, pid)
         deadline = time.monotonic() + STACK_DUMP_WAIT_S
         while True:
             try:
