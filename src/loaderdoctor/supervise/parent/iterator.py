@@ -38,7 +38,7 @@ from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise.errors import LoaderError
 from loaderdoctor.supervise.files import BOOTSTRAP_DIR_ENV
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
-from loaderdoctor.supervise.heal_policy import ENVIRONMENTAL
+from loaderdoctor.supervise.heal_policy import owed_again
 from loaderdoctor.supervise.parent import collect, result_queue
 from loaderdoctor.supervise.parent.events import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
@@ -364,7 +364,7 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
             ev = self._ld_watch.base("exception", worker_idx)
             ev.batch = task
             error, diagnosis = worker_exception(data, ev, indices, self._ld_snapshot.dataset)
-            healable = diagnosis.cause in ENVIRONMENTAL or diagnosis.cause == "internal-error"
+            healable = owed_again(diagnosis)
             try:
                 if self._ld_sup.settings.heal and healable and task is not None:
                     self._ld_sup.counts["skipped"] -= skipped
