@@ -183,7 +183,7 @@ def test_a_sample_that_kills_its_worker_again_is_quarantined_and_the_worker_repl
     assert pool.queues[0] == [(0, [0, 1]), (2, [5])]
     assert books.num_tasks == [2, 2]
     assert recovery.ledger.skipped_of(2) == 1
-    assert (recovery.respawns, sup.counts["resent_batches"]) == (1, 2)
+    assert (recovery.respawns, sup.counts.resent_batches) == (1, 2)
     assert [incident.action for incident in sup.log] == ["quarantined"]
     assert books.shut == pool.stopped == 0
 
@@ -224,7 +224,7 @@ def test_a_result_queue_left_unusable_rebuilds_the_pool_with_every_owed_batch() 
     # the owed batches first, in order, then the sampler's rest
     assert list(plan.snapshot._index_sampler) == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11]]
     assert pool.respawned == [] and (pool.stopped, books.shut) == (1, 1)
-    assert len(recovery.ledger) == 0 and sup.counts["resent_batches"] == 4
+    assert len(recovery.ledger) == 0 and sup.counts.resent_batches == 4
     incident = sup.log[0]
     assert "half a message" in incident.diagnosis.evidence[-1]
 
@@ -240,7 +240,7 @@ def test_new_quarantine_is_left_out_of_batches_not_sent_yet() -> None:
     assert recovery.leave_out_new_quarantine([10, 11], lambda: [6, 7]) == [6, 7]
     assert recovery.pending_skips == 3
     recovery.count_pending_skips()
-    assert (sup.counts["skipped"], recovery.pending_skips) == (3, 0)
+    assert (sup.counts.skipped, recovery.pending_skips) == (3, 0)
 
 
 class _DiagnosisStub:

@@ -125,7 +125,7 @@ class LoaderRecord:
 
     def read(self, supervision: Any, *, quarantine: bool = True) -> None:
         self.iterated = self.iterated or supervision.epoch >= 0
-        self.counts = dict(supervision.counts)
+        self.counts = supervision.counts.as_dict()
         self.worker_pids = set(supervision.worker_pids)
         if quarantine:  # not per batch: it may hold thousands of samples
             self.quarantine = list(supervision.quarantine)

@@ -356,7 +356,7 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
 
     def ld_process_data(self, data: Any, worker_idx: int) -> Any:
         task, indices, skipped = self._ld_ledger.settle_handed_over(self._ld_books.task_info)
-        self._ld_sup.counts["skipped"] += skipped
+        self._ld_sup.counts.skipped += skipped
         self._ld_events.drain_if_new(self._ld_recorder.total(Field.EVENTS))
         if torch_compat.is_exception_wrapper(data):
             self.ld_task_done(worker_idx)
@@ -367,7 +367,7 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
             healable = owed_again(diagnosis)
             try:
                 if self._ld_sup.settings.heal and healable and task is not None:
-                    self._ld_sup.counts["skipped"] -= skipped
+                    self._ld_sup.counts.skipped -= skipped
                     self._ld_ledger.owe(task, indices, skipped)  # still owed to the user
                     raise PoolFailure(ev, error, diagnosis)
                 self._ld_sup.record(diagnosis, "raised")

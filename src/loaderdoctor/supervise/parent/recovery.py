@@ -212,7 +212,7 @@ class Recovery:
         return index
 
     def count_pending_skips(self) -> None:
-        self.sup.counts["skipped"] += self.pending_skips
+        self.sup.counts.skipped += self.pending_skips
         self.pending_skips = 0
 
     def new_epoch(self, streams: StreamProgress | None) -> None:
@@ -292,7 +292,7 @@ class Recovery:
             return False
         outcome = self.probe_batch(self.snapshot, batch)
         if isinstance(outcome, str):
-            self.sup.counts["probe_failures"] += 1
+            self.sup.counts.probe_failures += 1
             ev.notes.append(f"{head}; re-trying them alone failed ({outcome})")
         elif outcome is None:
             ev.notes.append(f"{head}; each loaded fine alone in a fresh worker")
@@ -313,7 +313,7 @@ class Recovery:
         quarantine a healthy sample."""
         found = self.probe_batch(self.snapshot, [culprit])
         if isinstance(found, str):  # the probe could not tell: never the sample's failure
-            self.sup.counts["probe_failures"] += 1
+            self.sup.counts.probe_failures += 1
             return POLICY.decide(diagnosis, replace(at, probe_error=found))
         failed_again = found is not None
         action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
@@ -573,7 +573,7 @@ class Recovery:
             index_queue.put((task, batch))
         self.books.recount_tasks(worker_id)
         self.respawns += 1
-        self.sup.counts["resent_batches"] += len(owed)
+        self.sup.counts.resent_batches += len(owed)
         return (
             f"worker {worker_id} respawned alone (pid {replacement.old_pid} -> pid "
             f"{replacement.new_pid}); {len(owed)} owed batch{'' if len(owed) == 1 else 'es'} "
@@ -611,9 +611,9 @@ class Recovery:
     def hand_over(self, num_workers: int, prefetch_factor: int, plain: bool = False) -> HandOver:
         """Stop this pool; a successor serves what is owed, then the rest of the epoch."""
         owed = self.ledger.owed_in_order()
-        self.sup.counts["resent_batches"] += len(owed)
+        self.sup.counts.resent_batches += len(owed)
         # what was left out of the owed batches: the successor does not know it (counted now)
-        self.sup.counts["skipped"] += self.ledger.skipped_owed()
+        self.sup.counts.skipped += self.ledger.skipped_owed()
         self.count_pending_skips()
         if self.streams is not None:
             self.events.drain()  # every skip the dead worker wrote: a replay drops them too
@@ -664,7 +664,7 @@ class Recovery:
                 f"{named} is re-tried once: worker {worker}'s stream resumes at that item"
             )
             return "respawned", f" ({named}, re-tried once)"
-        self.sup.counts["skipped"] += 1
+        self.sup.counts.skipped += 1
         lost = f"worker {worker}'s items from #{position} on are lost"
         diagnosis.evidence.append(
             f"worker {worker} died at its item #{position} again: its stream cannot be read past "

@@ -25,7 +25,7 @@ from loaderdoctor.supervise.parent.incidents import (
     LoaderReport,
     build_report,
 )
-from loaderdoctor.supervise.parent.ledger import new_counts
+from loaderdoctor.supervise.parent.ledger import Counts
 from loaderdoctor.supervise.parent.quarantine import (
     QuarantineEntry,
     dataset_length,
@@ -99,7 +99,7 @@ class Supervision:
         self.settings = settings
         self.dataset = dataset
         self.log = IncidentLog(owner)
-        self.counts = new_counts()
+        self.counts = Counts()
         self.sample_actions = 0  # skips and replacements warned about (rate-limited)
         self.quarantine: dict[int, QuarantineEntry] = {}
         if settings.quarantine_path is not None:
@@ -131,10 +131,8 @@ class Supervision:
     def delivered(self, indices: Any, batch: Any, samples: int | None = None) -> None:
         """One batch handed to the user: the loader's delivered counts (the only ones kept),
         counted here, at the delivery, from what the batch holds."""
-        self.counts["batches"] += 1
-        self.counts["samples"] += (
-            samples if samples is not None else samples_delivered(indices, batch)
-        )
+        self.counts.batches += 1
+        self.counts.samples += samples if samples is not None else samples_delivered(indices, batch)
         self.tell_watchers("delivered")
 
     def delivered_batch(self, indices: Any, data: Any) -> Any:
@@ -201,9 +199,9 @@ class Supervision:
         action = event.get("action", "skipped")
         counts = self.counts
         if action == "replaced":
-            counts["replaced"] += 1
+            counts.replaced += 1
         else:
-            counts["skipped"] += 1
+            counts.skipped += 1
         if event.get("stage") == "quarantined":
             return  # known bad from an earlier incident or the quarantine file: no new verdict
         index = event.get("index")
