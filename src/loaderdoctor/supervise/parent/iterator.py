@@ -39,7 +39,7 @@ from loaderdoctor.supervise.errors import LoaderError
 from loaderdoctor.supervise.files import BOOTSTRAP_DIR_ENV
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 from loaderdoctor.supervise.heal_policy import owed_again
-from loaderdoctor.supervise.parent import collect, result_queue
+from loaderdoctor.supervise.parent import collect, hangs, result_queue
 from loaderdoctor.supervise.parent.events import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
@@ -350,7 +350,7 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
                 return data
             info = self.ld_task_in_turn
             worker_id = info[0] if info else 0
-            message = f"DataLoader timed out after {timeout} seconds"
+            message = hangs.timeout_message(timeout)
             raise PoolFailure(self._ld_watch.hang(worker_id, self._ld_books.task_info, message))
         return super().ld_get_data()
 

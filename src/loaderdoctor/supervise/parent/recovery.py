@@ -44,6 +44,7 @@ from loaderdoctor.supervise.heal_policy import (
     memory_suspect,
     replaces_one_worker,
 )
+from loaderdoctor.supervise.parent import hangs
 from loaderdoctor.supervise.parent.events import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
@@ -332,7 +333,7 @@ class Recovery:
             return Raise(error)
         # torch's own first line (for a user's timeout: torch's timeout message)
         headline = next(
-            (n for n in failure.evidence.notes if n.startswith("DataLoader timed out after")),
+            (n for n in failure.evidence.notes if n.startswith(hangs.TIMEOUT_PREFIX)),
             format_death_headline(diagnosis),
         )
         message = f"{headline}\n{format_verdict(diagnosis)}"
