@@ -3,7 +3,10 @@
 Both loaders run in this one process, interleaved (stock, supervised, stock, ...) so that machine
 noise hits both alike; the figure is the ratio of median throughputs (supervised / stock).
 
-    python benchmarks/overhead.py [--repeats 7] [--workers 2] [--hang-timeout S]
+    python benchmarks/overhead.py [--repeats 7] [--workers 2] [--hang-timeout S] [--stateful]
+
+With ``--stateful`` the pair is torchdata's ``StatefulDataLoader`` and
+``loaderdoctor.StatefulDataLoader`` (map-style rows only: a stream runs as plain torchdata).
 
 With ``--hang-timeout`` the supervised loader runs its hang watchdog. Run it with
 ``tests/fixtures/portable`` on PYTHONPATH to measure the watchdog of a platform without a dump
@@ -97,6 +100,7 @@ def measure(
     workers: int,
     repeats: int,
     hang_timeout: float | None = None,
+    pair: tuple[type, type] = (torch.utils.data.DataLoader, loaderdoctor.DataLoader),
 ) -> dict:
     shuffle = not isinstance(dataset, torch.utils.data.IterableDataset)
 
@@ -105,9 +109,9 @@ def measure(
             dataset, batch_size=batch_size, num_workers=workers, shuffle=shuffle, **extra
         )
 
-    stock = factory(torch.utils.data.DataLoader)
+    stock = factory(pair[0])
     watchdog = {"hang_timeout": hang_timeout} if hang_timeout else {}
-    supervised = factory(loaderdoctor.DataLoader, **watchdog)
+    supervised = factory(pair[1], **watchdog)
     time_epoch(stock)  # warm-up: imports, page cache
     time_epoch(supervised)
     # Each round runs stock, supervised and a second stock epoch (the A/A control that shows the
@@ -142,20 +146,30 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--hang-timeout", type=float, default=None)
+    parser.add_argument(
+        "--stateful",
+        action="store_true",
+        help="torchdata's StatefulDataLoader against loaderdoctor.StatefulDataLoader",
+    )
     args = parser.parse_args()
+    pair = (torch.utils.data.DataLoader, loaderdoctor.DataLoader)
+    if args.stateful:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        pair = (StatefulDataLoader, loaderdoctor.StatefulDataLoader)
     torch.set_num_threads(1)
 
     decode = DecodeDataset(n=2048, side=224)
     tiny = TinyDataset(n=60_000)
     print(f"decode-heavy sample: {per_sample_ms(decode):.2f} ms of work in the main process")
     print(f"tiny sample: {per_sample_ms(tiny) * 1000:.1f} µs")
+    common = (args.workers, args.repeats, args.hang_timeout, pair)
     rows = [
-        measure("decode-heavy (~1 ms)", decode, 32, args.workers, args.repeats, args.hang_timeout),
-        measure("tiny", tiny, 64, args.workers, args.repeats, args.hang_timeout),
-        measure(
-            "tiny stream", TinyStream(60_000), 64, args.workers, args.repeats, args.hang_timeout
-        ),
+        measure("decode-heavy (~1 ms)", decode, 32, *common),
+        measure("tiny", tiny, 64, *common),
     ]
+    if not args.stateful:
+        rows.append(measure("tiny stream", TinyStream(60_000), 64, *common))
     print(
         f"\n{args.workers} workers, {args.repeats} rounds; ratio = median of per-round "
         "supervised/stock throughput; control = stock/stock (the noise floor)"

@@ -64,6 +64,18 @@ def run_python(
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
+def ledger_settings(examples: int) -> Any:
+    """Hypothesis settings of the exactly-once ledgers (heal, streams): ``examples`` by default,
+    ``LOADERDOCTOR_LEDGER_EXAMPLES`` for a deeper local run; each example starts real workers."""
+    from hypothesis import HealthCheck, settings
+
+    return settings(
+        max_examples=int(os.environ.get("LOADERDOCTOR_LEDGER_EXAMPLES", str(examples))),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+
+
 def own_memory_cgroup_v1() -> Path:
     """This process's cgroup v1 memory directory; skips the test where there is none."""
     if os.geteuid() != 0:
@@ -201,3 +213,10 @@ def _processes_need_the_slow_marker(request: pytest.FixtureRequest) -> Iterator[
             f"{request.node.nodeid} starts real processes but is not marked slow: {started[0]}",
             pytrace=False,
         )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that start processes first, the quick ones last (a stable sort: file order
+    within each): the two xdist workers steal from each other's queue (``--dist worksteal``), so
+    the run ends on quick tests, and neither worker waits alone on a long one at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -32,6 +32,27 @@ def quiet_result_queue(timeout: float = 30.0) -> None:
         lock.release()
 
 
+def two_epochs(loader) -> tuple[list[list[int]], list[int]]:
+    """Receive two epochs of ``loader`` as a training loop does, heal warnings silenced: each
+    epoch's samples (a batch's rows, by their first column) and the size of every batch
+    received, in order (what the report's delivered counts must equal)."""
+    import warnings
+
+    from loaderdoctor.supervise.heal import HealWarning
+
+    received: list[int] = []
+    epochs: list[list[int]] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        for _ in range(2):
+            rows: list[int] = []
+            for batch in loader:
+                received.append(len(batch))
+                rows.extend(int(row[0]) for row in batch)
+            epochs.append(rows)
+    return epochs, received
+
+
 class RandomAugmented(Dataset):
     """Each sample mixes the index with torch, numpy and random draws: seeds must match exactly."""
 

@@ -26,7 +26,7 @@ def test_a_stuck_sample_is_abandoned_and_its_worker_killed() -> None:
     before = children()
     started = time.monotonic()
     report = run_env_checks(stuck, batch_size=2, probe_timeout_s=1.0)
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 300  # the 600 s sleep was cut short, at any load
     need = report.check("shm-need")
     assert need.status == "unknown"
     assert "stopped after 1 s with 0 batch(es) loaded" in need.message

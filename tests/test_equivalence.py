@@ -80,9 +80,12 @@ def test_start_methods(method: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_iterable_dataset(method: str) -> None:
-    check(dataset=ShardedStream(), batch_size=4, num_workers=3, multiprocessing_context=method)
+# three workers shard unevenly under fork; under spawn two show the same pickled stream
+@pytest.mark.parametrize(("method", "workers"), [("fork", 3), ("spawn", 2)])
+def test_iterable_dataset(method: str, workers: int) -> None:
+    check(
+        dataset=ShardedStream(), batch_size=4, num_workers=workers, multiprocessing_context=method
+    )
 
 
 @pytest.mark.slow

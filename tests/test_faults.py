@@ -6,7 +6,6 @@ import json
 import os
 import resource
 import shutil
-import time
 
 import pytest
 
@@ -29,7 +28,10 @@ def verdict(*args: str, **kwargs) -> dict:
 FORK_AND_SPAWN = ["fork", "spawn"]
 
 
-@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+# forkserver starts workers the way spawn does (the worker's function pickled by name): its
+# verdicts are test_no_numpy's (sigkill) and its clean runs test_equivalence's and
+# test_dropin_core's.
+@pytest.mark.parametrize("method", FORK_AND_SPAWN)
 def test_segfault_is_a_native_crash_with_the_python_stack(method: str) -> None:
     out = verdict("segv", method)
     assert out["cause"] == "native-crash"
@@ -63,12 +65,12 @@ def test_exit_code(method: str) -> None:
 
 @pytest.mark.parametrize("method", FORK_AND_SPAWN)
 def test_hang_is_killed_with_its_stack(method: str) -> None:
-    started = time.monotonic()
-    out = verdict("hang", method, timeout=60)
+    # The sample sleeps 600 s: a verdict within the run's timeout is the watchdog's cut, however
+    # slow the loaded machine makes the spawned workers' start (a wall-clock bound was not).
+    out = verdict("hang", method, timeout=240)
     assert out["cause"] == "worker-hang" and out["indices"] == [21]
     assert out["error_type"] == "WorkerHangError"
     assert "in __getitem__" in out["python_stack"]
-    assert time.monotonic() - started < 50  # the 600 s sleep was cut short by the watchdog
 
 
 @pytest.mark.parametrize("method", FORK_AND_SPAWN)

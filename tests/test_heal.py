@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import loaderdoctor
-from conftest import FAULTS, in_cgroup, memory_cgroup, run_python
-from ld_datasets import Faulty, Ledger, TouchingCollate
+from conftest import FAULTS, in_cgroup, ledger_settings, memory_cgroup, run_python
+from ld_datasets import Faulty, Ledger, TouchingCollate, two_epochs
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.parent.quarantine import read_quarantine, write_quarantine
 
@@ -152,13 +152,7 @@ def test_spawn_pickling_failure_falls_back_loudly() -> None:
 FAULT_KINDS = st.sampled_from(["raise", "raise-once", "kill", "kill-once", "hang", "ragged"])
 
 
-@settings(
-    max_examples=int(
-        os.environ.get("LOADERDOCTOR_LEDGER_EXAMPLES", "12")
-    ),  # more: a deep local run
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@ledger_settings(12)
 @given(
     n=st.integers(6, 28),
     batch_size=st.integers(1, 5),
@@ -198,16 +192,7 @@ def test_exactly_once_ledger(
         # drop_last: torch never forms its last incomplete batch (which samples, the sampler
         # decides); every sample of every batch it forms arrives or is skipped
         tail = n % batch_size if drop_last else 0
-        received: list[int] = []  # samples per batch, as the loop received them
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", HealWarning)
-            epochs = []
-            for _ in range(2):
-                rows = []
-                for batch in loader:
-                    received.append(len(batch))
-                    rows.extend(int(row[0]) for row in batch)
-                epochs.append(rows)
+        epochs, received = two_epochs(loader)  # received: samples per batch
         for epoch in epochs:
             counts = Counter(epoch)
             assert all(c == 1 for c in counts.values()), f"a sample arrived twice: {counts}"

@@ -9,6 +9,7 @@ This module is self-contained (no conftest helper that needs POSIX process group
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -51,18 +52,30 @@ def run_portable(
         encoding="utf-8",
         env=env,
     )
+    timed_out = False
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"timed out after {timeout} s: {args}")
+        timed_out = True
     finally:
+        # the tree as it was when the wait ended: which of its processes had not exited
+        tree = []
         try:
-            for child in psutil.Process(process.pid).children(recursive=True):
-                child.kill()
-            process.kill()
+            for child in [psutil.Process(process.pid), *psutil.Process(process.pid).children(True)]:
+                with contextlib.suppress(psutil.Error):
+                    tree.append(f"{child.pid} {child.status()} {' '.join(child.cmdline())[:120]}")
+                    child.kill()
         except psutil.NoSuchProcess:
             pass
-        process.communicate()
+        process.kill()
+        rest = process.communicate()
+    if timed_out:  # what it printed before: a verdict that came, then no exit, says so
+        stdout, stderr = rest
+        pytest.fail(
+            f"timed out after {timeout} s: {args}\nstill there:\n"
+            + "\n".join(tree)
+            + f"\nstdout:\n{stdout}\nstderr:\n{stderr[-3000:]}"
+        )
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
 

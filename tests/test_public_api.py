@@ -55,3 +55,19 @@ def test_unknown_attribute() -> None:
 
     with pytest.raises(AttributeError):
         _ = loaderdoctor.NoSuchThing  # type: ignore[attr-defined]
+
+
+def test_stateful_dataloader_without_torchdata_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``loaderdoctor.StatefulDataLoader`` is not in ``__all__``: it needs the torchdata extra."""
+    for name in [n for n in sys.modules if n == "torchdata" or n.startswith("torchdata.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "torchdata", None)  # as if torchdata were not installed
+    monkeypatch.delitem(sys.modules, "loaderdoctor.supervise.stateful", raising=False)
+    monkeypatch.delitem(vars(loaderdoctor), "StatefulDataLoader", raising=False)
+    with pytest.raises(ModuleNotFoundError) as raised:
+        _ = loaderdoctor.StatefulDataLoader
+    assert str(raised.value) == (
+        "loaderdoctor.StatefulDataLoader needs torchdata: pip install 'loaderdoctor[torchdata]'"
+    )

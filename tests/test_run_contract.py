@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from conftest import FIXTURES, run_python
+from loaderdoctor.system.oom_priority import oom_score_adj
 
 RUN_FIXTURES = FIXTURES / "run"
 
@@ -240,6 +241,15 @@ def test_run_counts_from_the_loaders_own_records(
     assert [(r["loaders"], r["workers"]) for r in report["ranks"]] == [(loaders, workers)]
     incidents = [(i["cause"], i["action"], i["indices"]) for i in report["incidents"]]
     assert incidents == INCIDENTS_OF_COUNTS.get(mode, [])
+    # As the loader report says it (issue 24 item 2): the workers go before the training process
+    own = oom_score_adj()
+    protection = (
+        "on: workers at oom_score_adj 900, samples re-tried alone at 1000, the training process "
+        f"at {own}: the OOM killer takes them first"
+    )
+    expected = protection if workers else None
+    assert (report["oom_protection"], report["ranks"][0]["oom_protection"]) == (expected, expected)
+    assert (f"  OOM protection: {protection}" in result.stderr.splitlines()) == bool(workers)
 
 
 INCIDENTS_OF_COUNTS = {

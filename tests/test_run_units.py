@@ -334,3 +334,54 @@ def test_the_verdict_is_the_last_line(change: dict, verdict: str) -> None:
     for name, value in change.items():
         setattr(report, name, value)
     assert format_text(report, width=120).splitlines()[-1] == verdict
+
+
+ON = (
+    "on: workers at oom_score_adj 900, samples re-tried alone at 1000, the training process at "
+    "0: the OOM killer takes them first"
+)
+OFF = "off for 1 worker(s): oom_score_adj of pid 4102 not raised: [Errno 13] Permission denied"
+
+
+def test_merge_says_whether_the_training_processes_go_last_when_memory_runs_out(
+    tmp_path: Path,
+) -> None:
+    """Each rank's state carries its loaders' oom_protection line (issue 24 item 2): report.json
+    says it per process and once for the run, the weakest first, naming whose it is."""
+    from loaderdoctor.runner import core, protocol
+
+    directory = protocol.incidents_dir(tmp_path)
+    Path(directory).mkdir()
+    for pid, rank, line in ((4000, 0, ON), (4100, 1, OFF), (4200, 2, None)):
+        state = {"pid": pid, "image": 1, "started": 1.0, "rank": rank, "created": 1, "loaders": 1}
+        protocol.write_json(
+            protocol.state_path(directory, pid, 1), {**state, "oom_protection": line}
+        )
+
+    def merged() -> dict:
+        report = core.merge(
+            tmp_path,
+            command=["torchrun", "x.py"],
+            returncode=0,
+            started_wall=0.0,
+            duration_s=1.0,
+            memory=None,
+            interrupted=False,
+        )
+        return json.loads(json.dumps(report.to_dict()))
+
+    data = merged()
+    assert [r["oom_protection"] for r in data["ranks"]] == [ON, OFF, None]
+    assert data["oom_protection"] == f"process 4100 (rank 1): {OFF}"
+    assert RunReport.from_dict(data).oom_protection == data["oom_protection"]
+    Path(protocol.state_path(directory, 4100, 1)).unlink()
+    assert merged()["oom_protection"] == ON  # the line every process says, as it says it
+
+
+def test_the_summaries_show_the_oom_protection_as_the_loader_report_does() -> None:
+    report = sample_report()
+    assert "OOM protection" not in format_text(report, width=200)  # no worker ran: no line
+    assert "OOM protection" not in format_html(report)
+    report.oom_protection = ON
+    assert f"  OOM protection: {ON}" in format_text(report, width=200).splitlines()
+    assert f'<p class="meta">OOM protection: {ON}</p>' in format_html(report)

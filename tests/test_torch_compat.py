@@ -582,6 +582,14 @@ def test_the_scan_leaves_a_classes_own_attributes_alone() -> None:
     assert torch_privates_in(own, {"_workers"}) == []
 
 
+# Modules that still reach into torch themselves, each with why (issue 27 left them):
+NOT_YET_THROUGH_TORCH_COMPAT = {
+    # torchdata's StatefulDataLoader iterator copies torch's with torchdata's own privates; its
+    # hooks are pinned by tests/ecosystem/test_stateful.py. Next: a torchdata half of torch_compat.
+    "supervise/stateful.py",
+}
+
+
 @pytest.mark.slow
 def test_no_torch_private_outside_torch_compat() -> None:
     loader = DataLoader(list(range(8)), batch_size=2, num_workers=1)
@@ -599,7 +607,7 @@ def test_no_torch_private_outside_torch_compat() -> None:
     reaches = {}
     for path in sorted(SRC.rglob("*.py")):
         relative = path.relative_to(SRC).as_posix()
-        if relative == "torch_compat.py":
+        if relative == "torch_compat.py" or relative in NOT_YET_THROUGH_TORCH_COMPAT:
             continue
         found = torch_privates_in(path.read_text(encoding="utf-8"), torch_names)
         if found:

@@ -29,6 +29,7 @@ _EXPORTS = {
     "DataLoader": "loaderdoctor.supervise",
     "Incident": "loaderdoctor.supervise",
     "LoaderError": "loaderdoctor.supervise",
+    "StatefulDataLoader": "loaderdoctor.supervise.stateful",  # needs torchdata
     "WorkerDiedError": "loaderdoctor.supervise",
     "WorkerHangError": "loaderdoctor.supervise",
     "WorkerStartError": "loaderdoctor.supervise",

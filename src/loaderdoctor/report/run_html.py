@@ -237,6 +237,11 @@ def _meta(report: RunReport) -> list[str]:
         f" · {format_seconds(report.duration_s)} · started {_e(report.started_at)}</p>",
         f'<p class="meta">{report.delivered.batches} batches, {report.delivered.samples} samples '
         f"delivered · {len(report.incidents)} incident(s){quarantined}</p>",
+        *(
+            [f'<p class="meta">OOM protection: {_e(report.oom_protection)}</p>']
+            if report.oom_protection is not None
+            else []
+        ),
     ]
 
 

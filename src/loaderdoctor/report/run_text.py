@@ -171,6 +171,8 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
         shown = ", ".join(repr(i) for i in report.quarantine[:20])
         parts.append(Text(f"  quarantined samples: {shown}"))
     parts.extend(_memory_lines(report))
+    if report.oom_protection is not None:
+        parts.append(Text(f"  OOM protection: {report.oom_protection}"))
     parts.extend(Text(f"  note: {note}", style="dim") for note in report.notes)
     written = [str(Path(report.report_dir) / "report.json")]
     if html is not None:

@@ -36,6 +36,7 @@ from loaderdoctor.runner.model import (
     RunReport,
     UnsupervisedLoader,
     run_status,
+    weakest_protection,
 )
 from loaderdoctor.runner.pdeathsig import parent_death_signal
 from loaderdoctor.runner.protocol import (
@@ -377,6 +378,13 @@ def merge(
         report_dir=str(report_dir),
         notes=notes,
         unsupervised_loaders=unsupervised_loaders,
+        oom_protection=weakest_protection(
+            [
+                (f"process {r.pid}" + (f" (rank {r.rank})" if r.rank is not None else ""), line)
+                for r in ranks
+                if (line := r.oom_protection) is not None
+            ]
+        ),
     )
 
 
@@ -479,6 +487,8 @@ def process_summaries(
         summary.delivered.samples += int(state.get("samples", 0))
         workers.setdefault(pid, set()).update(int(w) for w in state.get("worker_pids", []))
         summary.workers = len(workers[pid])
+        if state.get("oom_protection"):
+            summary.oom_protection = str(state["oom_protection"])  # the image that ran last
         if state.get("rank") is not None:
             summary.rank = state.get("rank")
     ranks = [summary for pid, summary in by_pid.items() if pid in created]

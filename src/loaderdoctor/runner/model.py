@@ -108,6 +108,8 @@ class ProcessSummary:
     delivered: Delivered
     incidents: int
     workers: int = 0  # DataLoader worker processes it ran, respawns included
+    # Whether its workers go before it when memory runs out (the loader report's line)
+    oom_protection: str | None = None
 
 
 @dataclass
@@ -188,6 +190,9 @@ class RunReport:
     # (or, failing that, run's own report written at the start) says what was known then.
     supervisor: SupervisorFate = "finished"
     unsupervised_loaders: list[UnsupervisedLoader] = field(default_factory=list)
+    # Whether the workers and the samples re-tried alone go before the training process(es) when
+    # memory runs out, as the loader report says it; None when no worker ran.
+    oom_protection: str | None = None
     schema: int = SCHEMA
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -229,6 +234,18 @@ class RunReport:
         if values.get("memory") is not None:
             values["memory"] = MemoryReport.from_dict(values["memory"])
         return cls(**values)
+
+
+def weakest_protection(lines: list[tuple[str, str]]) -> str | None:
+    """One ``oom_protection`` line for several (who, line): the one line all say, else the first
+    that says "off", naming whose it is (the protection is only as good as its weakest)."""
+    distinct = list(dict.fromkeys(line for _, line in lines))
+    if not distinct:
+        return None
+    if len(distinct) == 1:
+        return distinct[0]
+    who, line = next((pair for pair in lines if pair[1].startswith("off")), lines[0])
+    return f"{who}: {line}" if who else line
 
 
 def run_status(exit_code: int, incidents: list[RunIncident]) -> RunStatus:

@@ -26,6 +26,7 @@ import torch.utils.data
 import torch.utils.data.dataloader
 
 from loaderdoctor.runner import lifeline, protocol, subclasses
+from loaderdoctor.runner.model import weakest_protection
 from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, HEAL_WARNED_NAME, RUN_DIR_ENV
 from loaderdoctor.supervise import loader as supervised
 
@@ -100,10 +101,54 @@ class RunDataLoader(supervised.DataLoader[_T_co]):
         super().__init__(*args, **kwargs)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # torchdata's StatefulDataLoader (and subclasses): a supervised class of the same name,
+        # whose __init__ Python then runs in place of the user's class's (issue 23 item 2)
+        cls = _supervised_stateful(cls) or cls
         loader = super().__new__(cls)
         if cls.__init__ is not RunDataLoader.__init__:  # a subclass with an __init__ of its own
             subclasses.watch(loader, on_unsupervised=_state_changed)
         return loader
+
+
+_stateful_classes: dict[type, type] = {}
+
+
+def _supervised_stateful(cls: type) -> type | None:
+    """The supervised class for a torchdata ``StatefulDataLoader`` class, or None for another."""
+    module = sys.modules.get("torchdata.stateful_dataloader")
+    if module is None or not issubclass(cls, module.StatefulDataLoader):
+        return None
+    from loaderdoctor.supervise import stateful
+
+    if issubclass(cls, stateful.SupervisedStateful):
+        return None  # already supervised (loaderdoctor's own drop-in, or this class)
+    supervised_cls = _stateful_classes.get(cls)
+    if supervised_cls is None:
+        supervised_cls = type(
+            cls.__name__,
+            (_run_stateful_base(), cls),
+            {"__qualname__": cls.__qualname__, "__module__": cls.__module__},
+        )
+        _stateful_classes[cls] = supervised_cls
+    return supervised_cls
+
+
+@functools.cache
+def _run_stateful_base() -> type:
+    from loaderdoctor.supervise.stateful import SupervisedStateful
+
+    class RunStateful(SupervisedStateful):
+        """A StatefulDataLoader under ``run``: supervised with run's settings."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            subclasses.reached(self)
+            if HANG_TIMEOUT is not None:
+                kwargs.setdefault("hang_timeout", HANG_TIMEOUT)
+            if HEAL:
+                kwargs.setdefault("heal", True)
+            super().__init__(*args, **kwargs)
+
+    return RunStateful
 
 
 def _state_changed() -> None:
@@ -121,6 +166,7 @@ class LoaderRecord:
         self.counts: dict[str, int] = {}
         self.worker_pids: set[int] = set()
         self.quarantine: list[Any] = []
+        self.oom_protection: str | None = None
         self.read(supervision)
 
     def read(self, supervision: Any, *, quarantine: bool = True) -> None:
@@ -129,6 +175,8 @@ class LoaderRecord:
         self.worker_pids = set(supervision.worker_pids)
         if quarantine:  # not per batch: it may hold thousands of samples
             self.quarantine = list(supervision.quarantine)
+        if quarantine or self.oom_protection is None:  # per batch only until workers ran
+            self.oom_protection = supervision.oom_protection()
 
     def refresh(self) -> None:
         supervision = self.supervision()
@@ -223,6 +271,9 @@ def _write_state(force: bool) -> None:
             "rank": current_rank(),
             "heal": HEAL_AVAILABLE,
             "worker_pids": sorted(worker_pids),
+            "oom_protection": weakest_protection(
+                [("", r.oom_protection) for r in _records if r.oom_protection is not None]
+            ),
             "amended_incidents": {
                 str(sequence): incident.to_dict()
                 for sequence, incident in _keyless_stream_incidents

@@ -1,8 +1,9 @@
 """Loaders of a subclass whose ``__init__`` never reaches torch's, found and named (issue 23).
 
-torchdata's ``StatefulDataLoader`` subclasses ``DataLoader[T]`` but sets torch's attributes itself
-and builds its own iterator: under ``run`` nothing of loaderdoctor's ever runs for it. Such a
-loader is told apart from a supervised one after its ``__init__`` returned (at the next state write)
+A subclass such as torchdata's ``StatefulDataLoader`` (``DataLoader[T]``) that sets torch's
+attributes itself and builds its own iterator is not supervised by ``RunDataLoader``'s
+``__init__``: torchdata's own is supervised apart (``patch._supervised_stateful``), any other such
+class runs unsupervised. Such a loader is told apart from a supervised one after its ``__init__`` returned (at the next state write)
 or at its death, and named in the report with the line that built it.
 """
 

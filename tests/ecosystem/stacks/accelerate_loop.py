@@ -4,19 +4,7 @@ from __future__ import annotations
 
 import torch
 from accelerate import Accelerator
-from eco_plan import SAMPLES, fault, record
-
-
-class Files(torch.utils.data.Dataset):
-    def __init__(self) -> None:
-        self.files = [f"/data/files/{i:04d}.bin" for i in range(SAMPLES)]
-
-    def __len__(self) -> int:
-        return SAMPLES
-
-    def __getitem__(self, index: int) -> tuple:
-        fault(index)
-        return torch.full((4,), float(index)), index
+from eco_plan import Files, record
 
 
 def main() -> None:

@@ -35,6 +35,7 @@ from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence
 from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
+from loaderdoctor.supervise import live_quarantine
 from loaderdoctor.supervise.errors import LoaderError
 from loaderdoctor.supervise.files import BOOTSTRAP_DIR_ENV
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
@@ -186,6 +187,7 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
                 snapshot.dataset,
                 hang_timeout=supervision.settings.hang_timeout,
                 oom_score_adj=supervision.oom_score_adj,
+                live_quarantine=live_quarantine.for_pool(supervision, self._ld_iterable),
                 stream_resumes=(
                     self._ld_streams.resumes(snapshot.num_workers)
                     if self._ld_streams is not None and self._ld_resuming

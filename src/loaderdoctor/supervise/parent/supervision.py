@@ -19,6 +19,7 @@ from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise.batch_count import samples_delivered
 from loaderdoctor.supervise.heal import warn_sample_action
 from loaderdoctor.supervise.heal_policy import Backoff
+from loaderdoctor.supervise.live_quarantine import LiveQuarantine
 from loaderdoctor.supervise.parent.incidents import (
     BackoffStep,
     IncidentLog,
@@ -104,6 +105,9 @@ class Supervision:
         self.quarantine: dict[int, QuarantineEntry] = {}
         if settings.quarantine_path is not None:
             self.quarantine = read_quarantine(settings.quarantine_path, dataset_length(dataset))
+        # The live pools' shared quarantines: each new entry reaches their workers at once
+        # (``live_quarantine``), not only the batches the main process has not sent yet.
+        self.live_quarantines: weakref.WeakSet[LiveQuarantine] = weakref.WeakSet()
         self.epoch = -1
         # Every worker process its iterators started, respawns included: the loader's own record
         # (``loaderdoctor run`` counts workers from it; sampling misses short-lived ones).
@@ -187,6 +191,8 @@ class Supervision:
             file=diagnosis.sample_file,
             when=quarantine_now(),
         )
+        for live in list(self.live_quarantines):
+            live.add(index)
         path = self.settings.quarantine_path
         if path is not None:
             write_quarantine(path, self.quarantine)
@@ -268,11 +274,15 @@ class Supervision:
 
     def report(self) -> LoaderReport:
         report = build_report(self.log, sorted(self.quarantine), self.counts)
-        if self.worker_pids:  # workers ran: say whether the training process was protected
-            report.oom_protection = oom_protection(
-                self.oom_score_adj, PROBE_OOM_SCORE_ADJ, self.oom_notes
-            )
+        report.oom_protection = self.oom_protection()
         return report
+
+    def oom_protection(self) -> str | None:
+        """Whether its workers and probes go before the training process when memory runs out;
+        None while no worker ran (``loaderdoctor run`` reports it too)."""
+        if not self.worker_pids:
+            return None
+        return oom_protection(self.oom_score_adj, PROBE_OOM_SCORE_ADJ, self.oom_notes)
 
 
 def _distributed() -> bool:

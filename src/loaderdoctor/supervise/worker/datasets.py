@@ -15,6 +15,7 @@ from typing import Any
 from torch.utils.data import Dataset, IterableDataset
 
 from loaderdoctor.recorder import _FETCH, _INDEX, _SAMPLES, _SINCE, _STAGE, NO_INDEX, Stage
+from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE
 from loaderdoctor.supervise.streams import (
     CHECKED_KEYS,
     StreamBatch,
@@ -54,15 +55,15 @@ class SupervisedMapDataset(Dataset[Any]):
 
     def __getitem__(self, index: Any) -> Any:
         # batch_size=None (no auto-collation) and the num_workers=0 paths come here.
-        if self.policy is not None and (
-            self.policy.on_error != "raise" or index in self.policy.quarantined
-        ):
-            kept = self._heal_batch([index])
-            return (
-                kept[0]
-                if kept and not isinstance(kept, DroppedSamples)
-                else SkippedBatch([index], "skipped")
-            )
+        policy = self.policy
+        if policy is not None or STATE.quarantine is not NO_LIVE_QUARANTINE:  # else: no cost
+            if (policy is not None and policy.on_error != "raise") or self._quarantined(index):
+                kept = self._heal_batch([index]) if policy is not None else self._left_out([index])
+                return (
+                    kept[0]
+                    if kept and not isinstance(kept, DroppedSamples)
+                    else SkippedBatch([index], "skipped")
+                )
         slot = STATE.slot
         if slot is not None:
             slot.fetching(index)
@@ -78,27 +79,12 @@ class SupervisedMapDataset(Dataset[Any]):
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
         policy = self.policy
-        if policy is not None:
-            if policy.on_error != "raise":
-                return self._heal_batch(indices)
-            # Raising, but quarantined samples are never fetched.
-            STATE.batch_events = []
-            kept = [index for index in indices if index not in policy.quarantined]
-            if len(kept) < len(indices):
-                for index in indices:
-                    if index in policy.quarantined:
-                        record_event(
-                            {
-                                "index": index,
-                                "stage": "quarantined",
-                                "attempts": 0,
-                                "action": "skipped",
-                            }
-                        )
-                if not kept:
-                    STATE.batch_indices = kept
-                    return DroppedSamples([])
-                indices = kept
+        if policy is not None and policy.on_error != "raise":
+            return self._heal_batch(indices)
+        if policy is not None or STATE.quarantine is not NO_LIVE_QUARANTINE:
+            # Raising, but quarantined samples are never fetched: each is looked up just
+            # before its turn (the main process may quarantine one while this batch loads).
+            return self._left_out(indices)
         dataset = self.dataset
         slot = STATE.slot
         STATE.batch_indices = indices
@@ -125,6 +111,39 @@ class SupervisedMapDataset(Dataset[Any]):
             raise
         return samples
 
+    def _quarantined(self, index: Any) -> bool:
+        """Quarantined when this worker's pool started (its policy) or since: the main process
+        quarantines while live workers run (``live_quarantine``), so this is asked just before
+        each sample is fetched, never once for the life of the worker."""
+        policy = self.policy
+        return (policy is not None and index in policy.quarantined) or index in STATE.quarantine
+
+    def _left_out(self, indices: list[Any]) -> list[Any]:
+        """The batch's samples, each fetched unless it is quarantined (then left out, and
+        said); exceptions raise as without healing. ``DroppedSamples`` when none is left."""
+        STATE.batch_events = []
+        slot = STATE.slot
+        kept: list[Any] = []
+        samples: list[Any] = []
+        index = None
+        STATE.batch_indices = kept
+        try:
+            for index in indices:
+                if self._quarantined(index):
+                    _say_quarantined(index)
+                    continue
+                if slot is not None:
+                    slot.fetching(index)
+                samples.append(self.dataset[index])
+                kept.append(index)
+        except Exception as error:
+            if slot is not None:
+                slot.error()
+            tag_exception(error, index=index, stage="fetch", batch=list(indices))
+            STATE.batch_indices = []
+            raise
+        return samples if samples else DroppedSamples([])
+
     def _fetch(self, index: Any, retries: int) -> tuple[bool, Any]:
         """(True, sample) or (False, failure) after ``retries`` further attempts."""
         slot = STATE.slot
@@ -146,7 +165,7 @@ class SupervisedMapDataset(Dataset[Any]):
             return None
         for step in range(1, min(policy.dataset_len, 64)):
             candidate = (index + step) % policy.dataset_len
-            if candidate in policy.quarantined or candidate in STATE.known_bad:
+            if self._quarantined(candidate) or candidate in STATE.known_bad:
                 continue
             ok, sample = self._fetch(candidate, 0)
             if ok:
@@ -171,11 +190,7 @@ class SupervisedMapDataset(Dataset[Any]):
         for candidate in range(policy.dataset_len):
             if tried >= REFERENCE_SAMPLES * 3 or sum(counts.values()) >= REFERENCE_SAMPLES:
                 break
-            if (
-                candidate in taken
-                or candidate in policy.quarantined
-                or candidate in STATE.known_bad
-            ):
+            if candidate in taken or self._quarantined(candidate) or candidate in STATE.known_bad:
                 continue
             tried += 1
             ok, sample = self._fetch(candidate, 0)
@@ -194,7 +209,7 @@ class SupervisedMapDataset(Dataset[Any]):
         kept_indices: list[Any] = []
         events: list[dict[str, Any]] = []
         for index in indices:
-            if index in policy.quarantined:
+            if self._quarantined(index):
                 failure: dict[str, Any] = {"index": index, "stage": "quarantined", "attempts": 0}
             else:
                 ok, result = self._fetch(index, policy.retries)
@@ -233,10 +248,28 @@ class SupervisedMapDataset(Dataset[Any]):
         return getattr(self.dataset, name)
 
 
+def _say_quarantined(index: Any) -> None:
+    """A quarantined sample left out of its batch: the main process counts it as skipped
+    when the batch is delivered (it was diagnosed when it was quarantined)."""
+    record_event({"index": index, "stage": "quarantined", "attempts": 0, "action": "skipped"})
+
+
 class SupervisedBatchedMapDataset(SupervisedMapDataset):
     """For datasets that fetch a whole batch at once with their own ``__getitems__``."""
 
     def __getitems__(self, indices: list[Any]) -> Any:
+        if STATE.quarantine.grown():
+            # The dataset loads the batch at once: its quarantined samples are left out first.
+            STATE.batch_events = []
+            kept = [index for index in indices if not self._quarantined(index)]
+            if len(kept) < len(indices):
+                for index in indices:
+                    if index not in kept:
+                        _say_quarantined(index)
+                indices = kept
+                if not kept:
+                    STATE.batch_indices = []
+                    return DroppedSamples([])
         slot = STATE.slot
         if slot is not None and indices:
             slot.fetching(indices[0])
@@ -401,6 +434,10 @@ class _SupervisedIterator:
                 event["note"] = _NOT_PASSED.format(position=position)
                 event["action"] = "lost"
             record_event(event)
+            # Written now, not with the next batch: a death before that batch would take the
+            # skip with it, and the resumed stream would read the item again and deliver it,
+            # one skip reported and one delivery for the same item.
+            flush_events()
         if not recovered:
             self.done = True
 

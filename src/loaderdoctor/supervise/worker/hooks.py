@@ -19,6 +19,7 @@ from typing import Any
 from loaderdoctor import torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
 from loaderdoctor.supervise import files
+from loaderdoctor.supervise.live_quarantine import LiveQuarantine
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
 from loaderdoctor.supervise.worker.state import STATE
 from loaderdoctor.system import platform
@@ -45,8 +46,11 @@ class SupervisedWorkerInit:
         hang_timeout: float | None = None,
         stream_resumes: dict[int, Any] | None = None,
         oom_score_adj: int | None = None,
+        live_quarantine: LiveQuarantine | None = None,
     ) -> None:
         self.user_init = user_init
+        # What the main process quarantines while this worker runs, read before each sample
+        self.live_quarantine = live_quarantine
         # The parent raises it right after the start too; here it is in place before the
         # first sample whichever comes first (``system.oom_priority``).
         self.oom_score_adj = oom_score_adj
@@ -61,6 +65,8 @@ class SupervisedWorkerInit:
         if self.oom_score_adj is not None:
             raise_oom_score(os.getpid(), self.oom_score_adj)
         STATE.begin(worker_id)
+        if self.live_quarantine is not None:
+            STATE.quarantine = self.live_quarantine.reader()
         STATE.stream_resume = self.stream_resumes.get(worker_id)
         slot = self.recorder.attach(worker_id)
         STATE.slot = slot

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor.recorder import WorkerSlot
+from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, QuarantineReader
 
 
 class _WorkerState:
@@ -35,6 +36,8 @@ class _WorkerState:
         # and, in a re-started worker, where the stream resumes (``streams.StreamResume``)
         self.stream: Any = None
         self.stream_resume: Any = None
+        # Samples quarantined since this worker's pool started (``live_quarantine``)
+        self.quarantine: QuarantineReader = NO_LIVE_QUARANTINE
 
     def begin(self, worker_id: int | None) -> None:
         """A fresh start for one worker, or one in-process iterator: nothing that an earlier
@@ -48,6 +51,7 @@ class _WorkerState:
         self.reference_fetch = None
         self.stream = None
         self.stream_resume = None
+        self.quarantine = NO_LIVE_QUARANTINE
 
 
 STATE = _WorkerState()
