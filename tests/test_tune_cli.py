@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import charged_baseline, in_cgroup, memory_cgroup, run_python
+from loaderdoctor.tune import LoaderConfig, SearchSettings, Trial
 from loaderdoctor.tune.budget import MARGIN_FRACTION, MARGIN_MIN_BYTES
+from loaderdoctor.tune.search import pick_from
 from loaderdoctor.units import format_bytes
 
 MiB = 1024 * 1024
@@ -113,7 +116,17 @@ def test_json_report_snippet_plot_and_soak(datasets: Path, tmp_path: Path) -> No
     assert {t["config"]["num_workers"] for t in data["trials"]} <= {0, 1, 2}
     assert data["trials"][0]["config"]["num_workers"] == 0
     assert all(t["samples_per_s"] > 0 for t in data["trials"] if t["status"] == "ok")
-    assert data["recommended"]["num_workers"] >= 1  # waiting samples: workers help
+    # Which configuration wins depends on the load (at load 21 no worker count beat 0 workers
+    # once): what holds under any load is that the recommendation is the search's pick from the
+    # measurements in the report. That workers win for waiting samples is the search's unit
+    # test on recorded rates (test_tune.py: test_proportional_scaling_probes_nothing_below_the_top).
+    trials = [Trial.from_dict(t) for t in data["trials"]]
+    pick, rate = pick_from(trials, SearchSettings(2))
+    recommended = LoaderConfig(**data["recommended"])
+    assert dataclasses.replace(recommended, persistent_workers=False) == pick
+    assert data["recommended_samples_per_s"] == rate
+    startup = data["startup"]  # None at 0 workers
+    assert recommended.persistent_workers == bool(startup and startup["recommend_persistent"])
     assert data["bound"]["id"] in {"io-latency", "main-process", "compute", "transfer"}
     tree = ast.parse(data["snippet"])
     call = tree.body[0].value  # type: ignore[attr-defined]

@@ -125,3 +125,27 @@ def test_a_probe_over_the_budget_does_not_use_up_the_refine_phase() -> None:
     assert {s.config.num_workers for s in result.skipped} >= {6, 8}
     assert max(config.num_workers for config in log) == 5
     assert result.pick.num_workers == 5
+
+
+def test_on_shared_cores_the_ladder_does_not_stop_on_a_plateau() -> None:
+    # recorded at load 13 on 2 cores: 4 and 8 workers each gained less than 4% (a quiet machine's
+    # plateau), but with the cores shared the rate climbs by a worker's share: 16 was faster
+    curve = {0: 450.0, 1: 440.0, 2: 700.0, 4: 720.0, 8: 740.0, 16: 900.0, 12: 820.0}
+
+    def run(queued_share: float) -> tuple[list[int], LoaderConfig]:
+        log: list[LoaderConfig] = []
+        inner = fake_measure(lambda c: curve.get(c.num_workers, 700.0), log=log)
+
+        def measure(config: LoaderConfig, phase: str, guess: int) -> Trial:
+            trial = inner(config, phase, guess)
+            if config.num_workers == 0:
+                trial.run_queue_per_sample_s = queued_share / trial.samples_per_s
+            return trial
+
+        result = Search(measure, Budget(64 * GiB, None, "t"), SearchSettings(16, 2)).run()
+        return sorted({c.num_workers for c in log}), result.pick
+
+    quiet_counts, quiet_pick = run(0.05)
+    assert 16 not in quiet_counts and quiet_pick.num_workers == 4
+    shared_counts, shared_pick = run(0.40)
+    assert 16 in shared_counts and shared_pick.num_workers == 16

@@ -6,6 +6,7 @@ does not warn, and inside a container it takes the whole training job with it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from loaderdoctor.tune.model import Budget, LoaderConfig, Trial
@@ -77,10 +78,16 @@ def default_budget(own_bytes: int, memory_budget: int | None = None) -> Budget:
 
 @dataclass
 class MemoryModel:
-    """Predicted peak = main + per_worker x workers + batch x workers x prefetch (in flight).
+    """Predicted peak = fixed + per_worker x workers + batch x workers x prefetch (in flight).
 
-    Linear in the worker count, fitted conservatively: every term is the largest seen so far,
-    so a prediction errs high and a configuration near the budget is skipped rather than risked.
+    Until trials at two worker counts have run, every term is the largest seen so far, so a
+    prediction errs high. From then on the fixed and per-worker parts are a least-squares line
+    through the measured (workers, peak) points: one worker's peak varies by a third from trial
+    to trial on shared cores (273 to 401 MiB for a 256 MiB dataset, issue 29), and a prediction
+    from the largest one skipped configurations that fit. ``spread_bytes`` says how far a
+    prediction may be off (``uncertainty``); the search measures a configuration whose
+    prediction fits but whose uncertainty reaches past the budget (the trial's own watcher
+    stops it there) and never starts one predicted over the budget.
     """
 
     main_bytes: int = 0
@@ -88,6 +95,10 @@ class MemoryModel:
     batch_bytes: int = 0
     worker_measured: bool = False
     sources: list[str] = field(default_factory=list)
+    # the fit: (workers, peak beyond the batches in flight) of every good trial with workers
+    points: list[tuple[int, int]] = field(default_factory=list)
+    fixed_bytes: int | None = None  # None until two worker counts are measured
+    spread_bytes: int = 0  # the residuals' standard deviation (or a worker's, with two points)
 
     def update(self, trial: Trial) -> None:
         self.main_bytes = max(self.main_bytes, trial.main_peak_bytes)
@@ -99,6 +110,11 @@ class MemoryModel:
                 growth = max(0, trial.main_peak_bytes - trial.main_start_bytes)
                 self.per_worker_bytes = max(self.per_worker_bytes, WORKER_FLOOR_BYTES + growth)
             return
+        in_flight = self.batch_bytes * workers * (trial.config.prefetch_factor or 1)
+        if trial.ok:
+            self.points.append((workers, trial.total_peak_bytes - in_flight))
+            if self._fit(trial):
+                return
         if trial.worker_peak_bytes:
             peak = max(trial.worker_peak_bytes)
             self.per_worker_bytes = (
@@ -106,18 +122,70 @@ class MemoryModel:
             )
             self.worker_measured = True
         # what the trial really used beyond the model's terms is charged to its workers
-        in_flight = self.batch_bytes * workers * (trial.config.prefetch_factor or 1)
         unexplained = trial.total_peak_bytes - self.main_bytes - in_flight
         if unexplained > self.per_worker_bytes * workers:
             self.per_worker_bytes = unexplained // workers
             self.worker_measured = True
 
+    def _fit(self, trial: Trial) -> bool:
+        """Refit the line through ``points``; False while they cover only one worker count."""
+        fitted = fit_line(self.points)
+        if fitted is None:
+            return False
+        fixed, per_worker, spread = fitted
+        if spread == 0 and len(self.points) == len({w for w, _ in self.points}) == 2:
+            # two points fit any line exactly: how far apart the workers of a trial were
+            # tells how far off a worker's share can be
+            peaks = trial.worker_peak_bytes
+            spread = max(peaks) - min(peaks) if peaks else 0
+        self.fixed_bytes, self.spread_bytes = fixed, spread
+        self.per_worker_bytes = max(per_worker, WORKER_FLOOR_BYTES)
+        self.worker_measured = True
+        return True
+
+    def most_workers(self, budget: Budget, below: int) -> int | None:
+        """The most workers under ``below`` predicted to fit ``budget`` (torch's default
+        prefetch_factor), or None when none does."""
+        for workers in range(below - 1, 0, -1):
+            total, shm = self.predict(LoaderConfig.make(workers))
+            if over_budget(total, shm, budget) is None:
+                return workers
+        return None
+
     def predict(self, config: LoaderConfig) -> tuple[int, int]:
         """(total bytes, /dev/shm bytes) for ``config``."""
         workers = config.num_workers
         in_flight = self.batch_bytes * workers * (config.prefetch_factor or 0)
-        total = self.main_bytes + self.per_worker_bytes * workers + in_flight
+        fixed = self.main_bytes if self.fixed_bytes is None else self.fixed_bytes
+        total = fixed + self.per_worker_bytes * workers + in_flight
         return total, in_flight
+
+    def uncertainty(self, config: LoaderConfig) -> int:
+        """Twice the standard error of ``predict(config)``'s total: the line's own error, which
+        grows away from the measured worker counts, and one trial's scatter about it."""
+        if self.fixed_bytes is None or not self.points or self.spread_bytes == 0:
+            return 0
+        counts = [w for w, _ in self.points]
+        mean = sum(counts) / len(counts)
+        spread = sum((w - mean) ** 2 for w in counts)
+        distance = (config.num_workers - mean) ** 2 / spread if spread else 0.0
+        return int(2 * self.spread_bytes * math.sqrt(1 + 1 / len(counts) + distance))
+
+
+def fit_line(points: list[tuple[int, int]]) -> tuple[int, int, int] | None:
+    """Least squares ``peak = fixed + per_worker x workers``: (fixed, per_worker, residual
+    standard deviation), or None while the points cover fewer than two worker counts."""
+    if len({w for w, _ in points}) < 2:
+        return None
+    n = len(points)
+    mean_w = sum(w for w, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((w - mean_w) ** 2 for w, _ in points)
+    slope = sum((w - mean_w) * (y - mean_y) for w, y in points) / sxx
+    fixed = mean_y - slope * mean_w
+    residuals = [y - fixed - slope * w for w, y in points]
+    spread = math.sqrt(sum(r * r for r in residuals) / (n - 2)) if n > 2 else 0.0
+    return int(fixed), int(slope), int(spread)
 
 
 def over_budget(predicted_bytes: int, predicted_shm_bytes: int, budget: Budget) -> str | None:

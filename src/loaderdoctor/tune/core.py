@@ -14,15 +14,20 @@ from loaderdoctor.tune.budget import MemoryModel, default_budget
 from loaderdoctor.tune.measure import MeasureSettings, is_map_style, measure, measure_restart
 from loaderdoctor.tune.model import Budget, Decided, LoaderConfig, Soak, Startup, Trial, TuneReport
 from loaderdoctor.tune.sampler import own_memory
-from loaderdoctor.tune.search import Progress, Search, SearchResult, SearchSettings
+from loaderdoctor.tune.search import (
+    Progress,
+    Search,
+    SearchResult,
+    SearchSettings,
+    contended,
+)
 from loaderdoctor.tune.soak import soak
 
 logger = logging.getLogger(__name__)
 
 # persistent_workers=True pays off when re-starting the workers costs this much of an epoch.
 PERSISTENT_MIN_SHARE = 0.01
-GRID_PREFETCH = 4
-CONTENDED_SHARE = 0.10  # of the 0-worker trial's time spent waiting for a CPU  # prefetch_factor 1..4: the grid a full walk would cover
+GRID_PREFETCH = 4  # prefetch_factor 1..4: the grid a full walk would cover
 MAX_DEFAULT_WORKERS = 64
 
 
@@ -148,10 +153,8 @@ def _search(
 def _contention(trials: list[Trial]) -> str | None:
     """A note when the 0-worker trial spent a tenth of its time queued for a CPU."""
     zero = next((t for t in trials if t.config.num_workers == 0 and t.ok), None)
-    if zero is None or zero.run_queue_per_sample_s is None or zero.samples_per_s <= 0:
-        return None
-    queued = zero.run_queue_per_sample_s * zero.samples_per_s
-    if queued < CONTENDED_SHARE:
+    queued = contended(zero)
+    if queued is None:
         return None
     return (
         f"at 0 workers the main process waited for a CPU {queued:.0%} of the time: other "

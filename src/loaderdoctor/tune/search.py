@@ -38,9 +38,13 @@ PLATEAU_STEPS = 2  # doublings in a row without a gain that end the ladder
 # noise as often as a peak, and each probe is a trial at about the most workers measured, the
 # dearest kind (three probes were a fifth of tune's time on a loaded 2-core machine, issue 29).
 MAX_REFINE = 1
+# Probes at the memory budget's edge: the most workers the fitted model fits, and one more
+# where its uncertainty reaches past the budget.
+EDGE_PROBES = 2
 KNEE_MARGIN = 0.10  # scaling this much better than proportional below the pick: a knee between
 MAX_PICK_TOLERANCE = 0.05
 TIGHT_BUDGET = 0.75  # try prefetch_factor=1 when the pick uses this much of the budget
+CONTENDED_SHARE = 0.10  # of the 0-worker trial's time spent waiting for a CPU: shared cores
 # Early stopping (``SearchSettings.early_stop``): a trial's rate over part of its window is off by
 # up to this much on busy cores, so its bars stand this far beyond what decides it.
 EARLY_MARGIN = 0.05
@@ -81,6 +85,33 @@ def worker_ladder(max_workers: int) -> list[int]:
     return ladder
 
 
+def contended(zero: Trial | None) -> float | None:
+    """The share of the 0-worker trial's time spent waiting for a CPU, when it is at least
+    ``CONTENDED_SHARE`` (other processes share the cores); else None.
+
+    There the scheduler gives every runnable process its turn, so n workers beside b other
+    processes get about n / (n + b) of the cores: throughput keeps climbing with workers past
+    the core count, by a few percent a doubling that a noisy trial can hide (issue 29: the
+    ladder stopped at 8 workers on a 2-core machine at load 13 and picked 2).
+    """
+    if zero is None or zero.run_queue_per_sample_s is None or zero.samples_per_s <= 0:
+        return None
+    queued = zero.run_queue_per_sample_s * zero.samples_per_s
+    return queued if queued >= CONTENDED_SHARE else None
+
+
+def pick_from(trials: list[Trial], settings: SearchSettings) -> tuple[LoaderConfig, float]:
+    """The pick (and its rate) that ``Search`` makes from ``trials`` measured before: a
+    report's recommendation, checked against the report's own measurements."""
+
+    def unused(*_args: object) -> Trial:
+        raise AssertionError("pick_from measures nothing")
+
+    search = Search(unused, Budget(0, None, "replay"), settings)
+    search.trials = list(trials)
+    return search.pick()
+
+
 class Search:
     def __init__(
         self,
@@ -111,12 +142,15 @@ class Search:
         if any(s.config == config for s in self.skipped):
             return None
         predicted, predicted_shm = self.model.predict(config)
+        # only a configuration certainly over the budget is skipped: where the prediction's
+        # uncertainty reaches past it, the trial shows (and its watcher stops it at the budget)
+        lowest = predicted - self.model.uncertainty(config)
         seen = [t for t in self.trials if t.config == config and t.ok]
         if seen:
             # a configuration run before: what it used beats the linear model's prediction
-            predicted = max(t.total_peak_bytes for t in seen)
+            predicted = lowest = max(t.total_peak_bytes for t in seen)
             predicted_shm = max(t.shm_peak_bytes for t in seen)
-        reason = over_budget(predicted, predicted_shm, self.budget)
+        reason = over_budget(lowest, predicted_shm, self.budget)
         if reason is not None:
             self.skipped.append(Skipped(config, reason, predicted, predicted_shm))
             return None
@@ -189,6 +223,8 @@ class Search:
             self._plan(2 + 1 + self.settings.repeats)
             self._refine()
         if not self.out_of_time:
+            self._edge()
+        if not self.out_of_time:
             self._plan(2 + self.settings.repeats + int(self.settings.cuda))
             self._prefetch()
         if not self.out_of_time and self.settings.cuda:
@@ -210,6 +246,9 @@ class Search:
     def _ladder(self, ladder: list[int]) -> str:
         zero = self.attempt(LoaderConfig.make(0), "workers")
         best = zero.samples_per_s if zero else 0.0
+        # on shared cores the rate climbs past the core count (``contended``, which the
+        # report's notes say): no plateau there, the ladder goes on to --max-workers
+        shared = contended(zero)
         misses = 0
         for workers in ladder:
             trial = self.attempt(LoaderConfig.make(workers, DEFAULT_PREFETCH), "workers")
@@ -227,7 +266,7 @@ class Search:
             # Up to the core count workers run in parallel, so a step there that gains nothing
             # is noise more often than a plateau; past it, two steps in a row must gain nothing.
             misses = 0 if gained or workers <= self.settings.usable_cores else misses + 1
-            if misses >= PLATEAU_STEPS:
+            if misses >= PLATEAU_STEPS and shared is None:
                 return (
                     f"plateau at {workers} workers: {PLATEAU_STEPS} doublings in a row gained "
                     f"less than {self.settings.tolerance:.0%}"
@@ -275,7 +314,7 @@ class Search:
                 dropped = rates[higher] < rates[top] * (1 - self.settings.tolerance)
                 if higher - top > 1 and dropped:
                     candidates.append((top + higher) // 2)
-            over = [s.config.num_workers for s in self.skipped if s.config.num_workers > top]
+            over = [w for w in self._over_budget() if w > top]
             if not above and over and min(over) - top > 1:
                 # the ladder ran into the budget while still rising: what fits in between?
                 candidates.append((top + min(over)) // 2)
@@ -290,6 +329,42 @@ class Search:
                 return
             # a probe over the budget was never started: it costs nothing, the next may fit
             probes += len(self.trials) - measured
+
+    def _over_budget(self) -> list[int]:
+        """Worker counts predicted over the memory budget, or stopped there."""
+        stopped = [t.config.num_workers for t in self.trials if t.status == "aborted"]
+        return [s.config.num_workers for s in self.skipped] + stopped
+
+    def _edge(self) -> None:
+        """Where the budget stopped the workers while throughput still rose: the most workers
+        the fitted memory model says fit, then one more while its prediction is uncertain.
+
+        Throughput there is often in proportion to the workers (I/O latency), so one worker
+        short of the edge costs a sixth at six workers: the edge is measured, not guessed.
+        """
+        tried: set[int] = set()
+        for _probe in range(EDGE_PROBES):
+            rates = self._worker_rates()
+            if not rates:
+                return
+            top = max(sorted(rates), key=lambda w: rates[w])
+            over = [w for w in self._over_budget() if w > top]
+            if not over or any(w > top for w in rates):
+                return  # a slower count above the best: the budget is not what stopped it
+            ceiling = min(over)
+            fits = self.model.most_workers(self.budget, ceiling)
+            if fits is None or fits <= top:
+                fits = top + 1  # measured only while the model cannot rule it out
+                total, shm = self.model.predict(LoaderConfig.make(fits))
+                low = total - self.model.uncertainty(LoaderConfig.make(fits))
+                if fits >= ceiling or over_budget(low, shm, self.budget) is not None:
+                    return
+            if fits in tried:
+                return
+            tried.add(fits)
+            self.attempt(LoaderConfig.make(fits, DEFAULT_PREFETCH), "refine")
+            if self.out_of_time:
+                return
 
     def _prefetch(self) -> None:
         base, base_rate = self.pick()

@@ -1,0 +1,133 @@
+"""The fitted memory model and the search at the memory budget's edge, on recorded and
+synthetic measurements (no process is started, nothing is timed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from loaderdoctor.tune import Budget, LoaderConfig, MemoryModel, Search, SearchSettings, Trial
+from loaderdoctor.tune.budget import fit_line
+
+MiB = 1024 * 1024
+# Recorded on the 2-core machine at load 11 (benchmarks/tune.py's memory-bound set: each process
+# that loads holds 256 MiB): (workers, total peak MiB, each worker's private MiB).
+RECORDED = [
+    (1, 809, [270]),
+    (2, 1079, [269, 270]),
+    (4, 1625, [274, 273, 270, 271]),
+    (6, 2190, [274, 277, 273, 277, 278, 333]),
+]
+
+
+def recorded_trial(workers: int, total: int, peaks: list[int]) -> Trial:
+    return Trial(
+        LoaderConfig.make(workers),
+        "workers",
+        samples_per_s=200.0 * workers,
+        main_start_bytes=539 * MiB,
+        main_peak_bytes=539 * MiB,
+        worker_peak_bytes=[p * MiB for p in peaks],
+        total_peak_bytes=total * MiB,
+    )
+
+
+def test_fit_line_is_least_squares_with_the_residual_spread() -> None:
+    assert fit_line([(1, 10)]) is None
+    assert fit_line([(2, 10), (2, 12)]) is None  # one worker count: no slope
+    assert fit_line([(1, 10), (3, 30)]) == (0, 10, 0)
+    # residuals +1, -2, +1 about 10 + 10 w: spread sqrt(6 / 1)
+    assert fit_line([(1, 21), (2, 28), (3, 41)]) == (10, 10, 2)
+
+
+def test_the_model_predicts_from_the_line_not_from_the_largest_worker() -> None:
+    model = MemoryModel()
+    for row in RECORDED:
+        model.update(recorded_trial(*row))
+    fixed, per_worker, spread = fit_line([(w, t * MiB) for w, t, _ in RECORDED])
+    assert (model.fixed_bytes, model.per_worker_bytes, model.spread_bytes) == (
+        fixed,
+        per_worker,
+        spread,
+    )
+    assert 270 * MiB < per_worker < 280 * MiB  # the largest worker seen was 333 MiB
+    total, _shm = model.predict(LoaderConfig.make(7))
+    assert total == fixed + 7 * per_worker
+    # the error grows away from the measured counts
+    near = model.uncertainty(LoaderConfig.make(4))
+    far = model.uncertainty(LoaderConfig.make(16))
+    assert 0 < near < far
+
+
+def test_two_counts_take_their_uncertainty_from_the_workers_scatter() -> None:
+    model = MemoryModel()
+    model.update(recorded_trial(1, 809, [270]))
+    assert model.fixed_bytes is None and model.per_worker_bytes == 270 * MiB  # one count
+    model.update(recorded_trial(2, 1079, [269, 331]))
+    assert model.per_worker_bytes == 270 * MiB and model.fixed_bytes == 539 * MiB
+    assert model.spread_bytes == 62 * MiB
+    assert model.uncertainty(LoaderConfig.make(2)) > 0
+
+
+def edge_measure(main: int, per_worker: int, outlier: int, budget: int, log: list[LoaderConfig]):  # type: ignore[no-untyped-def]
+    """Rates in proportion to the workers (I/O latency); one worker per trial uses ``outlier``
+    more than the rest, as a busy machine's samples do; a trial over ``budget`` is stopped, as
+    the trial's watcher stops it."""
+
+    def measure(config: LoaderConfig, phase: str, _guess: int) -> Trial:
+        log.append(config)
+        workers = config.num_workers
+        peaks = [per_worker] * workers
+        if workers >= 2:
+            peaks[-1] += outlier
+        total = main + sum(peaks)
+        trial = Trial(
+            config,
+            phase,
+            samples_per_s=100.0 * max(workers, 1),
+            batches_per_s=100.0 * max(workers, 1) / 32,
+            main_start_bytes=main,
+            main_peak_bytes=main,
+            worker_peak_bytes=peaks,
+            total_peak_bytes=min(total, budget + MiB),
+        )
+        if total > budget:
+            trial.status, trial.samples_per_s, trial.note = "aborted", 0.0, "over the budget"
+        return trial
+
+    return measure
+
+
+def test_the_search_reaches_the_budgets_edge_despite_a_large_worker() -> None:
+    # 6 workers fit, 7 do not; one worker of each trial is 129 MiB larger. Predicting every
+    # worker from the largest (401 MiB) stopped at 4 workers: 0.623 of the best (issue 29).
+    main, per_worker, outlier = 539 * MiB, 272 * MiB, 129 * MiB
+    budget = main + 6 * per_worker + outlier + 100 * MiB
+    log: list[LoaderConfig] = []
+    measure = edge_measure(main, per_worker, outlier, budget, log)
+    result = Search(measure, Budget(budget, None, "test"), SearchSettings(16, 2)).run()
+    assert result.pick == LoaderConfig.make(6)
+    assert 16 not in {c.num_workers for c in log}  # certainly over: never started
+
+
+def test_a_count_the_model_cannot_rule_out_is_measured_and_stopped() -> None:
+    # 7 workers predicted just over the budget, within the prediction's uncertainty: measured,
+    # stopped by the watcher, and the pick stays at 6
+    main, per_worker, outlier = 539 * MiB, 272 * MiB, 129 * MiB
+    budget = main + 7 * per_worker + outlier - 40 * MiB
+    log: list[LoaderConfig] = []
+    measure = edge_measure(main, per_worker, outlier, budget, log)
+    search = Search(measure, Budget(budget, None, "test"), SearchSettings(16, 2))
+    result = search.run()
+    sevens = [t for t in result.trials if t.config.num_workers == 7]
+    assert [t.status for t in sevens] == ["aborted"]
+    predicted = sevens[0].predicted_bytes
+    assert predicted is not None and predicted > budget
+    assert result.pick == LoaderConfig.make(6)
+
+
+@pytest.mark.parametrize("workers", [1, 3, 5])
+def test_most_workers_is_the_largest_count_predicted_to_fit(workers: int) -> None:
+    model = MemoryModel(main_bytes=100 * MiB, per_worker_bytes=50 * MiB, worker_measured=True)
+    budget = Budget(100 * MiB + workers * 50 * MiB, None, "test")
+    assert model.most_workers(budget, 16) == workers
+    assert model.most_workers(budget, workers) == (workers - 1 or None)
