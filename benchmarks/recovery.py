@@ -31,8 +31,8 @@ import torch
 from torch.utils.data import Dataset
 
 import loaderdoctor
-from loaderdoctor.supervise import iterator as supervised_iterator
 from loaderdoctor.supervise.heal import HealWarning
+from loaderdoctor.supervise.parent import recovery
 
 BATCH_SIZE = 8
 
@@ -74,13 +74,13 @@ class SlowStart:
 @contextmanager
 def whole_pool_healing() -> Iterator[None]:
     """Heal as before issue 14: every death rebuilds the whole pool."""
-    cls = supervised_iterator.SupervisedMultiProcessingIter
-    original = cls._ld_can_replace
-    cls._ld_can_replace = lambda self, action, at, ev: False  # type: ignore[method-assign]
+    cls = recovery.Recovery
+    original = cls.can_replace
+    cls.can_replace = lambda self, action, at, ev: False  # type: ignore[method-assign]
     try:
         yield
     finally:
-        cls._ld_can_replace = original  # type: ignore[method-assign]
+        cls.can_replace = original  # type: ignore[method-assign]
 
 
 def recovery_seconds(workers: int, startup: float, method: str, alone: bool) -> float:

@@ -21,7 +21,7 @@ fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [[ $# -gt 0 ]]; then VERSIONS=("$@"); else VERSIONS=(2.13.0 2.14.1); fi
 WORK=${TORCH_MATRIX_DIR:-$(mktemp -d /tmp/torch-matrix.XXXXXX)}
-TESTS=${TORCH_MATRIX_TESTS:-tests/test_torch_compat.py tests/test_equivalence.py tests/test_dropin.py tests/test_faults.py}
+TESTS=${TORCH_MATRIX_TESTS:-tests/test_torch_compat.py tests/test_equivalence.py tests/test_dropin.py tests/test_faults.py tests/test_portable.py}
 TIMEOUT=${TORCH_MATRIX_TIMEOUT:-3600}
 PYTEST_ARGS=${TORCH_MATRIX_PYTEST_ARGS:-}
 mkdir -p "$WORK"

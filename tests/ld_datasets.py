@@ -228,6 +228,7 @@ class StreamLedger(torch.utils.data.IterableDataset):
             if fault == "raise" or (fault == "raise-once" and first):
                 raise ValueError(f"bad item {i}")
             if fault == "kill" or (fault == "kill-once" and first):
+                quiet_result_queue()
                 os.kill(os.getpid(), signal.SIGKILL)
             yield torch.tensor([i])
 

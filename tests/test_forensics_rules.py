@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loaderdoctor.forensics import CAUSES, Evidence, diagnose
+from loaderdoctor.forensics import CAUSES, Evidence, catalog, diagnose
 
 DESIGN_CAUSES = {
     "sample-error",
@@ -27,6 +27,38 @@ def test_catalog_has_every_design_cause_with_text() -> None:
     for cause in CAUSES.values():
         assert cause.title and cause.explanation and cause.fixes and cause.symptoms, cause.id
         assert cause.docs_url.endswith(f"{cause.id}.md")
+
+
+def test_every_cause_declares_how_it_heals() -> None:
+    """A new row must say how healing treats it (an empty set: the user's to see), or healing
+    would silently give it the default."""
+    for cause in CAUSES.values():
+        assert cause.heals is not None, f"{cause.id}: heals= is not declared"
+        assert cause.heals <= catalog.HEAL_KINDS, cause.id
+
+
+def test_heal_kinds_of_the_rows_are_what_the_policy_was_built_on() -> None:
+    by_kind = {
+        kind: {c.id for c in CAUSES.values() if kind in (c.heals or ())}
+        for kind in catalog.HEAL_KINDS
+    }
+    assert by_kind == {
+        catalog.ENVIRONMENTAL: {"oom-killed", "shm-exhausted", "killed-by-signal", "fd-exhausted"},
+        catalog.SAMPLE_DEATH: {
+            "native-crash",
+            "oom-killed",
+            "shm-exhausted",
+            "worker-exit",
+            "killed-by-signal",
+        },
+        catalog.PROCESS_KILLING: {"native-crash", "oom-killed", "killed-by-signal"},
+        catalog.START_FAILURE: {
+            "unpicklable",
+            "main-guard-missing",
+            "process-limit",
+            "paging-file-too-small",
+        },
+    }
 
 
 def death(**kw) -> Evidence:

@@ -21,7 +21,7 @@ import loaderdoctor
 from conftest import FAULTS, in_cgroup, ledger_settings, memory_cgroup, run_python
 from ld_datasets import Faulty, Ledger, TouchingCollate, two_epochs
 from loaderdoctor.supervise.heal import HealWarning
-from loaderdoctor.supervise.quarantine import read_quarantine, write_quarantine
+from loaderdoctor.supervise.parent.quarantine import read_quarantine, write_quarantine
 
 pytestmark = pytest.mark.slow
 HEALING = str(FAULTS / "healing.py")
@@ -397,7 +397,7 @@ def test_a_probe_that_fails_itself_quarantines_nothing(
 ) -> None:
     """A bug of ours in the probe (the sample re-tried alone) is logged and counted, and the
     sample loads again: never "it failed again", which quarantined a healthy sample."""
-    from loaderdoctor.supervise import iterator, supervision
+    from loaderdoctor.supervise.parent import iterator, supervision
 
     class BrokenProbe(supervision.Supervision):  # only the probe builds one in iterator.py
         def delivered(self, *args: object) -> None:
@@ -406,7 +406,7 @@ def test_a_probe_that_fails_itself_quarantines_nothing(
     monkeypatch.setattr(iterator, "Supervision", BrokenProbe)
     dataset = Ledger(12, {5: "kill-once"}, str(tmp_path))
     loader = loaderdoctor.DataLoader(dataset, batch_size=2, num_workers=2, heal=True)
-    with caplog.at_level(logging.WARNING, logger="loaderdoctor.supervise.iterator"):
+    with caplog.at_level(logging.WARNING, logger="loaderdoctor.supervise.parent.iterator"):
         (epoch,) = delivered(loader)
 
     assert Counter(epoch) == Counter(range(12))  # sample 5 too: it loads fine the second time

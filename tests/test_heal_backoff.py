@@ -16,8 +16,9 @@ import torch
 
 import loaderdoctor
 from ld_datasets import Ledger
-from loaderdoctor.supervise import heal_policy, worker_collate
+from loaderdoctor.supervise import heal_policy
 from loaderdoctor.supervise.heal import HealWarning
+from loaderdoctor.supervise.worker import collate as worker_collate
 
 pytestmark = pytest.mark.slow
 
@@ -136,7 +137,7 @@ def test_our_own_bug_is_an_internal_error_not_a_verdict_on_the_job(
     diagnosis = caught.value.diagnosis  # type: ignore[attr-defined]
     assert diagnosis.cause == "internal-error"
     assert diagnosis.evidence[0].startswith(
-        "the exception was raised in loaderdoctor's own code: loaderdoctor/supervise/worker_collate.py:"
+        "the exception was raised in loaderdoctor's own code: loaderdoctor/supervise/worker/collate.py:"
     )
     assert "traceback (please include it in the report):" in diagnosis.evidence
     assert diagnosis.fixes[0].startswith("Please report it to the loaderdoctor maintainers")

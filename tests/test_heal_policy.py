@@ -172,7 +172,7 @@ def test_a_failed_probe_says_so_in_the_action() -> None:
 def test_odd_samples_a_good_structure_decides_and_outside_samples_vote() -> None:
     import torch
 
-    from loaderdoctor.supervise.sample_policy import odd_samples
+    from loaderdoctor.supervise.worker.sample_policy import odd_samples
 
     short, long = ("Tensor", (1,), "torch.int64"), ("Tensor", (2,), "torch.int64")
     batch = [torch.tensor([3]), torch.tensor([0]), torch.tensor([4]), torch.tensor([1, 1])]

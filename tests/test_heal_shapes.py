@@ -150,7 +150,7 @@ def test_a_quarantined_sample_leaves_its_batch_short_with_drop_last(
 ) -> None:
     """A sample quarantined by an earlier run is left out in the main process (or the
     worker): its batch arrives short, its healthy batch-mates once."""
-    from loaderdoctor.supervise.quarantine import QuarantineEntry, write_quarantine
+    from loaderdoctor.supervise.parent.quarantine import QuarantineEntry, write_quarantine
 
     quarantine = tmp_path / "q.json"
     write_quarantine(quarantine, {5: QuarantineEntry(5, "native-crash", [], None, "now")})

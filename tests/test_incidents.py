@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from loaderdoctor.forensics import Diagnosis
-from loaderdoctor.supervise.incidents import IncidentLog, build_report
-from loaderdoctor.supervise.ledger import new_counts
+from loaderdoctor.supervise.parent.incidents import IncidentLog, build_report
+from loaderdoctor.supervise.parent.ledger import Counts
 
 
 def verdict(cause: str) -> Diagnosis:
@@ -27,9 +27,9 @@ def test_a_failing_sink_is_logged_and_counted_not_raised(
     def working(loader: object, incident: object) -> None:
         seen.append(incident.diagnosis.cause)  # type: ignore[attr-defined]
 
-    monkeypatch.setattr("loaderdoctor.supervise.incidents.INCIDENT_SINKS", [broken, working])
+    monkeypatch.setattr("loaderdoctor.supervise.parent.incidents.INCIDENT_SINKS", [broken, working])
     log = IncidentLog()
-    with caplog.at_level(logging.WARNING, logger="loaderdoctor.supervise.incidents"):
+    with caplog.at_level(logging.WARNING, logger="loaderdoctor.supervise.parent.incidents"):
         log.append(verdict("native-crash"), "quarantined")
         log.append(verdict("sample-error"), "skipped")
 
@@ -38,7 +38,7 @@ def test_a_failing_sink_is_logged_and_counted_not_raised(
         f"loaderdoctor: incident sink {broken!r} failed"
     ] * 2
     assert caplog.records[0].exc_info is not None
-    report = build_report(log, [3], new_counts())
+    report = build_report(log, [3], Counts())
     assert report.counts["sink_failures"] == 2
     assert report.to_dict()["counts"]["sink_failures"] == 2
 
@@ -46,21 +46,21 @@ def test_a_failing_sink_is_logged_and_counted_not_raised(
 def test_a_quiet_log_tells_no_sink(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[str] = []
     monkeypatch.setattr(
-        "loaderdoctor.supervise.incidents.INCIDENT_SINKS",
+        "loaderdoctor.supervise.parent.incidents.INCIDENT_SINKS",
         [lambda loader, incident: seen.append(incident.action)],
     )
     log = IncidentLog()
     log.quiet = True
     log.append(verdict("native-crash"), "raised")
     assert seen == [] and len(log) == 1
-    assert build_report(log, [], new_counts()).counts["sink_failures"] == 0
+    assert build_report(log, [], Counts()).counts["sink_failures"] == 0
 
 
 def test_to_json_is_json_text_and_to_dict_the_dict() -> None:
     """`print(loader.report.to_json())` (the README's line) prints JSON, not a Python dict (issue 28)."""
     log = IncidentLog()
     log.append(verdict("sample-error"), "skipped")
-    report = build_report(log, [3], new_counts())
+    report = build_report(log, [3], Counts())
 
     text = report.to_json()
 
@@ -88,4 +88,21 @@ def test_the_status_says_when_healing_lost_samples(actions: list[str], status: s
     log = IncidentLog()
     for action in actions:
         log.append(verdict("killed-by-signal"), action)
-    assert build_report(log, [], new_counts()).status == status
+    assert build_report(log, [], Counts()).status == status
+
+
+def test_the_typed_counts_make_the_reports_counts_unchanged() -> None:
+    """``Counts`` is a dataclass inside; the report's ``counts`` keeps its keys and their order
+    (shared/DESIGN.md's report schema)."""
+    counts = Counts(batches=3, samples=12, skipped=1)
+    report = build_report(IncidentLog(lambda: None), [], counts)
+    assert list(report.to_dict()["counts"].items()) == [
+        ("batches", 3),
+        ("samples", 12),
+        ("skipped", 1),
+        ("replaced", 0),
+        ("resent_batches", 0),
+        ("probe_failures", 0),
+        ("sink_failures", 0),
+    ]
+    assert report.delivered == {"batches": 3, "samples": 12}

@@ -13,7 +13,7 @@ import loaderdoctor
 from conftest import FIXTURES, run_python
 from loaderdoctor.atomic import write_json_atomically
 from loaderdoctor.scan.state import CheckpointError, Loaded, ScanState, load_checkpoint
-from loaderdoctor.supervise.quarantine import (
+from loaderdoctor.supervise.parent.quarantine import (
     InvalidIndex,
     QuarantineFileError,
     QuarantineWarning,

@@ -20,8 +20,8 @@ from loaderdoctor.report.run_html import format_html
 from loaderdoctor.report.run_text import format_where
 from loaderdoctor.runner import core, patch, protocol, subclasses
 from loaderdoctor.runner.model import RunIncident
-from loaderdoctor.supervise import collect
 from loaderdoctor.supervise.exception_facts import exception_facts
+from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.samples import sample_file
 
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from loaderdoctor.scan import (
     scan_dataset,
 )
 from loaderdoctor.scan.images import ImageFolderScan
-from loaderdoctor.supervise.quarantine import read_quarantine
+from loaderdoctor.supervise.parent.quarantine import read_quarantine
 
 SCAN = FIXTURES / "scan" / "scan_datasets.py"
 
@@ -127,7 +127,7 @@ def test_scan_finds_each_planted_fault_exactly() -> None:
 @pytest.mark.slow
 def test_clean_scan_and_quarantine_is_read_by_the_loader(tmp_path: Path) -> None:
     from loaderdoctor import DataLoader
-    from loaderdoctor.supervise.quarantine import write_quarantine
+    from loaderdoctor.supervise.parent.quarantine import write_quarantine
 
     clean = scan_dataset(datasets.Clean(length=40, sleep_s=0), num_workers=2, timeout=30)
     assert clean.clean and not clean.outliers and clean.scanned == 40

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import queue
 import re
-from typing import Any
+import weakref
+from collections.abc import Iterator
+from typing import Any, TypeVar
 
 import torch
 import torch.utils.data.dataloader as _dataloader
 from torch._utils import ExceptionWrapper, KeyErrorMessage
 from torch.utils.data import _utils
 from torch.utils.data._utils import worker as _worker
+
+T_co = TypeVar("T_co", covariant=True)
 
 
 def _release(text: str) -> tuple[int, ...]:
@@ -253,6 +258,349 @@ def is_exception_wrapper(data: Any) -> bool:
     return isinstance(data, ExceptionWrapper)
 
 
+def dataset_kind(loader: Any) -> Any:
+    """A loader's ``_dataset_kind`` (``DatasetKind.Map`` or ``DatasetKind.Iterable``)."""
+    return loader._dataset_kind
+
+
+def is_iterable(loader: Any) -> bool:
+    """The loader (or its snapshot) reads an ``IterableDataset``."""
+    return bool(loader._dataset_kind == DatasetKind.Iterable)
+
+
+def pin_memory(batch: Any, device: Any = None) -> Any:
+    """torch's pin thread's own ``pin_memory`` of a batch (what a batch wrapper pins inside)."""
+    from torch.utils.data._utils.pin_memory import pin_memory as pin
+
+    return pin(batch, device) if device is not None else pin(batch)
+
+
+class HookedMultiProcessingIter(MultiProcessingIter):
+    """torch's multiprocessing iterator whose private hooks call loaderdoctor's ``ld_*`` methods.
+
+    A subclass overrides ``ld_<hook>`` and calls ``torch_<hook>`` for torch's own behaviour, so
+    that the names of torch's hooks (checked by ``tests/test_torch_compat.py``) appear only here.
+    Each forward is one plain call: a clean run still takes torch's code path.
+    """
+
+    # --- torch's hooks, forwarded ---------------------------------------------------------------
+    def _next_index(self) -> Any:
+        return self.ld_next_index()
+
+    def _try_put_index(self) -> None:
+        self.ld_try_put_index()
+
+    def _reset(self, loader: Any, first_iter: bool = False) -> None:
+        self.ld_reset(loader, first_iter)
+
+    def _try_get_data(self, timeout: float = MP_STATUS_CHECK_INTERVAL) -> Any:
+        return self.ld_try_get_data(timeout)
+
+    def _get_data(self) -> Any:
+        return self.ld_get_data()
+
+    def _process_data(self, data: Any, worker_idx: int) -> Any:
+        return self.ld_process_data(data, worker_idx)
+
+    def _next_data(self) -> Any:
+        return self.ld_next_data()
+
+    def _mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
+        self.ld_mark_worker_as_unavailable(worker_id, shutdown)
+
+    def _shutdown_workers(self) -> None:
+        self.ld_shutdown_workers()
+
+    # --- what a subclass overrides (torch's behaviour by default) -------------------------------
+    def ld_next_index(self) -> Any:
+        return super()._next_index()
+
+    def ld_try_put_index(self) -> None:
+        super()._try_put_index()
+
+    def ld_reset(self, loader: Any, first_iter: bool = False) -> None:
+        super()._reset(loader, first_iter)
+
+    def ld_try_get_data(self, timeout: float) -> Any:
+        return super()._try_get_data(timeout)
+
+    def ld_get_data(self) -> Any:
+        return super()._get_data()
+
+    def ld_process_data(self, data: Any, worker_idx: int) -> Any:
+        return super()._process_data(data, worker_idx)
+
+    def ld_next_data(self) -> Any:
+        return super()._next_data()
+
+    def ld_mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
+        super()._mark_worker_as_unavailable(worker_id, shutdown)
+
+    def ld_shutdown_workers(self) -> None:
+        super()._shutdown_workers()
+
+    # --- torch's own behaviour, for an override to call -----------------------------------------
+    torch_next_index = ld_next_index
+    torch_try_put_index = ld_try_put_index
+    torch_reset = ld_reset
+    torch_get_data = ld_get_data
+    torch_process_data = ld_process_data
+    torch_next_data = ld_next_data
+    torch_mark_worker_as_unavailable = ld_mark_worker_as_unavailable
+    torch_shutdown_workers = ld_shutdown_workers
+
+    # --- what the subclass reads of torch's state ------------------------------------------------
+    @property
+    def ld_sent(self) -> int:
+        """How many tasks were sent to workers so far (``_send_idx``)."""
+        return int(self._send_idx)
+
+    @property
+    def ld_timeout(self) -> float:
+        return self._timeout  # as the user gave it (torch's message says it so)
+
+    @property
+    def ld_task_in_turn(self) -> tuple[Any, ...] | None:
+        """The books' entry of the task whose turn it is (``_task_info[_rcvd_idx]``)."""
+        return self._task_info.get(self._rcvd_idx)
+
+    @property
+    def ld_reads_result_queue(self) -> bool:
+        """The main thread reads the workers' result queue itself (no pin-memory thread)."""
+        return self._data_queue is self._worker_result_queue
+
+    def ld_receive(self, timeout: float) -> Any:
+        """One message from the queue the main thread reads (``_data_queue``)."""
+        return self._data_queue.get(timeout=timeout)
+
+    @property
+    def ld_data_queue(self) -> Any:
+        return self._data_queue
+
+    def ld_processes(self) -> tuple[list[Any], list[Any], Any]:
+        """(the worker processes, their index queues, the done event): torch's own lists."""
+        return self._workers, self._index_queues, self._workers_done_event
+
+    def ld_task_done(self, worker_id: int) -> None:
+        """A task of ``worker_id`` came back (an exception): it has one task fewer."""
+        self._workers_num_tasks[worker_id] -= 1
+
+    def ld_is_shut_down(self, default: bool = True) -> bool:
+        """torch's ``_shutdown`` (``default`` while its ``__init__`` has not set it yet)."""
+        return bool(vars(self).get("_shutdown", default))
+
+    def ld_mark_shut_down(self) -> None:
+        vars(self)["_shutdown"] = True
+
+    def ld_started_workers(self) -> list[Any]:
+        """The workers torch's ``__init__`` started before it failed (maybe none)."""
+        return list(vars(self).get("_workers", []))
+
+
+class HookedDataLoader(torch.utils.data.DataLoader[T_co]):
+    """torch's DataLoader whose ``_get_iterator`` calls ``ld_get_iterator`` (as above)."""
+
+    def _get_iterator(self) -> Any:
+        return self.ld_get_iterator()
+
+    def ld_get_iterator(self) -> Any:
+        return super()._get_iterator()
+
+    torch_get_iterator = ld_get_iterator
+
+    @property
+    def ld_iterator(self) -> Any:
+        """The persistent workers' iterator torch keeps (``_iterator``), or None."""
+        return self._iterator
+
+    @ld_iterator.setter
+    def ld_iterator(self, value: Any) -> None:
+        self._iterator = value
+
+
+class HookedSingleProcessIter(SingleProcessIter):
+    """torch's in-process iterator whose hooks call ``ld_*`` methods (as above)."""
+
+    def _next_index(self) -> Any:
+        return self.ld_next_index()
+
+    def _next_data(self) -> Any:
+        return self.ld_next_data()
+
+    def ld_next_index(self) -> Any:
+        return super()._next_index()
+
+    def ld_next_data(self) -> Any:
+        return super()._next_data()
+
+    torch_next_index = ld_next_index
+    torch_next_data = ld_next_data
+
+    def ld_rest(self) -> tuple[Any, Any]:
+        """(the sampler's iterator where it stands, the index sampler): the epoch's rest."""
+        return self._sampler_iter, self._index_sampler
+
+
+def loader_state(loader: Any) -> dict[str, Any]:
+    """A loader's instance attributes, all that torch's iterators read of it, without the
+    persistent workers' iterator (``_iterator``) that a snapshot must not keep alive."""
+    return {k: v for k, v in vars(loader).items() if k != "_iterator"}
+
+
+def sampling_from(batch_sampler: Any) -> dict[str, Any]:
+    """The override of a loader snapshot that makes torch's iterator draw its indices from
+    ``batch_sampler`` (its ``_index_sampler``): a resumed epoch."""
+    return {"_index_sampler": batch_sampler}
+
+
+def next_data(iterator: Any) -> Any:
+    """torch's ``_next_data`` of any of torch's iterators (a successor, plain torch's)."""
+    return iterator._next_data()
+
+
+def shut_down(iterator: Any) -> None:
+    """Stop an iterator's workers (``_shutdown_workers``; an in-process iterator has none)."""
+    stop = getattr(iterator, "_shutdown_workers", None)
+    if stop is not None:
+        stop()
+
+
+class IteratorBooks:
+    """torch's bookkeeping of one multiprocessing iterator, read and written only here.
+
+    ``_task_info`` (task -> ``(worker_id,)`` while outstanding, ``(worker_id, data)`` once
+    received ahead of its turn), ``_tasks_outstanding``, ``_workers_status``,
+    ``_workers_num_tasks``, the result queue and the settings torch's ``__init__`` copied from
+    the loader. It holds the iterator by a weak reference, so the parts that keep it (the
+    iterator's ``Recovery``) form no reference cycle with the iterator.
+    """
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, iterator: Any) -> None:
+        self._ref = weakref.ref(iterator)
+
+    @property
+    def _it(self) -> Any:
+        iterator = self._ref()
+        if iterator is None:
+            raise ReferenceError("the iterator these books belong to was freed")
+        return iterator
+
+    # --- settings torch copied from the loader ------------------------------------------
+    @property
+    def num_workers(self) -> int:
+        return int(self._it._num_workers)
+
+    @property
+    def prefetch_factor(self) -> int:
+        return int(self._it._prefetch_factor)
+
+    @property
+    def pin_memory(self) -> bool:
+        return bool(self._it._pin_memory)
+
+    @property
+    def drop_last(self) -> bool:
+        return bool(self._it._drop_last)
+
+    @property
+    def worker_init_fn(self) -> Any:
+        return self._it._worker_init_fn
+
+    @property
+    def sampler_iter(self) -> Iterator[Any]:
+        return self._it._sampler_iter
+
+    @property
+    def index_sampler(self) -> Any:
+        return self._it._index_sampler
+
+    # --- the books --------------------------------------------------------------------------
+    @property
+    def task_info(self) -> dict[int, tuple[Any, ...]]:
+        """The live ``_task_info`` (read it; change it only through these methods)."""
+        return self._it._task_info
+
+    @property
+    def workers_status(self) -> list[bool]:
+        return self._it._workers_status
+
+    def owed_by(self, worker_id: int) -> list[int]:
+        """The tasks sent to ``worker_id`` and not received yet, in order."""
+        return sorted(
+            task
+            for task, info in self._it._task_info.items()
+            if info[0] == worker_id and len(info) == 1
+        )
+
+    def buffered(self) -> list[tuple[int, Any]]:
+        """(worker_id, data) of every batch received ahead of its turn (torch's reorder buffer)."""
+        return [(info[0], info[1]) for info in self._it._task_info.values() if len(info) == 2]
+
+    def received(self, task: int, worker_id: int, data: Any) -> None:
+        """Put ``data`` in the reorder buffer as task ``task``'s (no longer outstanding)."""
+        it = self._it
+        it._task_info[task] = (worker_id, data)
+        it._tasks_outstanding -= 1
+
+    def worker_alive(self, worker_id: int) -> None:
+        self._it._workers_status[worker_id] = True
+
+    def recount_tasks(self, worker_id: int) -> None:
+        """``_workers_num_tasks[worker_id]`` from the books, after its tasks were re-sent."""
+        it = self._it
+        it._workers_num_tasks[worker_id] = sum(
+            1 for info in it._task_info.values() if info[0] == worker_id
+        )
+
+    # --- the result queue ---------------------------------------------------------------------
+    def result_queue_writer_lock(self) -> Any:
+        return result_queue_writer_lock(self._it)
+
+    def take_ready_results(self, limit: int) -> str:
+        """Take every message on the result queue into the reorder buffer (at most ``limit``);
+        what could not be read and not be blamed on a dead worker ("" when nothing)."""
+        it = self._it
+        results = it._worker_result_queue
+        for _ in range(limit):
+            try:
+                task, data = results.get(block=False)
+            except queue.Empty:
+                return ""
+            except (ConnectionError, EOFError, FileNotFoundError):
+                # A batch of the dead worker whose tensors cannot be had any more (their file
+                # descriptors were to come from its resource sharer): still owed, and re-sent.
+                continue
+            except Exception as error:  # whose batch it was is unknown: nothing can be re-sent
+                return f"{type(error).__name__}: {error}"
+            if isinstance(data, IterableDatasetStopIteration):
+                # A stream's end, taken as torch's _next_data takes it (no new task is put here:
+                # the dead worker's queue is about to be replaced; the next batch puts one).
+                it._tasks_outstanding -= 1
+                if it._persistent_workers:
+                    it._workers_status[data.worker_id] = False
+                else:
+                    it._mark_worker_as_unavailable(data.worker_id)
+                continue
+            info = it._task_info.get(task) if isinstance(task, int) else None
+            if info is not None and len(info) == 1:
+                self.received(task, info[0], data)
+        return ""
+
+    # --- workers --------------------------------------------------------------------------
+    def worker_loop_args(
+        self, worker_id: int, index_queue: Any, *, dataset: Any = None, worker_init_fn: Any = None
+    ) -> tuple[Any, ...]:
+        return worker_loop_args(
+            self._it, worker_id, index_queue, dataset=dataset, worker_init_fn=worker_init_fn
+        )
+
+    def shut_down(self) -> None:
+        """torch's own shutdown of the iterator's workers, queues and threads."""
+        self._it._shutdown_workers()
+
+
 __all__ = [
     "DATAPIPE_TYPES",
     "DATASET_IN_HOLDER",
@@ -268,16 +616,27 @@ __all__ = [
     "WORKER_LOOP_PARAMETERS",
     "DatasetKind",
     "ExceptionWrapper",
+    "HookedDataLoader",
+    "HookedMultiProcessingIter",
+    "HookedSingleProcessIter",
     "IterableDatasetStopIteration",
+    "IteratorBooks",
     "KeyErrorMessage",
     "MultiProcessingIter",
     "ResumeIteration",
     "SingleProcessIter",
+    "dataset_kind",
     "is_exception_wrapper",
+    "is_iterable",
     "loader_init_finished",
+    "loader_state",
     "multiprocessing_context_of",
+    "next_data",
+    "pin_memory",
     "result_queue_writer_lock",
+    "sampling_from",
     "show_user_dataset_in_worker_info",
+    "shut_down",
     "stop_sigchld_checks",
     "worker_loop_args",
 ]

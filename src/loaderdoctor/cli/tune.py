@@ -124,7 +124,7 @@ def without_quarantined(dataset: Any, path: str) -> Any:
 
     from torch.utils.data import Subset
 
-    from loaderdoctor.supervise.quarantine import QuarantineFileError, read_quarantine
+    from loaderdoctor.supervise.parent.quarantine import QuarantineFileError, read_quarantine
 
     if not os.path.isfile(path):
         raise CommandError(f"--quarantine {path}: no such file (loaderdoctor scan --out writes it)")

@@ -10,6 +10,14 @@ from dataclasses import dataclass
 
 DOCS_BASE = "docs/causes"
 
+# How healing treats a cause (``supervise.heal_policy`` reads them from the rows): every row says
+# which apply (``heals``), so a new cause cannot silently get a default.
+ENVIRONMENTAL = "environmental"  # the machine, now, not a sample: back off rather than blame
+SAMPLE_DEATH = "sample-death"  # a death whose sample in flight is re-tried alone, then quarantined
+PROCESS_KILLING = "process-killing"  # its sample never runs in the training process
+START_FAILURE = "start-failure"  # the workers cannot start: loading moves to the main process
+HEAL_KINDS = frozenset({ENVIRONMENTAL, SAMPLE_DEATH, PROCESS_KILLING, START_FAILURE})
+
 
 @dataclass(frozen=True)
 class Cause:
@@ -21,6 +29,9 @@ class Cause:
     symptoms: tuple[str, ...] = ()
     # How loaderdoctor tells this cause from the others: the evidence behind the verdict (docs).
     proof: str = ""
+    # How healing treats it (``HEAL_KINDS``; empty: the user's to see). None: not declared, which
+    # ``tests/test_catalog.py`` refuses.
+    heals: frozenset[str] | None = None
 
     @property
     def docs_url(self) -> str:
@@ -38,6 +49,7 @@ CAUSES: dict[str, Cause] = {
     for cause in (
         Cause(
             id="sample-error",
+            heals=frozenset(),
             title="A sample raised an exception in the Dataset",
             explanation=(
                 "Dataset.__getitem__ (or a transform it calls) raised a Python exception for a "
@@ -65,6 +77,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="collate-error",
+            heals=frozenset(),
             title="collate_fn could not merge the samples of a batch",
             explanation=(
                 "The samples of one batch have different shapes or types (ragged tensors, a None, "
@@ -93,6 +106,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="init-error",
+            heals=frozenset(),
             title="worker_init_fn raised an exception",
             explanation=(
                 "The worker_init_fn passed to the DataLoader raised while a worker was starting, "
@@ -117,6 +131,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="native-crash",
+            heals=frozenset({SAMPLE_DEATH, PROCESS_KILLING}),
             title="The worker crashed in native code",
             explanation=(
                 "A C/C++ extension (an image or video decoder, OpenCV, a custom op, numpy "
@@ -145,6 +160,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="oom-killed",
+            heals=frozenset({ENVIRONMENTAL, SAMPLE_DEATH, PROCESS_KILLING}),
             title="The kernel OOM killer killed the worker",
             explanation=(
                 "The machine or the container (memory cgroup) ran out of memory and the kernel "
@@ -173,6 +189,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="shm-exhausted",
+            heals=frozenset({ENVIRONMENTAL, SAMPLE_DEATH}),
             title="/dev/shm is full",
             explanation=(
                 "Workers hand batches to the main process through shared memory in /dev/shm. "
@@ -202,6 +219,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="worker-hang",
+            heals=frozenset(),
             title="The worker stopped making progress",
             explanation=(
                 "A worker spent longer than the hang timeout on one sample: a network read "
@@ -228,6 +246,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="worker-exit",
+            heals=frozenset({SAMPLE_DEATH}),
             title="The worker exited by itself with a non-zero code",
             explanation=(
                 "Code running in the worker called sys.exit() / os._exit() or a library aborted "
@@ -253,6 +272,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="killed-by-signal",
+            heals=frozenset({ENVIRONMENTAL, SAMPLE_DEATH, PROCESS_KILLING}),
             title="Something outside the worker killed it",
             explanation=(
                 "The worker received SIGKILL or SIGTERM and the kernel log shows no OOM kill: "
@@ -274,6 +294,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="unpicklable",
+            heals=frozenset({START_FAILURE}),
             title="Something that must cross between processes cannot be pickled",
             explanation=(
                 "Two things are pickled: with the 'spawn' or 'forkserver' start method (the "
@@ -308,6 +329,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="batch-lost",
+            heals=frozenset(),
             title="A finished batch could not be sent to the main process",
             explanation=(
                 "The worker built the batch, but its queue's background feeder thread failed to "
@@ -337,6 +359,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="main-guard-missing",
+            heals=frozenset({START_FAILURE}),
             title='The script has no `if __name__ == "__main__":` guard',
             explanation=(
                 "With 'spawn' or 'forkserver' each worker imports the main script again. Without "
@@ -363,6 +386,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="fd-exhausted",
+            heals=frozenset({ENVIRONMENTAL}),
             title="Too many open files (EMFILE)",
             explanation=(
                 "A process hit its open-file limit (ulimit -n). Datasets that open files without "
@@ -386,6 +410,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="process-limit",
+            heals=frozenset({START_FAILURE}),
             title="No more processes may start (EAGAIN): a process limit was reached",
             explanation=(
                 "Starting a worker failed with EAGAIN ('Resource temporarily unavailable'): the "
@@ -409,6 +434,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="cuda-in-worker",
+            heals=frozenset(),
             title="CUDA was used in a forked worker",
             explanation=(
                 "CUDA was initialised in the main process before the workers were forked, and a "
@@ -427,6 +453,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="paging-file-too-small",
+            heals=frozenset({START_FAILURE}),
             title="Windows ran out of commit space while starting workers (WinError 1455)",
             explanation=(
                 "Windows has no fork: each worker is a new process that loads torch's DLLs "
@@ -454,6 +481,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="mps-in-worker",
+            heals=frozenset(),
             title="Apple's GPU (MPS) or Objective-C state crossed into DataLoader workers (macOS)",
             explanation=(
                 "On macOS the Dataset or collate_fn made MPS tensors (or `torch.set_default_device"
@@ -480,6 +508,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="internal-error",
+            heals=frozenset(),
             title="loaderdoctor's own machinery failed (not your job's fault)",
             explanation=(
                 "An exception was raised inside loaderdoctor's own code (a wrapper around your "

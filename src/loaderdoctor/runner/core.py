@@ -36,7 +36,6 @@ from loaderdoctor.runner.model import (
     RunReport,
     UnsupervisedLoader,
     run_status,
-    weakest_protection,
 )
 from loaderdoctor.runner.pdeathsig import parent_death_signal
 from loaderdoctor.runner.protocol import (
@@ -346,20 +345,6 @@ def merge(
             quarantine.extend(i for i in incident.indices if i not in quarantine)
     exit_code, signal_name = exit_code_of(returncode)
     unsupervised_loaders = unsupervised_loaders_of(states)
-    notes = [
-        f"{u.loader} at {u.site} ran unsupervised{f' ({u.count} times)' if u.count > 1 else ''}: "
-        f"{u.reason}"
-        for u in unsupervised_loaders
-    ]
-    if not ranks and not unsupervised_loaders:
-        notes.append(no_loader_note(states, exit_code))
-    unsupervised = sum(int(state.get("unsupervised", 0)) for state in states)
-    if unsupervised:
-        notes.append(
-            f"{unsupervised} DataLoader(s) ran as plain torch (a keyword or torch release "
-            "loaderdoctor does not know; the command's warning says which): their batches are "
-            "not in the delivered counts"
-        )
     return RunReport(
         status=run_status(exit_code, incidents),
         command=command,
@@ -376,9 +361,9 @@ def merge(
         interrupted=interrupted,
         started_at=datetime.datetime.fromtimestamp(started_wall).isoformat(timespec="seconds"),
         report_dir=str(report_dir),
-        notes=notes,
+        notes=run_notes(states, ranks, unsupervised_loaders, exit_code),
         unsupervised_loaders=unsupervised_loaders,
-        oom_protection=weakest_protection(
+        oom_protection=protocol.weakest_protection(
             [
                 (f"process {r.pid}" + (f" (rank {r.rank})" if r.rank is not None else ""), line)
                 for r in ranks
@@ -386,6 +371,30 @@ def merge(
             ]
         ),
     )
+
+
+def run_notes(
+    states: list[dict[str, Any]],
+    ranks: list[ProcessSummary],
+    unsupervised_loaders: list[UnsupervisedLoader],
+    exit_code: int,
+) -> list[str]:
+    """The run's notes: loaders that ran unsupervised or as plain torch, or no loader at all."""
+    notes = [
+        f"{u.loader} at {u.site} ran unsupervised{f' ({u.count} times)' if u.count > 1 else ''}: "
+        f"{u.reason}"
+        for u in unsupervised_loaders
+    ]
+    if not ranks and not unsupervised_loaders:
+        notes.append(no_loader_note(states, exit_code))
+    unsupervised = sum(int(state.get("unsupervised", 0)) for state in states)
+    if unsupervised:
+        notes.append(
+            f"{unsupervised} DataLoader(s) ran as plain torch (a keyword or torch release "
+            "loaderdoctor does not know; the command's warning says which): their batches are "
+            "not in the delivered counts"
+        )
+    return notes
 
 
 def read_incidents(

@@ -26,7 +26,6 @@ import torch.utils.data
 import torch.utils.data.dataloader
 
 from loaderdoctor.runner import lifeline, protocol, subclasses
-from loaderdoctor.runner.model import weakest_protection
 from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, HEAL_WARNED_NAME, RUN_DIR_ENV
 from loaderdoctor.supervise import loader as supervised
 
@@ -171,7 +170,7 @@ class LoaderRecord:
 
     def read(self, supervision: Any, *, quarantine: bool = True) -> None:
         self.iterated = self.iterated or supervision.epoch >= 0
-        self.counts = dict(supervision.counts)
+        self.counts = supervision.counts.as_dict()
         self.worker_pids = set(supervision.worker_pids)
         if quarantine:  # not per batch: it may hold thousands of samples
             self.quarantine = list(supervision.quarantine)
@@ -271,7 +270,7 @@ def _write_state(force: bool) -> None:
             "rank": current_rank(),
             "heal": HEAL_AVAILABLE,
             "worker_pids": sorted(worker_pids),
-            "oom_protection": weakest_protection(
+            "oom_protection": protocol.weakest_protection(
                 [("", r.oom_protection) for r in _records if r.oom_protection is not None]
             ),
             "amended_incidents": {

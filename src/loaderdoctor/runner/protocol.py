@@ -131,3 +131,15 @@ def _names(directory: str | os.PathLike[str], suffix: str) -> list[str]:
         return [n for n in os.listdir(directory) if n.endswith(suffix)]
     except OSError:
         return []
+
+
+def weakest_protection(lines: list[tuple[str, str]]) -> str | None:
+    """One ``oom_protection`` line for several (who, line): the one line all say, else the first
+    that says "off", naming whose it is (the protection is only as good as its weakest)."""
+    distinct = list(dict.fromkeys(line for _, line in lines))
+    if not distinct:
+        return None
+    if len(distinct) == 1:
+        return distinct[0]
+    who, line = next((pair for pair in lines if pair[1].startswith("off")), lines[0])
+    return f"{who}: {line}" if who else line

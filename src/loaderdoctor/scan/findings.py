@@ -16,8 +16,8 @@ from loaderdoctor.scan.model import (
     SlowSample,
 )
 from loaderdoctor.scan.state import ScanState
-from loaderdoctor.supervise.quarantine import QuarantineEntry
-from loaderdoctor.supervise.quarantine import now as quarantine_now
+from loaderdoctor.supervise.parent.quarantine import QuarantineEntry
+from loaderdoctor.supervise.parent.quarantine import now as quarantine_now
 
 TOP = 5  # slowest and memory-hungriest samples listed
 PROFILE_POINTS = 400  # the profile's length, whatever the dataset's

@@ -24,7 +24,7 @@ from loaderdoctor.scan.findings import quarantine_entries
 from loaderdoctor.scan.model import ScanReport
 from loaderdoctor.scan.shard import JoinError, Shard, current_shard
 from loaderdoctor.scan.state import CheckpointError, ScanState, load_checkpoint
-from loaderdoctor.supervise.quarantine import write_quarantine
+from loaderdoctor.supervise.parent.quarantine import write_quarantine
 
 MIN_MEM_LIMIT = 32 << 20
 

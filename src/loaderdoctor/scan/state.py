@@ -14,7 +14,7 @@ from typing import Any
 from loaderdoctor.atomic import write_json_atomically
 from loaderdoctor.jsonshape import json_kind
 from loaderdoctor.scan.model import BadSample
-from loaderdoctor.supervise.quarantine import InvalidIndex, json_text, sample_index
+from loaderdoctor.supervise.parent.quarantine import InvalidIndex, json_text, sample_index
 
 CHECKPOINT_SCHEMA = 1
 

@@ -12,14 +12,21 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
+from loaderdoctor.forensics import catalog
 from loaderdoctor.forensics.evidence import Diagnosis
 
+
+def causes_that(heal_kind: str) -> frozenset[str]:
+    """The cause ids whose catalog row says ``heal_kind`` (``catalog.HEAL_KINDS``)."""
+    return frozenset(c.id for c in catalog.CAUSES.values() if heal_kind in (c.heals or ()))
+
+
 # Causes that say "this machine, now" rather than "this sample": back off rather than blame.
-ENVIRONMENTAL = frozenset({"oom-killed", "shm-exhausted", "killed-by-signal", "fd-exhausted"})
+ENVIRONMENTAL = causes_that(catalog.ENVIRONMENTAL)
 # Deaths whose sample in flight is worth re-trying alone before it is quarantined.
-SAMPLE_DEATHS = frozenset(
-    {"native-crash", "oom-killed", "shm-exhausted", "worker-exit", "killed-by-signal"}
-)
+SAMPLE_DEATHS = causes_that(catalog.SAMPLE_DEATH)
+# Causes that kill a process: their sample must never run in the training process.
+PROCESS_KILLING = causes_that(catalog.PROCESS_KILLING)
 MAX_RESPAWNS = 8
 # A rung is climbed back after this many batches delivered without an environmental failure, or
 # at the start of an epoch when the whole previous epoch was healthy, whichever comes first.
@@ -67,7 +74,7 @@ class Situation:
 
 def process_killing(cause: str, kind: str) -> bool:
     """A cause that killed a process: a sample must then never run in the training process."""
-    return kind in ("death", "hang") or cause in ("native-crash", "oom-killed", "killed-by-signal")
+    return kind in ("death", "hang") or cause in PROCESS_KILLING
 
 
 def memory_suspect(diagnosis: Diagnosis) -> bool:
@@ -115,6 +122,12 @@ def replaces_one_worker(action: Action, at: Situation) -> bool:
         and (action.num_workers, action.prefetch_factor) == (at.num_workers, at.prefetch_factor)
         and at.kind in ("death", "hang")
     )
+
+
+def owed_again(diagnosis: Diagnosis) -> bool:
+    """A worker's exception after which its batch is still owed to the user (healing loads it
+    again elsewhere): the machine was short, or loaderdoctor's own machinery failed."""
+    return diagnosis.cause in ENVIRONMENTAL or diagnosis.cause == "internal-error"
 
 
 class HealPolicy:

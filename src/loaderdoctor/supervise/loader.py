@@ -10,13 +10,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch.utils.data
 
 from loaderdoctor import torch_compat, torch_signature
-from loaderdoctor.supervise.incidents import (
+from loaderdoctor.supervise.parent.incidents import (
     INCIDENT_SINKS,
     Incident,
     IncidentLog,
     LoaderReport,
 )
-from loaderdoctor.supervise.supervision import IterState, LoaderSnapshot, Settings, Supervision
+from loaderdoctor.supervise.parent.supervision import (
+    IterState,
+    LoaderSnapshot,
+    Settings,
+    Supervision,
+)
 
 ON_ERROR_CHOICES = ("raise", "skip", "replace")
 
@@ -38,7 +43,7 @@ KNOWN_TORCH_KEYWORDS = torch_signature.ALL
 LOADER_HOOKS: list[Callable[[Any], None]] = []
 
 
-class DataLoader(torch.utils.data.DataLoader[_T_co]):
+class DataLoader(torch_compat.HookedDataLoader[_T_co]):
     """A ``torch.utils.data.DataLoader`` whose every worker failure gets a verdict.
 
     Takes every argument of ``torch.utils.data.DataLoader`` and behaves identically while nothing
@@ -132,22 +137,22 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         """Every incident so far, in order (append-only; ``report`` reads the same log)."""
         return self._ld.log
 
-    def _get_iterator(self) -> Any:
-        from loaderdoctor.supervise import worker_hooks
+    def ld_get_iterator(self) -> Any:
+        from loaderdoctor.supervise.worker import hooks as worker_hooks
 
         sup = self._ld
         if self._ld_unsupervised is not None or sup.plain_torch:
             if self._ld_unsupervised is not None:
                 _warn_once(self, self._ld_unsupervised)
-            return super()._get_iterator()
+            return super().ld_get_iterator()
         if worker_hooks.is_spawn_bootstrapping():
             # A spawned worker re-running an unguarded main script reached this loop. It must
             # never heal by loading here (it would run the user's training in the worker): it
             # fails as under stock torch, and the parent, told by the marker, gives the verdict.
             worker_hooks.write_bootstrap_marker()
-            return super()._get_iterator()
-        from loaderdoctor.supervise.iterator import SupervisedMultiProcessingIter
-        from loaderdoctor.supervise.single_process import SupervisedSingleProcessIter
+            return super().ld_get_iterator()
+        from loaderdoctor.supervise.parent.iterator import SupervisedMultiProcessingIter
+        from loaderdoctor.supervise.parent.single_process import SupervisedSingleProcessIter
 
         workers, prefetch = self.num_workers, self.prefetch_factor
         if workers and not sup.workers_cannot_start and sup.settings.heal:
@@ -172,25 +177,23 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if self._ld_unsupervised is not None or sup.plain_torch:
             return super().__iter__()
         climbed = _announce(sup.climb_at_epoch_start())
-        current = self._iterator
+        current = self.ld_iterator
         state = getattr(current, "_ld_state", IterState.RUNNING)
         if current is not None and (climbed or state is not IterState.RUNNING):
             # Persistent workers died with the last epoch, healing moved loading elsewhere, or
             # the loader climbs back up: start afresh, never resume such an iterator (stock
             # torch would hang or lose the dead worker's batches).
-            self._iterator = None
-            shutdown = getattr(current, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
+            self.ld_iterator = None
+            torch_compat.shut_down(current)
         workers = sup.backoff.num_workers if sup.backoff is not None else self.num_workers
         if self.persistent_workers and (workers == 0 or sup.workers_cannot_start):
-            return self._get_iterator()
+            return self.ld_get_iterator()
         return super().__iter__()
 
     @property
     def report(self) -> LoaderReport:
         """What this loader saw and did: incidents with their actions, quarantine, counts."""
-        drain = getattr(self._iterator, "_ld_drain", None)
+        drain = getattr(self.ld_iterator, "_ld_drain", None)
         if drain is not None:
             drain()
         self._ld.take_in_process_events()
@@ -203,9 +206,9 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
     would re-run the main script's top level, and when that starts this epoch outside a main
     guard each worker would run the training itself; or the loader's parts need a class of a
     ``__main__`` with no file (a notebook), which no worker can import (issue 24)."""
-    from loaderdoctor.supervise import collect
-    from loaderdoctor.supervise.iterator import start_method_of
-    from loaderdoctor.supervise.start_failure import (
+    from loaderdoctor.supervise.parent import collect
+    from loaderdoctor.supervise.parent.iterator import start_method_of
+    from loaderdoctor.supervise.parent.start_failure import (
         fileless_main_diagnosis,
         load_in_process,
         unguarded_diagnosis,

@@ -48,12 +48,11 @@ from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import Field, FlightRecorder
-from loaderdoctor.supervise import collect, live_quarantine, result_queue
+from loaderdoctor.supervise import live_quarantine
 from loaderdoctor.supervise.errors import WorkerDiedError, WorkerHangError
-from loaderdoctor.supervise.events import EventReader
+from loaderdoctor.supervise.files import BOOTSTRAP_DIR_ENV
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 from loaderdoctor.supervise.heal_policy import Action, ActionKind, HealPolicy, Situation
-from loaderdoctor.supervise.ledger import Ledger
 from loaderdoctor.supervise.loader import (
     LOADER_HOOKS,
     DataLoader,
@@ -62,16 +61,24 @@ from loaderdoctor.supervise.loader import (
     _unsupervised_reason,
     _warn_once,
 )
-from loaderdoctor.supervise.loader_view import wrap_dataset
-from loaderdoctor.supervise.pool import Pool
-from loaderdoctor.supervise.result_queue import HalfMessage
-from loaderdoctor.supervise.sample_policy import HealedBatch, SkippedBatch
-from loaderdoctor.supervise.supervision import IterState, LoaderSnapshot, Settings, Supervision
-from loaderdoctor.supervise.worker import SupervisedBatchedMapDataset, SupervisedMapDataset
-from loaderdoctor.supervise.worker_collate import SupervisedCollate
-from loaderdoctor.supervise.worker_exceptions import worker_exception
-from loaderdoctor.supervise.worker_hooks import BOOTSTRAP_DIR_ENV, SupervisedWorkerInit
-from loaderdoctor.supervise.worker_watch import WorkerWatch
+from loaderdoctor.supervise.parent import collect, result_queue
+from loaderdoctor.supervise.parent.events import EventReader
+from loaderdoctor.supervise.parent.ledger import Ledger
+from loaderdoctor.supervise.parent.pool import Pool
+from loaderdoctor.supervise.parent.result_queue import HalfMessage
+from loaderdoctor.supervise.parent.supervision import (
+    IterState,
+    LoaderSnapshot,
+    Settings,
+    Supervision,
+)
+from loaderdoctor.supervise.parent.watch import WorkerWatch
+from loaderdoctor.supervise.parent.worker_exceptions import worker_exception
+from loaderdoctor.supervise.worker.collate import SupervisedCollate
+from loaderdoctor.supervise.worker.datasets import SupervisedBatchedMapDataset, SupervisedMapDataset
+from loaderdoctor.supervise.worker.hooks import SupervisedWorkerInit
+from loaderdoctor.supervise.worker.loader_view import wrap_dataset
+from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SkippedBatch
 
 POLL_S = 0.1
 POLICY = HealPolicy()
@@ -496,11 +503,12 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
         )
         action = POLICY.decide(diagnosis, at)
         if action.kind is ActionKind.PROBE:
-            from loaderdoctor.supervise.iterator import probe
+            from loaderdoctor.supervise.parent.iterator import probe_batch
 
-            outcome = probe(self._ld_snapshot, ev.in_flight_index)
+            found = probe_batch(self._ld_snapshot, [ev.in_flight_index])
+            outcome = found if isinstance(found, str) else found is not None
             if isinstance(outcome, str):
-                self._ld_sup.counts["probe_failures"] += 1
+                self._ld_sup.counts.probe_failures += 1
                 action = POLICY.decide(diagnosis, replace(at, probe_error=outcome))
             else:
                 action = POLICY.decide(diagnosis, replace(at, probe_failed_again=outcome))
@@ -574,7 +582,7 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
 
 
 def _start_method(snapshot: Any) -> str:
-    from loaderdoctor.supervise.iterator import start_method_of
+    from loaderdoctor.supervise.parent.iterator import start_method_of
 
     return start_method_of(snapshot)
 

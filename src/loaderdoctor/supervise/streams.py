@@ -96,9 +96,9 @@ class StreamBatch:
 
     def pin_memory(self, device: Any = None) -> StreamBatch:
         """torch's pin thread calls this: pin the batch inside, keep the positions."""
-        from torch.utils.data._utils.pin_memory import pin_memory
+        from loaderdoctor import torch_compat
 
-        pinned = pin_memory(self.batch, device) if device is not None else pin_memory(self.batch)
+        pinned = torch_compat.pin_memory(self.batch, device)
         return StreamBatch(
             pinned,
             self.worker_id,
@@ -259,7 +259,7 @@ def new_stream_progress(loader: Any) -> StreamProgress | None:
     """A fresh progress for a loader over an IterableDataset (None for map-style)."""
     from loaderdoctor import torch_compat
 
-    if loader._dataset_kind != torch_compat.DatasetKind.Iterable:
+    if not torch_compat.is_iterable(loader):
         return None
     return StreamProgress(declared_replayable(loader.dataset))
 

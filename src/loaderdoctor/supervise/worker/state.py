@@ -57,9 +57,6 @@ class _WorkerState:
 STATE = _WorkerState()
 
 
-EVENTS_PREFIX = "events-"
-
-
 def record_event(event: dict[str, Any]) -> None:
     """A skip or replace decided in this process, for the batch being loaded: it reaches the
     parent with that batch (``take_batch_events``), or alone (``flush_events``)."""

@@ -18,17 +18,15 @@ from typing import Any
 
 from loaderdoctor import torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
-from loaderdoctor.supervise.exception_tags import tag_exception
+from loaderdoctor.supervise import files
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
-from loaderdoctor.supervise.worker_state import EVENTS_PREFIX, STATE
+from loaderdoctor.supervise.worker.exception_tags import tag_exception
+from loaderdoctor.supervise.worker.state import STATE
 from loaderdoctor.system import platform
 from loaderdoctor.system.oom_priority import raise_oom_score
 
-BOOTSTRAP_DIR_ENV = "LOADERDOCTOR_BOOTSTRAP_DIR"
-# Each worker says how the parent gets its stack when it is stuck (see ``platform.stack_dump``):
-# "signal N" (send N), "timer" (read ``HANG_LOG``), or "none: why".
-STACK_DUMP_FILE = "stackdump-{worker_id}-{pid}.txt"
-HANG_LOG = "hang-{worker_id}-{pid}.log"
+# Each worker says how the parent gets its stack when it is stuck (see ``platform.stack_dump``)
+# in ``files.stack_dump_how``: "signal N" (send N), "timer" (read ``files.hang_log``), "none: why".
 # Without a dump signal the worker dumps its own stack this far into a stage that has not ended,
 # so that the dump is written before the parent calls the stage a hang (at ``hang_timeout``).
 TIMER_DUMP_FRACTION = 0.8
@@ -75,7 +73,7 @@ class SupervisedWorkerInit:
         try:
             # One file per worker process: faulthandler writes the Python stack of every thread
             # into it at a fatal signal (SIGSEGV, SIGBUS, ...) and on the stack-dump signal.
-            path = os.path.join(self.log_dir, f"worker-{worker_id}-{os.getpid()}.log")
+            path = files.stack_log(self.log_dir, worker_id, os.getpid())
             STATE.stack_log = open(path, "w")  # must outlive this call
             # A forked worker inherits "enabled" from a parent run under pytest or -X
             # faulthandler; enable() would then only switch files and leave torch's SIGSEGV
@@ -89,9 +87,7 @@ class SupervisedWorkerInit:
         _announce_temp_dir(self.log_dir, worker_id)
         try:
             STATE.events = []
-            STATE.event_log = open(
-                os.path.join(self.log_dir, f"{EVENTS_PREFIX}{worker_id}-{os.getpid()}.jsonl"), "w"
-            )
+            STATE.event_log = open(files.events_file(self.log_dir, worker_id, os.getpid()), "w")
         except OSError:
             STATE.event_log = None
         torch_compat.show_user_dataset_in_worker_info(self.dataset)
@@ -120,10 +116,8 @@ class SupervisedWorkerInit:
                 )
                 how = f"signal {number}"
             elif dump.method == "timer" and self.hang_timeout:
-                name = HANG_LOG.format(worker_id=worker_id, pid=os.getpid())
-                hang_log = open(
-                    os.path.join(self.log_dir, name), "w"
-                )  # the timer thread writes to it until the worker exits
+                # the timer thread writes to it until the worker exits
+                hang_log = open(files.hang_log(self.log_dir, worker_id, os.getpid()), "w")
                 _StageTimer(self.recorder, worker_id, hang_log, self.hang_timeout).start()
                 how = "timer"
             elif dump.method == "timer":
@@ -131,8 +125,7 @@ class SupervisedWorkerInit:
         except (OSError, RuntimeError, ValueError) as error:
             how = f"none: {type(error).__name__}: {error}"
         try:
-            name = STACK_DUMP_FILE.format(worker_id=worker_id, pid=os.getpid())
-            with open(os.path.join(self.log_dir, name), "w") as handle:
+            with open(files.stack_dump_how(self.log_dir, worker_id, os.getpid()), "w") as handle:
                 handle.write(f"{how}\n{dump.description}\n")
         except OSError:
             pass
@@ -184,7 +177,7 @@ def _announce_temp_dir(log_dir: str, worker_id: int) -> None:
         return  # inherited from the parent through fork: the parent's, not ours to remove
     try:
         temp_dir = multiprocessing.util.get_temp_dir()
-        path = os.path.join(log_dir, f"tempdir-{worker_id}-{os.getpid()}.txt")
+        path = files.tempdir_file(log_dir, worker_id, os.getpid())
         with open(path, "w") as handle:
             handle.write(temp_dir)
     except OSError:
@@ -230,7 +223,7 @@ def write_bootstrap_marker() -> None:
 
     The parent names the missing ``if __name__ == "__main__":`` guard from this file.
     """
-    directory = os.environ.get(BOOTSTRAP_DIR_ENV)
+    directory = os.environ.get(files.BOOTSTRAP_DIR_ENV)
     if not directory or not os.path.isdir(directory):
         return
     main = sys.modules.get("__mp_main__") or sys.modules.get("__main__")
@@ -245,7 +238,7 @@ def write_bootstrap_marker() -> None:
         f"at import{where}"
     )
     try:
-        with open(os.path.join(directory, f"bootstrap-{os.getpid()}.txt"), "w") as handle:
+        with open(files.bootstrap_marker(directory, os.getpid()), "w") as handle:
             handle.write(text)
     except OSError:
         pass

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoctor.supervise.worker_state import EVENTS_PREFIX
+from loaderdoctor.supervise import files
 
 
 class EventReader:
@@ -27,7 +27,7 @@ class EventReader:
 
     def drain(self) -> None:
         try:
-            names = sorted(n for n in os.listdir(self.log_dir) if n.startswith(EVENTS_PREFIX))
+            names = files.names_of(self.log_dir, files.EVENTS_PREFIX)
         except OSError:
             return
         for name in names:

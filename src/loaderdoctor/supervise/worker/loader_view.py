@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from loaderdoctor import torch_compat
-from loaderdoctor.supervise.sample_policy import SamplePolicy
-from loaderdoctor.supervise.worker import (
+from loaderdoctor.supervise.worker.datasets import (
     SupervisedBatchedMapDataset,
     SupervisedIterableDataset,
     SupervisedMapDataset,
 )
+from loaderdoctor.supervise.worker.sample_policy import SamplePolicy
 
 
 def wrap_dataset(dataset: Any, dataset_kind: int, policy: SamplePolicy | None = None) -> Any:

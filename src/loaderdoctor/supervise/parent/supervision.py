@@ -14,21 +14,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoctor import torch_compat
 from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise.batch_count import samples_delivered
 from loaderdoctor.supervise.heal import warn_sample_action
 from loaderdoctor.supervise.heal_policy import Backoff
-from loaderdoctor.supervise.incidents import BackoffStep, IncidentLog, LoaderReport, build_report
-from loaderdoctor.supervise.ledger import new_counts
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
-from loaderdoctor.supervise.quarantine import (
+from loaderdoctor.supervise.parent.incidents import (
+    BackoffStep,
+    IncidentLog,
+    LoaderReport,
+    build_report,
+)
+from loaderdoctor.supervise.parent.ledger import Counts
+from loaderdoctor.supervise.parent.quarantine import (
     QuarantineEntry,
     dataset_length,
     read_quarantine,
     write_quarantine,
 )
-from loaderdoctor.supervise.quarantine import now as quarantine_now
-from loaderdoctor.supervise.sample_policy import HealedBatch, SamplePolicy
+from loaderdoctor.supervise.parent.quarantine import now as quarantine_now
+from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SamplePolicy
 from loaderdoctor.system.oom_priority import (
     PROBE_OOM_SCORE_ADJ,
     WORKER_OOM_SCORE_ADJ,
@@ -68,7 +74,8 @@ class LoaderSnapshot:
         if isinstance(loader, LoaderSnapshot):
             values = dict(loader.__dict__)
         else:
-            values = {k: v for k, v in vars(loader).items() if k not in ("_iterator", "_ld")}
+            values = torch_compat.loader_state(loader)
+            values.pop("_ld", None)  # the loader's own supervision: never a snapshot's
             values["_snapshot_of"] = type(loader)
         values.update(overrides)
         self.__dict__.update(values)
@@ -93,7 +100,7 @@ class Supervision:
         self.settings = settings
         self.dataset = dataset
         self.log = IncidentLog(owner)
-        self.counts = new_counts()
+        self.counts = Counts()
         self.sample_actions = 0  # skips and replacements warned about (rate-limited)
         self.quarantine: dict[int, QuarantineEntry] = {}
         if settings.quarantine_path is not None:
@@ -128,10 +135,8 @@ class Supervision:
     def delivered(self, indices: Any, batch: Any, samples: int | None = None) -> None:
         """One batch handed to the user: the loader's delivered counts (the only ones kept),
         counted here, at the delivery, from what the batch holds."""
-        self.counts["batches"] += 1
-        self.counts["samples"] += (
-            samples if samples is not None else samples_delivered(indices, batch)
-        )
+        self.counts.batches += 1
+        self.counts.samples += samples if samples is not None else samples_delivered(indices, batch)
         self.tell_watchers("delivered")
 
     def delivered_batch(self, indices: Any, data: Any) -> Any:
@@ -200,9 +205,9 @@ class Supervision:
         action = event.get("action", "skipped")
         counts = self.counts
         if action == "replaced":
-            counts["replaced"] += 1
+            counts.replaced += 1
         else:
-            counts["skipped"] += 1
+            counts.skipped += 1
         if event.get("stage") == "quarantined":
             return  # known bad from an earlier incident or the quarantine file: no new verdict
         index = event.get("index")
@@ -223,7 +228,7 @@ class Supervision:
             ev.odd_indices = [index]
         facts = event.get("facts")
         if isinstance(facts, dict):
-            from loaderdoctor.supervise import collect
+            from loaderdoctor.supervise.parent import collect
 
             collect.facts_from_tags(ev, facts)
         attempts = event.get("attempts") or 1
@@ -240,7 +245,7 @@ class Supervision:
         self.quarantine_add(index, diagnosis)
 
     def take_in_process_events(self) -> None:
-        from loaderdoctor.supervise.worker_state import STATE
+        from loaderdoctor.supervise.worker.state import STATE
 
         while STATE.events:
             self.take_event(STATE.events.pop(0))

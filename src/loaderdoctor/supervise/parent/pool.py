@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor import torch_compat
-from loaderdoctor.supervise import collect
+from loaderdoctor.supervise import files
+from loaderdoctor.supervise.parent import collect
 from loaderdoctor.system.oom_priority import raise_oom_score
 
 SHUTDOWN_GRACE_S = 2.0
@@ -143,13 +144,8 @@ class Pool:
     def remove_temp_dirs(self, pid: int | None = None) -> None:
         """A killed worker leaves its multiprocessing temp dir behind; remove those that remain
         (of every worker, or of the worker ``pid`` alone)."""
-        suffix = f"-{pid}.txt" if pid is not None else ".txt"
         try:
-            names = [
-                n
-                for n in os.listdir(self.log_dir)
-                if n.startswith("tempdir-") and n.endswith(suffix)
-            ]
+            names = files.names_of(self.log_dir, files.TEMPDIR_PREFIX, files.tempdir_suffix(pid))
         except OSError:
             return
         for name in names:

@@ -18,20 +18,14 @@ from typing import Any
 
 from loaderdoctor.forensics import Evidence
 from loaderdoctor.recorder import FlightRecorder
-from loaderdoctor.supervise import collect
-from loaderdoctor.supervise.ledger import Ledger
-from loaderdoctor.supervise.pool import Pool
+from loaderdoctor.supervise.parent import collect, hangs
+from loaderdoctor.supervise.parent.ledger import Ledger
+from loaderdoctor.supervise.parent.pool import Pool
+from loaderdoctor.supervise.parent.worker_exceptions import ERRNO_PATTERN, exception_line
 from loaderdoctor.supervise.samples import sample_file
-from loaderdoctor.supervise.worker_exceptions import ERRNO_PATTERN, exception_line
-from loaderdoctor.supervise.worker_hooks import (
-    HANG_LOG,
-    SEND_ERROR_HEADER,
-    STACK_DUMP_FILE,
-    STAGE_TIMER_FRAME,
-)
+from loaderdoctor.supervise.worker.hooks import SEND_ERROR_HEADER
 from loaderdoctor.system.limits import open_files, process_open_files
 
-STACK_DUMP_WAIT_S = 1.0
 RECEIVE_ERROR_GRACE_S = 1.0
 
 
@@ -73,9 +67,7 @@ class WorkerWatch:
             for worker_id in range(len(self.pool)):
                 if not busy[worker_id]:
                     continue
-                snapshot = self.recorder.snapshot(worker_id)
-                stuck = snapshot.stage in ("fetch", "collate", "init")
-                if stuck and snapshot.stage_age_s > self.hang_timeout:
+                if hangs.stuck(self.recorder.snapshot(worker_id), self.hang_timeout):
                     return self.hang(worker_id, tasks, None)
         return None
 
@@ -131,7 +123,7 @@ class WorkerWatch:
         self._worker_facts(ev, worker_id, tasks)
         ev.seconds_without_progress = self.recorder.snapshot(worker_id).stage_age_s
         if self.pool.is_alive(worker_id):
-            ev.python_stack, how = self._dump_stack(worker_id, ev.pid)
+            ev.python_stack, how = hangs.dump_stack(self.pool.log_dir, worker_id, ev.pid)
             if ev.python_stack is None:
                 ev.notes.append(f"the stuck worker's Python stack could not be dumped: {how}")
             elif how:
@@ -141,72 +133,6 @@ class WorkerWatch:
             ev.notes.append(timeout_message)
         return ev
 
-    def _dump_stack(self, worker_id: int, pid: int | None) -> tuple[str | None, str | None]:
-        """(the stuck worker's stack, how it was had) or (None, why not), as the worker said."""
-        if pid is None:
-            return None, "the worker's pid is unknown"
-        name = STACK_DUMP_FILE.format(worker_id=worker_id, pid=pid)
-        try:
-            with open(os.path.join(self.pool.log_dir, name)) as handle:
-                how, _, description = handle.read().partition("\n")
-        except OSError:
-            return None, "the worker did not say how (it never finished starting)"
-        if how.startswith("signal "):
-            return self._dump_on_signal(worker_id, pid, int(how.split()[1]))
-        if how == "timer":
-            return self._read_timer_dump(worker_id, pid, description.strip())
-        return None, how.removeprefix("none: ")
-
-    def _dump_on_signal(
-        self, worker_id: int, pid: int, number: int
-    ) -> tuple[str | None, str | None]:
-        path = os.path.join(self.pool.log_dir, f"worker-{worker_id}-{pid}.log")
-        try:
-            offset = os.path.getsize(path)
-            os.kill(pid, number)
-        except OSError as error:
-            return None, f"signal {number} could not be sent ({error.strerror or error})"
-        deadline = time.monotonic() + STACK_DUMP_WAIT_S
-        size = offset
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            new_size = os.path.getsize(path)
-            if new_size > offset and new_size == size:
-                break  # it grew and stopped growing: the dump is complete
-            size = new_size
-        try:
-            with open(path, errors="replace") as handle:
-                handle.seek(offset)
-                text = handle.read().strip()
-        except OSError as error:
-            return None, f"{path} could not be read ({error.strerror or error})"
-        if text:
-            return text, None
-        return None, f"faulthandler wrote nothing within {STACK_DUMP_WAIT_S:.0f} s"
-
-    def _read_timer_dump(
-        self, worker_id: int, pid: int, description: str
-    ) -> tuple[str | None, str | None]:
-        """The last dump the worker's own timer wrote (``Timeout (0:00:02)!`` and the threads)."""
-        path = os.path.join(self.pool.log_dir, HANG_LOG.format(worker_id=worker_id, pid=pid))
-        deadline = time.monotonic() + STACK_DUMP_WAIT_S
-        while True:
-            try:
-                with open(path, errors="replace") as handle:
-                    text = handle.read()
-            except OSError as error:
-                return None, f"{path} could not be read ({error.strerror or error})"
-            marker = text.rfind("Timeout (")
-            if marker >= 0:
-                # the first line is the timer's own header, not part of the stack
-                dump = _main_thread_first(text[marker:].split("\n", 1)[-1])
-                if dump:
-                    return dump, description
-            if time.monotonic() >= deadline:
-                return None, f"{description} wrote nothing (a thread that never released the GIL?)"
-            time.sleep(0.05)
-
-    # --- batches lost in transfer ---------------------------------------------------------
     def send_error(self, worker_id: int, tasks: Mapping[int, Any]) -> Evidence:
         ev = self.base("exception", worker_id)
         ev.stage = "send"
@@ -304,14 +230,4 @@ class WorkerWatch:
         return ev
 
 
-def _main_thread_first(dump: str) -> str:
-    """A timer's dump lists the newest thread first and has no "Current thread": put the
-    worker's main thread (the one in torch's ``_worker_loop``) first, and leave out the timer's
-    own thread, as a signal's dump would."""
-    threads = [block.strip() for block in dump.strip().split("\n\n") if block.strip()]
-    threads = [block for block in threads if STAGE_TIMER_FRAME not in block]
-    threads.sort(key=lambda block: "in _worker_loop" not in block)
-    return "\n\n".join(threads)
-
-
-__all__ = ["RECEIVE_ERROR_GRACE_S", "STACK_DUMP_WAIT_S", "WorkerWatch"]
+__all__ = ["RECEIVE_ERROR_GRACE_S", "WorkerWatch"]

@@ -15,14 +15,7 @@ from typing import Any
 from torch.utils.data import Dataset, IterableDataset
 
 from loaderdoctor.recorder import _FETCH, _INDEX, _SAMPLES, _SINCE, _STAGE, NO_INDEX, Stage
-from loaderdoctor.supervise.exception_tags import tag_exception
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE
-from loaderdoctor.supervise.sample_policy import (
-    DroppedSamples,
-    SamplePolicy,
-    SkippedBatch,
-    _safe_structure,
-)
 from loaderdoctor.supervise.streams import (
     CHECKED_KEYS,
     StreamBatch,
@@ -30,7 +23,14 @@ from loaderdoctor.supervise.streams import (
     is_stateful,
     item_key,
 )
-from loaderdoctor.supervise.worker_state import (
+from loaderdoctor.supervise.worker.exception_tags import tag_exception
+from loaderdoctor.supervise.worker.sample_policy import (
+    DroppedSamples,
+    SamplePolicy,
+    SkippedBatch,
+    _safe_structure,
+)
+from loaderdoctor.supervise.worker.state import (
     STATE,
     _failure,
     flush_events,

@@ -7,7 +7,9 @@ each healthy sample arrives exactly once: nothing delivered is sent twice, nothi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Container
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -60,15 +62,20 @@ class Ledger:
         return len(self._owed)
 
 
-def new_counts() -> dict[str, int]:
-    return {
-        "batches": 0,
-        "samples": 0,
-        "skipped": 0,
-        "replaced": 0,
-        "resent_batches": 0,
-        "probe_failures": 0,  # a sample re-tried alone whose probe could not tell
-    }
+@dataclass
+class Counts:
+    """What one loader counted across its iterators: the report's ``counts`` (same keys, same
+    order, as ``as_dict``)."""
+
+    batches: int = 0  # delivered to the user
+    samples: int = 0  # in the delivered batches
+    skipped: int = 0  # left out (quarantined, or skipped by the sample policy)
+    replaced: int = 0  # replaced by a substitute (on_error="replace")
+    resent_batches: int = 0  # owed by a dead worker or a stopped pool, sent again
+    probe_failures: int = 0  # a sample re-tried alone whose probe could not tell
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
 
 
-__all__ = ["Ledger", "new_counts"]
+__all__ = ["Counts", "Ledger"]

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoctor import torch_compat
+
 
 @dataclass(frozen=True)
 class SamplePolicy:
@@ -49,9 +51,7 @@ class HealedBatch:
 
     def pin_memory(self, device: Any = None) -> HealedBatch:
         """torch's pin thread calls this: pin the batch inside."""
-        from torch.utils.data._utils.pin_memory import pin_memory
-
-        pinned = pin_memory(self.batch, device) if device is not None else pin_memory(self.batch)
+        pinned = torch_compat.pin_memory(self.batch, device)
         return HealedBatch(pinned, self.samples, self.events)
 
     def __repr__(self) -> str:

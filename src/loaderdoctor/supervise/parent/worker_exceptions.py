@@ -13,10 +13,10 @@ from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.origin import origin_in_text
 from loaderdoctor.forensics.verdict_text import format_verdict
-from loaderdoctor.supervise import collect
 from loaderdoctor.supervise.errors import LoaderError, attach
-from loaderdoctor.supervise.exception_tags import read_tags, strip_tags
+from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.samples import sample_file
+from loaderdoctor.supervise.worker.exception_tags import read_tags, strip_tags
 
 ERRNO_PATTERN = re.compile(r"\[Errno (\d+)\]")
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from loaderdoctor.forensics.evidence import Diagnosis
+from loaderdoctor.supervise.parent.ledger import Counts
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ class LoaderReport:
         }
 
 
-def build_report(log: IncidentLog, quarantine: list[int], counts: dict[str, int]) -> LoaderReport:
+def build_report(log: IncidentLog, quarantine: list[int], counts: Counts) -> LoaderReport:
     incidents = list(log)
     actions = {i.action for i in incidents}
     if not incidents:
@@ -178,8 +179,8 @@ def build_report(log: IncidentLog, quarantine: list[int], counts: dict[str, int]
         status=status,
         incidents=incidents,
         quarantine=quarantine,
-        delivered={"batches": counts["batches"], "samples": counts["samples"]},
-        counts={**counts, "sink_failures": log.sink_failures},
+        delivered={"batches": counts.batches, "samples": counts.samples},
+        counts={**counts.as_dict(), "sink_failures": log.sink_failures},
         backoff=list(log.steps),
     )
 

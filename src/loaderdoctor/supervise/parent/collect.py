@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import io
+import logging
 import os
 import pickle
 import shutil
@@ -21,6 +22,9 @@ import torch
 
 from loaderdoctor.forensics.evidence import Evidence
 from loaderdoctor.recorder import WorkerSnapshot
+from loaderdoctor.supervise import files
+
+logger = logging.getLogger(__name__)
 
 # The OOM killer logs before it kills, but the record can reach /dev/kmsg a moment after the
 # parent sees the child gone: look again for this long before concluding "no OOM kill".
@@ -43,9 +47,21 @@ def read_baseline() -> Baseline:
     host = host_oom_kills()
     try:
         memory = cgroup.memory_cgroup()
-    except Exception as error:  # a probe must never break the loader
+    except OSError as error:
         return Baseline(None, f"memory cgroup not readable: {error}", host)
+    except Exception as error:  # a probe must never break the loader, nor pose as the machine
+        return Baseline(None, our_failure("reading the memory cgroup", error), host)
     return Baseline(memory.oom_kill_count, memory.note, host)
+
+
+def our_failure(what: str, error: Exception) -> str:
+    """The evidence line for loaderdoctor's own code failing while it read the machine: said as
+    an internal error (and logged with its traceback), never as a fact about the machine."""
+    logger.error("loaderdoctor: %s failed", what, exc_info=error)
+    return (
+        f"{what} failed inside loaderdoctor (internal-error, please report it): "
+        f"{type(error).__name__}: {error}"
+    )
 
 
 LOG_DIR_PREFIX = "loaderdoctor-"
@@ -79,7 +95,7 @@ def signal_name(number: int) -> str:
 def read_stack_log(log_dir: str | None, worker_id: int, pid: int | None) -> str | None:
     if not log_dir or pid is None:
         return None
-    path = os.path.join(log_dir, f"worker-{worker_id}-{pid}.log")
+    path = files.stack_log(log_dir, worker_id, pid)
     try:
         with open(path, errors="replace") as handle:
             text = handle.read().strip()
@@ -92,7 +108,7 @@ def read_bootstrap_markers(log_dir: str | None) -> str | None:
     if not log_dir:
         return None
     try:
-        names = sorted(n for n in os.listdir(log_dir) if n.startswith("bootstrap-"))
+        names = files.names_of(log_dir, files.BOOTSTRAP_PREFIX)
     except OSError:
         return None
     for name in names:
@@ -119,7 +135,8 @@ def main_script_unguarded() -> tuple[str | None, bool | None]:
         from loaderdoctor.lint import check_source
 
         return path, bool(check_source(source, path, select=["LD101"]))
-    except Exception:  # the linter is an aid here; fall back to the plain guard check
+    except Exception as error:  # the linter is an aid here; fall back to the plain guard check
+        logger.error("loaderdoctor: LD101 failed on %s", path, exc_info=error)
         return path, not _has_main_guard(source)
 
 
@@ -236,11 +253,13 @@ def add_machine_evidence(ev: Evidence, baseline: Baseline | None) -> None:
     from loaderdoctor.system import cgroup, kmsg, shm
     from loaderdoctor.system.memory import host_oom_kills
 
+    memory: Any = None
     try:
-        memory: Any = cgroup.memory_cgroup()
-    except Exception as error:
-        memory = None
+        memory = cgroup.memory_cgroup()
+    except OSError as error:
         ev.notes.append(f"memory cgroup not readable: {error}")
+    except Exception as error:
+        ev.notes.append(our_failure("reading the memory cgroup", error))
     if memory is not None:
         ev.cgroup_limit_bytes = memory.limit_bytes
         ev.cgroup_oom_kills_after = memory.oom_kill_count
@@ -282,8 +301,10 @@ def add_machine_evidence(ev: Evidence, baseline: Baseline | None) -> None:
         ev.shm_free_bytes = usage.free_bytes
         if usage.total_bytes is None and usage.note:
             ev.notes.append(f"/dev/shm not readable: {usage.note}")
-    except Exception as error:
+    except OSError as error:
         ev.notes.append(f"/dev/shm not readable: {error}")
+    except Exception as error:
+        ev.notes.append(our_failure("reading /dev/shm", error))
 
 
 def from_snapshot(ev: Evidence, snapshot: WorkerSnapshot | None, iterable: bool) -> None:

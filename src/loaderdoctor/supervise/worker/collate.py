@@ -6,15 +6,15 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor.recorder import Stage
-from loaderdoctor.supervise.exception_tags import tag_exception
-from loaderdoctor.supervise.sample_policy import (
+from loaderdoctor.supervise.worker.exception_tags import tag_exception
+from loaderdoctor.supervise.worker.sample_policy import (
     DroppedSamples,
     HealedBatch,
     SkippedBatch,
     _safe_structure,
     odd_samples,
 )
-from loaderdoctor.supervise.worker_state import (
+from loaderdoctor.supervise.worker.state import (
     STATE,
     _failure,
     flush_events,

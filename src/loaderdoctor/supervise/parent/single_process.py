@@ -10,16 +10,16 @@ from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Evidence, diagnose
 from loaderdoctor.forensics.origin import format_traceback, origin_of
 from loaderdoctor.forensics.verdict_text import format_verdict
-from loaderdoctor.supervise import collect
 from loaderdoctor.supervise.errors import attach
-from loaderdoctor.supervise.exception_tags import MARKER, read_tags
 from loaderdoctor.supervise.heal import ResumeSampler, length_of, user_stacklevel
-from loaderdoctor.supervise.loader_view import wrap_dataset
-from loaderdoctor.supervise.sample_policy import SkippedBatch
+from loaderdoctor.supervise.parent import collect
+from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.samples import sample_file
-from loaderdoctor.supervise.supervision import LoaderSnapshot, Supervision
-from loaderdoctor.supervise.worker_collate import SupervisedCollate
-from loaderdoctor.supervise.worker_state import STATE
+from loaderdoctor.supervise.worker.collate import SupervisedCollate
+from loaderdoctor.supervise.worker.exception_tags import MARKER, read_tags
+from loaderdoctor.supervise.worker.loader_view import wrap_dataset
+from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
+from loaderdoctor.supervise.worker.state import STATE
 
 
 def internal_evidence(error: BaseException, epoch: int | None) -> Evidence:
@@ -35,7 +35,7 @@ def internal_evidence(error: BaseException, epoch: int | None) -> Evidence:
     )
 
 
-class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
+class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
     """num_workers=0: no process to watch, but every exception still names its sample.
 
     Also healing's in-process rung: loading the rest of an epoch in this process (the snapshot's
@@ -52,22 +52,22 @@ class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
         policy = supervision.sample_policy(snapshot.drop_last)
         super().__init__(
             snapshot.with_overrides(
-                dataset=wrap_dataset(snapshot.dataset, snapshot._dataset_kind, policy),
+                dataset=wrap_dataset(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy),
                 collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
             )
         )
 
-    def _next_index(self) -> Any:
-        index = super()._next_index()
+    def ld_next_index(self) -> Any:
+        index = super().ld_next_index()
         self._ld_last_index = index
         return index
 
-    def _next_data(self) -> Any:
+    def ld_next_data(self) -> Any:
         sup = self._ld_sup
         while True:
             if self._ld_plain is not None:
-                return self._ld_plain._next_data()
-            data = self._ld_next_data()
+                return torch_compat.next_data(self._ld_plain)
+            data = self._ld_load_next()
             sup.take_in_process_events()
             if isinstance(data, SkippedBatch):
                 sup.take_events(data.events)
@@ -77,9 +77,9 @@ class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
                 sup.backoff.delivered()
             return data
 
-    def _ld_next_data(self) -> Any:
+    def _ld_load_next(self) -> Any:
         try:
-            return super()._next_data()
+            return super().ld_next_data()
         except StopIteration:
             self._ld_sup.take_in_process_events()  # a stream's last skips come with its end
             if self._ld_sup.backoff is not None:
@@ -139,11 +139,12 @@ class SupervisedSingleProcessIter(torch_compat.SingleProcessIter):
         )
         # The batch in flight is loaded again, by torch alone, then the rest of the epoch.
         pending = [self._ld_last_index] if self._ld_last_index is not None else []
+        sampler_iter, index_sampler = self.ld_rest()
         self._ld_plain = torch_compat.SingleProcessIter(
             self._ld_snapshot.with_overrides(
-                _index_sampler=ResumeSampler(
-                    pending, self._sampler_iter, length_of(self._index_sampler)
+                **torch_compat.sampling_from(
+                    ResumeSampler(pending, sampler_iter, length_of(index_sampler))
                 )
             )
         )
-        return self._ld_plain._next_data()
+        return torch_compat.next_data(self._ld_plain)

@@ -1,0 +1,696 @@
+"""What a supervised multiprocessing iterator does about a failed worker: the one place that acts.
+
+``Recovery.handle(failure)`` diagnoses the failure, asks ``HealPolicy.decide`` what to do, carries
+it out and returns what the iterator does next, as a value:
+
+* ``Resumed``: the dead worker was replaced alone (a new process with its ``worker_id``, started as
+  torch starts one, the batches it owed re-sent, in order); the other workers ran on;
+* ``HandOver(successor)``: this pool is stopped and a new iterator (a rebuilt pool, a back-off, a
+  stream resumed, plain torch) serves what was owed and then the rest of the epoch;
+* ``Raise(error)``: the failure is the user's answer.
+
+It reads and writes torch's bookkeeping only through ``torch_compat.IteratorBooks`` and starts
+processes only through the ``Pool``; the probe (an isolated re-try) and the successor are built by
+callables handed in, so that it holds no reference to the iterator class, and the iterator's books
+hold the iterator weakly: no reference cycle. The result queue is settled under its writer lock
+before a replacement starts, or found unusable (a worker killed mid-write) and the whole pool is
+rebuilt instead (issue 14).
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import functools
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from loaderdoctor import torch_compat
+from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
+from loaderdoctor.forensics.reproduced import reproduced_alone
+from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
+from loaderdoctor.recorder import FlightRecorder
+from loaderdoctor.supervise.errors import WorkerDiedError, WorkerHangError, attach
+from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of, user_stacklevel
+from loaderdoctor.supervise.heal_policy import (
+    Action,
+    ActionKind,
+    HealPolicy,
+    Situation,
+    memory_suspect,
+    replaces_one_worker,
+)
+from loaderdoctor.supervise.parent import hangs
+from loaderdoctor.supervise.parent.events import EventReader
+from loaderdoctor.supervise.parent.ledger import Ledger
+from loaderdoctor.supervise.parent.pool import Pool
+from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
+from loaderdoctor.supervise.samples import sample_file
+from loaderdoctor.supervise.streams import StreamBatch, StreamProgress
+from loaderdoctor.supervise.worker.datasets import SupervisedBatchedMapDataset
+from loaderdoctor.supervise.worker.loader_view import wrap_dataset
+from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
+
+# How long a respawn waits for the result queue's writer lock before it calls the queue poisoned
+# (held by a worker killed mid-write); a healthy writer holds it for one batch's write.
+RESULT_LOCK_WAIT_S = 5.0
+MAX_SETTLED_RESULTS = 100_000
+POLICY = HealPolicy()
+
+
+class PoolFailure(Exception):
+    """A worker failed: carries the evidence out of torch's ``_next_data`` loop (the only way out
+    of torch's code) to the iterator, which hands it to ``Recovery.handle``."""
+
+    def __init__(
+        self,
+        evidence: Evidence,
+        error: BaseException | None = None,
+        diagnosis: Diagnosis | None = None,
+    ) -> None:
+        super().__init__(evidence.kind)
+        self.evidence = evidence
+        self.error = error  # the worker's own exception, rebuilt (kind == "exception")
+        self.diagnosis = diagnosis
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The failed worker was replaced alone: the iterator goes on reading its pool."""
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """This pool is stopped: ``successor`` serves what was owed, then the rest of the epoch."""
+
+    successor: Any
+
+
+@dataclass
+class Raise:
+    """Raise ``error`` to the user; ``failure`` (message, verdict) when the iterator stops for
+    good (every later ``next()`` says so). The caller forgets the error once raised: kept, its
+    traceback would hold the iterator's frame in a reference cycle."""
+
+    error: BaseException | None
+    failure: tuple[str, Diagnosis] | None = None
+
+
+Outcome = Resumed | HandOver | Raise
+
+
+@dataclass(frozen=True)
+class Successor:
+    """What a successor iterator is built from (by the iterator module's callable)."""
+
+    snapshot: LoaderSnapshot
+    supervision: Supervision
+    plain: bool  # plain torch, unsupervised (loaderdoctor's own machinery failed)
+    respawns: int
+    streams: StreamProgress | None
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A dead worker's replacement, started (``new_pid``) or refused (why, in ``refused``)."""
+
+    worker_id: int
+    old_pid: int | None = None
+    new_pid: int | None = None
+    refused: str = ""
+
+
+class Phase(enum.Enum):
+    RUNNING = "running"
+    RESETTING = "resetting"  # torch's _reset waits for its workers' resume replies
+
+
+class Recovery:
+    """Acts on a failed worker of one pool; also keeps what the pool's workers know."""
+
+    def __init__(
+        self,
+        books: torch_compat.IteratorBooks,
+        snapshot: LoaderSnapshot,
+        supervision: Supervision,
+        ledger: Ledger,
+        recorder: FlightRecorder,
+        events: EventReader,
+        *,
+        streams: StreamProgress | None,
+        respawns: int,
+        context: Any,
+        probe: Callable[[LoaderSnapshot, list[Any]], Any],
+        successor: Callable[[Successor], Any],
+        generator_state: torch.Tensor,
+    ) -> None:
+        self.books = books
+        self.snapshot = snapshot
+        self.sup = supervision
+        self.ledger = ledger
+        self.recorder = recorder
+        self.events = events
+        self.streams = streams
+        self.respawns = respawns
+        self.context = context
+        self.probe_batch = probe
+        self.build_successor = successor
+        self.generator_state = generator_state
+        self.pool: Pool | None = None  # once torch's __init__ started the workers
+        self.iterable = torch_compat.is_iterable(snapshot)
+        self.phase = Phase.RUNNING
+        # With on_error="replace" only a worker finds a quarantined sample's substitute, so such
+        # a sample cannot simply be left out in the main process (``leave_out_new_quarantine``).
+        self.replacing = False
+        self.queue_poisoned = False  # a worker died mid-write: the result queue is unusable
+        # The quarantine every worker of this pool knows (it only grows, in insertion order).
+        self.quarantine_known = len(supervision.quarantine)
+        # A worker death's culprit was quarantined while the other workers ran on: with
+        # on_error="replace" they are replaced at the next epoch's start (``new_epoch``).
+        self.quarantined_a_death = False
+        # Workers whose dataset loads a whole batch with its own ``__getitems__`` (Hugging Face
+        # ``datasets.Dataset``): their recorder names the batch in flight, not the sample.
+        self.batched_workers: set[int] = set()
+        self.pending_skips = 0  # left out of batches not sent yet (``leave_out_new_quarantine``)
+
+    # --- what the workers know ---------------------------------------------------------------
+    def learns(self, dataset: Any) -> None:
+        """The pool's workers load ``dataset`` (a view with the sample policy)."""
+        batched = isinstance(dataset, SupervisedBatchedMapDataset)
+        num_workers = self.snapshot.num_workers
+        self.batched_workers = set(range(num_workers)) if batched else set()
+
+    def without_new_quarantine(self, index: Any) -> tuple[Any, int]:
+        """(the batch without samples quarantined since this pool started, or None when none is
+        left; how many were left out). The caller counts them when the batch is delivered."""
+        if self.replacing:
+            return index, 0  # the workers know the quarantine (``refresh_workers``)
+        fresh = set(list(self.sup.quarantine)[self.quarantine_known :])
+        if not isinstance(index, list):
+            return (None, 1) if index in fresh else (index, 0)
+        bad = [i for i in index if i in fresh]
+        if not bad:
+            return index, 0
+        # short, drop_last or not, as the worker's wrapper leaves it: its healthy samples arrive
+        if len(bad) == len(index):
+            return None, len(bad)
+        return [i for i in index if i not in fresh], len(bad)
+
+    def leave_out_new_quarantine(self, index: Any, next_index: Callable[[], Any]) -> Any:
+        """A sample quarantined after these workers started is unknown to their dataset wrapper
+        (persistent workers keep it for epochs): leave it out here, as the worker would; it
+        counts as skipped when the batch it was left out of (or the next one) is delivered."""
+        while not self.replacing and len(self.sup.quarantine) > self.quarantine_known:
+            index, bad = self.without_new_quarantine(index)
+            self.pending_skips += bad
+            if index is not None:
+                break
+            index = next_index()
+        return index
+
+    def count_pending_skips(self) -> None:
+        self.sup.counts.skipped += self.pending_skips
+        self.pending_skips = 0
+
+    def new_epoch(self, streams: StreamProgress | None) -> None:
+        self.ledger.clear()
+        self.respawns = 0  # MAX_RESPAWNS is per epoch, as it is for a fresh iterator
+        if self.replacing and self.quarantined_a_death:
+            self.refresh_workers()
+        self.streams = streams
+
+    # --- the failure ---------------------------------------------------------------------------
+    def handle(self, failure: PoolFailure) -> Outcome:
+        """Decide about a failure, then carry the decision out."""
+        ev = failure.evidence
+        found_alone = False
+        if ev.kind == "death" and ev.stage == "fetch" and ev.worker_id in self.batched_workers:
+            found_alone = self._name_in_batch(ev)
+        diagnosis = failure.diagnosis or diagnose(ev)
+        at = self._situation(ev, found_alone)
+        action = POLICY.decide(diagnosis, at)
+        # Start the dead worker's replacement now, so that its start-up overlaps the probe
+        # (with on_error="replace" it must know the quarantine: it starts after the decision).
+        replacement = None
+        if (
+            ev.worker_id is not None
+            and not self.replacing
+            and self.streams is None  # a stream's resume waits for the culprit's position
+            and not (action.kind is ActionKind.PROBE and memory_suspect(diagnosis))
+            and self.can_replace(action, at, ev)
+        ):
+            replacement = self.replace(ev.worker_id, dataset=self.current_dataset())
+        if action.kind is ActionKind.PROBE:
+            action = self._probe(diagnosis, at, ev.in_flight_index)
+        if self.sup.backoff is not None:
+            self.sup.backoff.failed()
+        if action.kind is ActionKind.RAISE:
+            return self._raise(failure, diagnosis)
+        stream = self._stream_culprit(ev, diagnosis) if self.streams is not None else None
+        return self._heal(diagnosis, action, at, ev, replacement, stream)
+
+    def _situation(self, ev: Evidence, found_alone: bool) -> Situation:
+        sup = self.sup
+        at = Situation(
+            heal=sup.settings.heal,
+            iterable=self.iterable,
+            respawns=self.respawns,
+            num_workers=self.books.num_workers,
+            prefetch_factor=self.books.prefetch_factor,
+            kind=ev.kind,
+            stage=ev.stage,
+            reached_worker_init=ev.reached_worker_init,
+            culprit=ev.in_flight_index,
+            culprit_quarantined=_quarantined(ev.in_flight_index, sup.quarantine),
+            in_process_allowed=sup.settings.allow_in_process,
+        )
+        if self.iterable:
+            at = replace(at, culprit=ev.iterable_position)
+        if found_alone:  # re-tried alone already, and it killed its worker again
+            at = replace(at, probe_failed_again=True)
+        return at
+
+    def _name_in_batch(self, ev: Evidence) -> bool:
+        """A worker died inside the dataset's own ``__getitems__``, which loads the batch at
+        once: its recorder holds the batch's first index, not the sample that killed it (111
+        was named when 37 crashed: issue 23 item 3). Re-try the batch's samples one by one in a
+        fresh worker: the one that kills it again is the culprit (True); else the evidence says
+        "one of" the batch, and no sample is named."""
+        batch = list(ev.batch_indices or [ev.in_flight_index])
+        ev.in_flight_index = ev.sample_file = None
+        shown = ", ".join(repr(i) for i in batch[:16]) + (", …" if len(batch) > 16 else "")
+        head = (
+            "the dataset's own __getitems__ loads a batch at once, so the sample in flight was "
+            f"one of [{shown}]"
+        )
+        if len(batch) == 1:
+            ev.in_flight_index = batch[0]
+            ev.notes.append(head)
+            return False
+        outcome = self.probe_batch(self.snapshot, batch)
+        if isinstance(outcome, str):
+            self.sup.counts.probe_failures += 1
+            ev.notes.append(f"{head}; re-trying them alone failed ({outcome})")
+        elif outcome is None:
+            ev.notes.append(f"{head}; each loaded fine alone in a fresh worker")
+        else:
+            ev.in_flight_index = outcome
+            ev.sample_file = sample_file(self.snapshot.dataset, outcome)
+            ev.notes.append(
+                f"{head}; re-tried one by one in a fresh worker, sample {outcome!r} killed it again"
+            )
+            return True
+        return False
+
+    def _probe(self, diagnosis: Diagnosis, at: Situation, culprit: Any) -> Action:
+        """Re-try the sample in flight alone, then decide again on what that showed.
+
+        A string from the probe says why it could not tell (its worker could not start, or
+        loaderdoctor's own machinery failed): never taken for the sample's failure, which would
+        quarantine a healthy sample."""
+        found = self.probe_batch(self.snapshot, [culprit])
+        if isinstance(found, str):  # the probe could not tell: never the sample's failure
+            self.sup.counts.probe_failures += 1
+            return POLICY.decide(diagnosis, replace(at, probe_error=found))
+        failed_again = found is not None
+        action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
+        if failed_again and action.kind is ActionKind.QUARANTINE:
+            reproduced_alone(diagnosis, culprit)  # its first evidence line says what the note did
+            action = replace(action, note="")
+        return action
+
+    def _raise(self, failure: PoolFailure, diagnosis: Diagnosis) -> Raise:
+        self.sup.record(diagnosis, "raised")
+        error, failure.error = failure.error, None
+        if error is not None:
+            if diagnosis.cause == "internal-error":
+                attach(error, diagnosis)
+                error.add_note(format_verdict(diagnosis, include_stack=False))
+            return Raise(error)
+        # torch's own first line (for a user's timeout: torch's timeout message)
+        headline = next(
+            (n for n in failure.evidence.notes if n.startswith(hangs.TIMEOUT_PREFIX)),
+            format_death_headline(diagnosis),
+        )
+        message = f"{headline}\n{format_verdict(diagnosis)}"
+        error_type = WorkerHangError if failure.evidence.kind == "hang" else WorkerDiedError
+        self.stop()
+        return Raise(error_type(message, diagnosis), (message, diagnosis))
+
+    def _heal(
+        self,
+        diagnosis: Diagnosis,
+        action: Action,
+        at: Situation,
+        ev: Evidence,
+        replacement: Replacement | None,
+        stream: tuple[str, str] | None = None,
+    ) -> Outcome:
+        sup = self.sup
+        culprit = ev.in_flight_index if stream is None else None  # a stream's is named apart
+        if action.note:
+            diagnosis.evidence.append(action.note)
+        detail = f" (sample {culprit!r})" if culprit is not None else ""
+        recorded_as = action.kind.value
+        if stream is not None:  # a stream's culprit: (how it was recorded, what the warning says)
+            recorded_as, detail = stream
+        if action.kind is ActionKind.QUARANTINE:
+            sup.quarantine_add(culprit, diagnosis)
+        elif action.kind is ActionKind.BACK_OFF:
+            diagnosis.evidence.append(
+                f"continuing with num_workers={action.num_workers}, "
+                f"prefetch={action.prefetch_factor}"
+            )
+            sup.step("down", action.num_workers, action.prefetch_factor, diagnosis.cause)
+            detail = (
+                f" (num_workers={action.num_workers}, prefetch_factor={action.prefetch_factor})"
+            )
+        elif action.kind is ActionKind.FALL_BACK:
+            diagnosis.evidence.append(
+                "plain torch loading takes over for the rest of this loader's life"
+            )
+            sup.plain_torch = True
+        alone = self._respawned_alone(diagnosis, action, at, ev, replacement)
+        sup.record(diagnosis, recorded_as)
+        if action.kind is ActionKind.FALL_BACK:
+            warnings.warn(
+                "loaderdoctor's own machinery failed (internal-error, please report it); this "
+                "DataLoader continues as a plain torch DataLoader, without supervision.\n"
+                + format_verdict(diagnosis),
+                RuntimeWarning,
+                stacklevel=user_stacklevel(),
+            )
+        else:
+            warnings.warn(
+                f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> "
+                f"{recorded_as}{detail}",
+                HealWarning,
+                stacklevel=user_stacklevel(),
+            )
+        if alone:
+            return Resumed()
+        return self.hand_over(
+            action.num_workers, action.prefetch_factor, plain=action.kind is ActionKind.FALL_BACK
+        )
+
+    def _respawned_alone(
+        self,
+        diagnosis: Diagnosis,
+        action: Action,
+        at: Situation,
+        ev: Evidence,
+        replacement: Replacement | None,
+    ) -> bool:
+        """Finish replacing the failed worker alone (True), or say why the pool is rebuilt."""
+        late = replacement is None and (
+            self.replacing or self.streams is not None or memory_suspect(diagnosis)
+        )
+        if late and ev.worker_id is not None and self.can_replace(action, at, ev):
+            if self.streams is not None:
+                replacement = self._replace_stream_worker(ev.worker_id)
+            else:
+                replacement = self.replace(ev.worker_id, dataset=self.current_dataset())
+        if replacement is not None and replacement.refused:
+            diagnosis.evidence.append(replacement.refused)
+            return False
+        if replacement is None or not replaces_one_worker(action, at):
+            return False  # a back-off: the replacement stops with the pool
+        diagnosis.evidence.append(self.resend_owed(replacement))
+        self.quarantined_a_death |= action.kind is ActionKind.QUARANTINE
+        return True
+
+    def climb(self) -> HandOver | None:
+        """Back up one rung of the back-off ladder when it is due (a successor with more
+        workers), else None."""
+        backoff = self.sup.backoff
+        if backoff is None or not backoff.climb_due(at_epoch_start=False):
+            return None
+        rung = backoff.rung_up()
+        if rung is None:
+            return None
+        reason = f"{backoff.healthy_batches} batches without an environmental failure"
+        self.sup.step("up", rung[0], rung[1], reason)
+        warnings.warn(
+            f"loaderdoctor: {reason}; back up to num_workers={rung[0]}, prefetch_factor={rung[1]}",
+            HealWarning,
+            stacklevel=user_stacklevel(),
+        )
+        return self.hand_over(rung[0], rung[1])
+
+    # --- replacing one worker ------------------------------------------------------------------
+    def can_replace(self, action: Action, at: Situation, ev: Evidence) -> bool:
+        """The policy replaces one worker, and this pool can do it now."""
+        return (
+            replaces_one_worker(action, at)
+            and ev.worker_id is not None
+            and self.pool is not None
+            and self.phase is Phase.RUNNING  # torch's _reset counts its workers' resume replies
+            and not self.books.pin_memory  # its thread reads the result queue; ours must not race
+            and not self.pool.is_alive(ev.worker_id)
+        )
+
+    def current_dataset(self) -> Any:
+        """The user's dataset wrapped with the sample policy as it is now (the quarantine)."""
+        policy = self.sup.sample_policy(self.books.drop_last)
+        return wrap_dataset(self.snapshot.dataset, torch_compat.dataset_kind(self.snapshot), policy)
+
+    def replace(
+        self, worker_id: int, worker_init_fn: Any = None, dataset: Any = None
+    ) -> Replacement:
+        """Start a new process in place of the dead worker ``worker_id``; the others run on.
+
+        First every complete batch is taken off the result queue into torch's reorder buffer,
+        under the queue's writer lock: a worker killed while writing holds that lock for ever
+        (and may have left half a message in the pipe); the replacement is then refused and the
+        caller rebuilds the whole pool. ``worker_init_fn`` or ``dataset`` replace the pool's own
+        (a per-worker resume, a grown quarantine). The owed batches are re-sent by
+        ``resend_owed`` once the policy has decided (a probe may quarantine the sample in flight
+        meanwhile).
+        """
+        assert self.pool is not None
+        if self.queue_poisoned:
+            return Replacement(
+                worker_id,
+                refused=(
+                    f"worker {worker_id} died in the middle of sending a batch (half a message "
+                    "is left in the shared result queue): the whole pool is rebuilt instead"
+                ),
+            )
+        refused = self.settle_results(worker_id)
+        if refused:
+            return Replacement(worker_id, refused=refused)
+        self.recorder.reset_slot(worker_id)
+        try:
+            old_pid, new_pid = self.pool.respawn(
+                worker_id,
+                self.context,
+                functools.partial(
+                    self.books.worker_loop_args,
+                    worker_id,
+                    dataset=dataset,
+                    worker_init_fn=worker_init_fn,
+                ),
+            )
+        except Exception as error:  # the start itself failed: a fresh pool reports it
+            return Replacement(
+                worker_id,
+                refused=(
+                    f"worker {worker_id} could not be respawned alone ({type(error).__name__}: "
+                    f"{error}): the whole pool is rebuilt instead"
+                ),
+            )
+        if new_pid is not None:
+            self.sup.worker_pids.add(new_pid)
+        self.books.worker_alive(worker_id)
+        if dataset is not None:  # a new view: does its recorder name the sample or the batch?
+            if isinstance(dataset, SupervisedBatchedMapDataset):
+                self.batched_workers.add(worker_id)
+            else:
+                self.batched_workers.discard(worker_id)
+        return Replacement(worker_id, old_pid, new_pid)
+
+    def _replace_stream_worker(self, worker_id: int) -> Replacement:
+        """Replace a dead stream worker alone: it resumes its own stream after the last batch
+        the main process holds from it (delivered, or waiting in torch's reorder buffer)."""
+        streams = self.streams
+        assert streams is not None
+        refused = self.settle_results(worker_id)
+        if refused:
+            return Replacement(worker_id, refused=refused)
+        self.events.drain()  # every skip the dead worker wrote: its replay drops them too
+        buffered = [
+            data
+            for worker, data in self.books.buffered()
+            if worker == worker_id and isinstance(data, StreamBatch)
+        ]
+        init = copy.copy(self.books.worker_init_fn)
+        init.stream_resumes = {worker_id: streams.resume_after(worker_id, buffered)}
+        return self.replace(worker_id, worker_init_fn=init)
+
+    def refresh_workers(self) -> None:
+        """Replace every (idle, persistent) worker by one that knows the grown quarantine.
+
+        Only with on_error="replace", at the start of the epoch after a death's culprit was
+        quarantined: otherwise the main process leaves such samples out and the workers run on.
+        """
+        assert self.pool is not None
+        dataset = self.current_dataset()
+        for worker_id in range(self.books.num_workers):
+            self.recorder.reset_slot(worker_id)
+            _, new_pid = self.pool.respawn(
+                worker_id,
+                self.context,
+                functools.partial(self.books.worker_loop_args, worker_id, dataset=dataset),
+            )
+            if new_pid is not None:
+                self.sup.worker_pids.add(new_pid)
+        self.quarantine_known = len(self.sup.quarantine)
+        self.quarantined_a_death = False
+        self.learns(dataset)
+
+    def resend_owed(self, replacement: Replacement) -> str:
+        """Send the replacement the batches its predecessor owed, in order; the evidence line.
+
+        A sample quarantined since the pool started (the one in flight, just now) is left out
+        here: the workers' dataset wrapper does not know it.
+        """
+        assert self.pool is not None
+        worker_id = replacement.worker_id
+        owed = self.books.owed_by(worker_id)
+        index_queue = self.pool.index_queue(worker_id)
+        ledger = self.ledger
+        for task in owed:
+            batch, bad = self.without_new_quarantine(ledger.indices_of(task))
+            skipped = ledger.skipped_of(task) + bad
+            if batch is None:  # nothing of it is left to load: it is skipped here, in its turn
+                self.books.received(task, worker_id, SkippedBatch([], "quarantined"))
+                ledger.owe(task, [], skipped)
+                continue
+            ledger.owe(task, batch, skipped)
+            index_queue.put((task, batch))
+        self.books.recount_tasks(worker_id)
+        self.respawns += 1
+        self.sup.counts.resent_batches += len(owed)
+        return (
+            f"worker {worker_id} respawned alone (pid {replacement.old_pid} -> pid "
+            f"{replacement.new_pid}); {len(owed)} owed batch{'' if len(owed) == 1 else 'es'} "
+            "re-sent"
+        )
+
+    def settle_results(self, worker_id: int) -> str:
+        """Move every complete batch on the result queue into torch's reorder buffer; "" when
+        done, else why the whole pool must be rebuilt instead.
+
+        Only while holding the writers' lock: then no message is half-written. Reading without
+        it could start on the half message a worker killed mid-write left in the pipe and block
+        for ever. The lock not had within ``RESULT_LOCK_WAIT_S`` means a worker died holding it
+        (a healthy writer blocked on a full pipe ends up there too, safely).
+        """
+        lock = self.books.result_queue_writer_lock()
+        if lock is not None and not lock.acquire(timeout=RESULT_LOCK_WAIT_S):
+            return (
+                f"worker {worker_id} died while writing to the shared result queue (its lock "
+                f"stayed held for {RESULT_LOCK_WAIT_S:.0f} s): the whole pool is rebuilt instead"
+            )
+        try:
+            unreadable = self.books.take_ready_results(MAX_SETTLED_RESULTS)
+        finally:
+            if lock is not None:
+                lock.release()
+        if unreadable:
+            return (
+                f"a batch on the shared result queue could not be read ({unreadable}): the whole "
+                "pool is rebuilt instead"
+            )
+        return ""
+
+    # --- rebuilding the pool ---------------------------------------------------------------------
+    def hand_over(self, num_workers: int, prefetch_factor: int, plain: bool = False) -> HandOver:
+        """Stop this pool; a successor serves what is owed, then the rest of the epoch."""
+        owed = self.ledger.owed_in_order()
+        self.sup.counts.resent_batches += len(owed)
+        # what was left out of the owed batches: the successor does not know it (counted now)
+        self.sup.counts.skipped += self.ledger.skipped_owed()
+        self.count_pending_skips()
+        if self.streams is not None:
+            self.events.drain()  # every skip the dead worker wrote: a replay drops them too
+            # A worker whose end torch saw may still have batches waiting in torch's reorder
+            # buffer (the end marker is read as it comes): its stream has not ended for the user.
+            for worker_id, _ in self.books.buffered():
+                self.streams.not_ended(worker_id)
+        remaining = self.books.sampler_iter
+        length = length_of(self.books.index_sampler)
+        self.stop()
+        self.ledger.clear()
+        generator = torch.Generator()
+        generator.set_state(self.generator_state)
+        snapshot = self.snapshot.with_overrides(
+            **torch_compat.sampling_from(ResumeSampler(owed, remaining, length)),
+            generator=generator,
+            persistent_workers=False,
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor if num_workers else None,
+        )
+        if num_workers == 0:
+            snapshot = snapshot.with_overrides(timeout=0)
+        plan = Successor(snapshot, self.sup, plain, self.respawns + 1, self.streams)
+        return HandOver(self.build_successor(plan))
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.stop(self.books.workers_status)
+        self.books.shut_down()
+
+    # --- streams (IterableDataset) ----------------------------------------------------------------
+    def _stream_culprit(self, ev: Evidence, diagnosis: Diagnosis) -> tuple[str, str]:
+        """The item in flight at a death is re-tried once when the stream resumes, as a
+        map-style sample is; one that kills its worker again ends that worker's stream just
+        before it (a generator cannot be read past it): (action, detail)."""
+        streams = self.streams
+        assert streams is not None
+        worker, position = ev.worker_id, ev.iterable_position
+        if worker is None or position is None:
+            diagnosis.evidence.append(
+                "each re-started worker resumes its stream after its last delivered item"
+            )
+            return "respawned", ""
+        named = f"item #{position} of worker {worker}'s stream"
+        streams.incident = diagnosis  # a replay found not to match says so in its evidence
+        if streams.culprit(worker, position, diagnosis):
+            diagnosis.evidence.append(
+                f"{named} is re-tried once: worker {worker}'s stream resumes at that item"
+            )
+            return "respawned", f" ({named}, re-tried once)"
+        self.sup.counts.skipped += 1
+        lost = f"worker {worker}'s items from #{position} on are lost"
+        diagnosis.evidence.append(
+            f"worker {worker} died at its item #{position} again: its stream cannot be read past "
+            f"it, so {lost}; its items before #{position} arrive (the other workers resume)"
+        )
+        return "lost", f" ({named}; {lost})"
+
+
+def _quarantined(index: Any, quarantine: Any) -> bool:
+    try:
+        return index is not None and index in quarantine
+    except TypeError:  # an unhashable index
+        return False
+
+
+__all__ = [
+    "MAX_SETTLED_RESULTS",
+    "POLICY",
+    "RESULT_LOCK_WAIT_S",
+    "HandOver",
+    "Outcome",
+    "PoolFailure",
+    "Raise",
+    "Recovery",
+    "Replacement",
+    "Resumed",
+    "Successor",
+]
