@@ -125,6 +125,7 @@ class SupervisedStateful:
 
     incidents = DataLoader.incidents
     report = DataLoader.report
+    ld_iterator = torch_compat.HookedDataLoader.ld_iterator  # what ``report`` reads
 
     def _get_iterator(self) -> Any:
         loader: Any = self
