@@ -152,17 +152,19 @@ class Search:
         if any(s.config == config for s in self.skipped):
             return None
         predicted, predicted_shm = self.model.predict(config)
-        # only a configuration certainly over the budget is skipped: where the prediction's
-        # uncertainty reaches past it, the trial shows (and its watcher stops it at the budget)
-        lowest = predicted - self.model.uncertainty(config)
+        # a configuration predicted over the budget is never started (the line's central
+        # prediction): the watcher reads the workers' private memory only now and then, so a
+        # trial can end over the budget before it sees it; the budget's margin below the limit
+        # absorbs the line's error, not a configuration known not to fit.
+        highest = predicted
         seen = [t for t in self.trials if t.config == config and t.ok]
         if seen:
             # a configuration run before: what it used beats the linear model's prediction
-            predicted = lowest = max(t.total_peak_bytes for t in seen)
+            predicted = highest = max(t.total_peak_bytes for t in seen)
             predicted_shm = max(t.shm_peak_bytes for t in seen)
-        reason = over_budget(lowest, predicted_shm, self.budget)
-        if reason is not None:
-            self.skipped.append(Skipped(config, reason, predicted, predicted_shm))
+        reason = over_budget(highest, predicted_shm, self.budget)
+        if reason is not None:  # recorded as the reason says: what may be needed
+            self.skipped.append(Skipped(config, reason, highest, predicted_shm))
             return None
         if self.trials and self._would_overrun():
             self.out_of_time = True
