@@ -105,20 +105,25 @@ def memory_cgroup(limit_bytes: int) -> Iterator[Path]:
         (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
         yield group
     finally:
-        deadline = time.monotonic() + 10
-        while True:
-            for pid in (group / "cgroup.procs").read_text().split():
-                try:
-                    os.kill(int(pid), 9)
-                except ProcessLookupError:
-                    pass
+        remove_cgroup(group)
+
+
+def remove_cgroup(group: Path, timeout: float = 10.0) -> None:
+    """Kill what is left in a (v1) cgroup the test made, then remove it; bounded by ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for pid in (group / "cgroup.procs").read_text().split():
             try:
-                group.rmdir()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def in_cgroup(group: Path) -> list[str]:

@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 import torch
 
 import loaderdoctor
-from conftest import FAULTS, in_cgroup, memory_cgroup, run_python
+from conftest import FAULTS, in_cgroup, memory_cgroup, remove_cgroup, run_python
 from loaderdoctor.system.oom_priority import (
     PROBE_OOM_SCORE_ADJ,
     WORKER_OOM_SCORE_ADJ,
@@ -259,18 +258,7 @@ def pids_cgroup() -> Iterator[Path]:
     try:
         yield group
     finally:
-        deadline = time.monotonic() + 10
-        while True:
-            for pid in (group / "cgroup.procs").read_text().split():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), 9)
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        remove_cgroup(group)
 
 
 def test_a_full_pids_cgroup_is_a_process_limit(two_cpu_burners: None) -> None:
