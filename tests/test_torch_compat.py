@@ -318,6 +318,61 @@ def test_torch_calls_the_hooks_loaderdoctor_overrides() -> None:
     assert ("_shutdown_workers", False) in CALLS
 
 
+def parameter_shape(function: Any) -> list[tuple[str, Any]]:
+    """(name, default) of each parameter, ``self`` included."""
+    return [(p.name, p.default) for p in inspect.signature(function).parameters.values()]
+
+
+def supervised_classes() -> list[tuple[type, type]]:
+    """(our class, the torch class whose hooks it overrides)."""
+    from loaderdoctor.supervise.loader import DataLoader as SupervisedLoader
+    from loaderdoctor.supervise.parent.iterator import SupervisedMultiProcessingIter
+    from loaderdoctor.supervise.parent.single_process import SupervisedSingleProcessIter
+
+    return [
+        (SupervisedMultiProcessingIter, MP_ITER),
+        (SupervisedSingleProcessIter, SINGLE_ITER),
+        (SupervisedLoader, DataLoader),
+    ]
+
+
+def test_torch_calls_each_override_directly_with_its_own_parameters() -> None:
+    """Every torch hook a supervised class overrides is its ``ld_`` method itself under torch's
+    name: no forwarding call on a clean run's path (issue 27), and the parameters torch passes
+    (by name too: ``_reset(loader, first_iter=True)``) are the override's."""
+    for ours, theirs in supervised_classes():
+        hooks = dict(ours.LD_HOOKS)  # type: ignore[attr-defined]
+        assert ours._ld_aliases == hooks  # type: ignore[attr-defined]  # it overrides them all
+        for torch_name, ld_name in hooks.items():
+            assert vars(ours)[torch_name] is vars(ours)[ld_name], (ours.__name__, torch_name)
+            torch_shape = parameter_shape(getattr(theirs, torch_name))
+            assert parameter_shape(vars(ours)[ld_name]) == torch_shape, (ours, ld_name)
+
+
+def test_a_hook_a_subclass_overrides_itself_stays_its_own() -> None:
+    """A user's subclass of ours that overrides torch's hook by torch's name keeps it, and so do
+    its subclasses; its ``super()`` call reaches ours, and torch's after it."""
+    from loaderdoctor.supervise.loader import DataLoader as SupervisedLoader
+    from loaderdoctor.supervise.parent.single_process import SupervisedSingleProcessIter
+
+    calls: list[str] = []
+
+    class Mine(SupervisedLoader[int]):
+        def _get_iterator(self) -> Any:
+            calls.append("mine")
+            return super()._get_iterator()
+
+    class Below(Mine):
+        pass
+
+    assert Below._get_iterator is Mine._get_iterator
+    assert torch_compat.HookedDataLoader._get_iterator is DataLoader._get_iterator
+    iterator = iter(Below([1, 2, 3], batch_size=2))
+    assert calls == ["mine"]
+    assert type(iterator) is SupervisedSingleProcessIter
+    assert [b.tolist() for b in iterator] == [[1, 2], [3]]
+
+
 @pytest.mark.slow
 def test_timeout_goes_through_try_get_data() -> None:
     CALLS.clear()

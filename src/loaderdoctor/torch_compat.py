@@ -13,7 +13,7 @@ import queue
 import re
 import weakref
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.utils.data.dataloader as _dataloader
@@ -149,6 +149,12 @@ def stop_sigchld_checks(iterator: Any) -> None:
         iterator._worker_pids_set = False
 
 
+def interpreter_exiting() -> bool:
+    """Python is shutting down (torch's ``python_exit_status``): torch's own exit handlers stop
+    the workers, and an iterator's ``__del__`` has nothing left to do."""
+    return _utils is None or _utils.python_exit_status is not False
+
+
 def show_user_dataset_in_worker_info(dataset: Any) -> None:
     """Make ``get_worker_info().dataset`` the user's dataset object, not loaderdoctor's wrapper.
 
@@ -275,81 +281,68 @@ def pin_memory(batch: Any, device: Any = None) -> Any:
     return pin(batch, device) if device is not None else pin(batch)
 
 
-class HookedMultiProcessingIter(MultiProcessingIter):
-    """torch's multiprocessing iterator whose private hooks call loaderdoctor's ``ld_*`` methods.
+class Hooks:
+    """Base of the ``Hooked*`` classes: a subclass overrides ``ld_<hook>`` (and calls
+    ``super().ld_<hook>()`` for torch's own behaviour), and torch calls it directly.
 
-    A subclass overrides ``ld_<hook>`` and calls ``torch_<hook>`` for torch's own behaviour, so
-    that the names of torch's hooks (checked by ``tests/test_torch_compat.py``) appear only here.
-    Each forward is one plain call: a clean run still takes torch's code path.
+    ``LD_HOOKS`` pairs each of torch's private hooks with its ``ld_`` name; the classes made with
+    ``ld_base=True`` (here and in ``torchdata_compat``) give the ``ld_`` defaults, torch's own
+    behaviour. When a subclass is made, every hook whose ``ld_`` method it overrides is bound to
+    that very function under torch's name as well: torch's ``self._next_index()`` runs the
+    override with no forwarding call in between (a clean run's cost), and only these modules
+    name torch's hooks. A hook that a class in between defines itself (a user's subclass
+    overriding ``_get_iterator``) stays as it is. A class's own ``_ld_aliases`` says which
+    hooks it bound (torch name -> ``ld_`` name).
     """
 
-    # --- torch's hooks, forwarded ---------------------------------------------------------------
-    def _next_index(self) -> Any:
-        return self.ld_next_index()
+    LD_HOOKS: tuple[tuple[str, str], ...] = ()
+    _ld_aliases: ClassVar[dict[str, str]] = {}
+    _ld_base: ClassVar[bool] = True
 
-    def _try_put_index(self) -> None:
-        self.ld_try_put_index()
+    def __init_subclass__(cls, ld_base: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._ld_base = ld_base
+        cls._ld_aliases = {} if ld_base else _bind_hooks(cls)
 
-    def _reset(self, loader: Any, first_iter: bool = False) -> None:
-        self.ld_reset(loader, first_iter)
 
-    def _try_get_data(self, timeout: float = MP_STATUS_CHECK_INTERVAL) -> Any:
-        return self.ld_try_get_data(timeout)
+def _bind_hooks(cls: type) -> dict[str, str]:
+    """Bind each hook ``cls`` overrides under torch's name (see ``Hooks``)."""
+    aliases: dict[str, str] = {}
+    seen: set[str] = set()
+    mro = cls.__mro__
+    for declared_in in mro:  # the nearest class that lists a hook decides
+        for torch_name, ld_name in vars(declared_in).get("LD_HOOKS", ()):
+            if torch_name in seen or torch_name in vars(cls):
+                continue
+            seen.add(torch_name)
+            owner = next((k for k in mro if torch_name in vars(k)), None)
+            if owner is None or mro.index(owner) > mro.index(declared_in):  # torch's own hook
+                provider = next(k for k in mro if ld_name in vars(k))
+                if vars(provider).get("_ld_base", False):
+                    continue  # not overridden: torch's hook runs as it is
+            elif vars(owner).get("_ld_aliases", {}).get(torch_name) != ld_name:
+                continue  # a class in between defines it, and calls on by super()
+            aliases[torch_name] = ld_name
+            setattr(cls, torch_name, getattr(cls, ld_name))
+    return aliases
 
-    def _get_data(self) -> Any:
-        return self.ld_get_data()
 
-    def _process_data(self, data: Any, worker_idx: int) -> Any:
-        return self.ld_process_data(data, worker_idx)
+class IteratorState:
+    """What a supervised multiprocessing iterator reads of torch's state (torch's iterator and
+    torchdata's copy of it keep it under the same names)."""
 
-    def _next_data(self) -> Any:
-        return self.ld_next_data()
+    # set by torch's __init__ and _reset (annotated here for the type checker only)
+    _send_idx: int
+    _rcvd_idx: int
+    _timeout: float
+    _task_info: dict[int, tuple[Any, ...]]
+    _workers_num_tasks: list[int]
+    _data_queue: Any
+    _worker_result_queue: Any
+    _workers: list[Any]
+    _index_queues: list[Any]
+    _workers_done_event: Any
 
-    def _mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
-        self.ld_mark_worker_as_unavailable(worker_id, shutdown)
-
-    def _shutdown_workers(self) -> None:
-        self.ld_shutdown_workers()
-
-    # --- what a subclass overrides (torch's behaviour by default) -------------------------------
-    def ld_next_index(self) -> Any:
-        return super()._next_index()
-
-    def ld_try_put_index(self) -> None:
-        super()._try_put_index()
-
-    def ld_reset(self, loader: Any, first_iter: bool = False) -> None:
-        super()._reset(loader, first_iter)
-
-    def ld_try_get_data(self, timeout: float) -> Any:
-        return super()._try_get_data(timeout)
-
-    def ld_get_data(self) -> Any:
-        return super()._get_data()
-
-    def ld_process_data(self, data: Any, worker_idx: int) -> Any:
-        return super()._process_data(data, worker_idx)
-
-    def ld_next_data(self) -> Any:
-        return super()._next_data()
-
-    def ld_mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
-        super()._mark_worker_as_unavailable(worker_id, shutdown)
-
-    def ld_shutdown_workers(self) -> None:
-        super()._shutdown_workers()
-
-    # --- torch's own behaviour, for an override to call -----------------------------------------
-    torch_next_index = ld_next_index
-    torch_try_put_index = ld_try_put_index
-    torch_reset = ld_reset
-    torch_get_data = ld_get_data
-    torch_process_data = ld_process_data
-    torch_next_data = ld_next_data
-    torch_mark_worker_as_unavailable = ld_mark_worker_as_unavailable
-    torch_shutdown_workers = ld_shutdown_workers
-
-    # --- what the subclass reads of torch's state ------------------------------------------------
     @property
     def ld_sent(self) -> int:
         """How many tasks were sent to workers so far (``_send_idx``)."""
@@ -369,13 +362,14 @@ class HookedMultiProcessingIter(MultiProcessingIter):
         """The main thread reads the workers' result queue itself (no pin-memory thread)."""
         return self._data_queue is self._worker_result_queue
 
-    def ld_receive(self, timeout: float) -> Any:
-        """One message from the queue the main thread reads (``_data_queue``)."""
-        return self._data_queue.get(timeout=timeout)
-
     @property
     def ld_data_queue(self) -> Any:
+        """The queue the main thread reads (``_data_queue``)."""
         return self._data_queue
+
+    def ld_receive(self, timeout: float) -> Any:
+        """One message from the queue the main thread reads."""
+        return self._data_queue.get(timeout=timeout)
 
     def ld_processes(self) -> tuple[list[Any], list[Any], Any]:
         """(the worker processes, their index queues, the done event): torch's own lists."""
@@ -397,16 +391,68 @@ class HookedMultiProcessingIter(MultiProcessingIter):
         return list(vars(self).get("_workers", []))
 
 
-class HookedDataLoader(torch.utils.data.DataLoader[T_co]):
-    """torch's DataLoader whose ``_get_iterator`` calls ``ld_get_iterator`` (as above)."""
+class MultiProcessingHooks(Hooks, IteratorState, ld_base=True):
+    """The hooks of torch's multiprocessing iterator, with torch's behaviour as the default; a
+    mixin before torch's iterator, or before torchdata's copy of it, which has the same hooks
+    (``_reset`` and ``_process_data`` take more there: each ``Hooked`` class defines those two).
 
-    def _get_iterator(self) -> Any:
-        return self.ld_get_iterator()
+    A subclass overrides ``ld_<hook>`` and calls ``super().ld_<hook>()`` for torch's own
+    behaviour, so that the names of torch's hooks (checked by ``tests/test_torch_compat.py``)
+    appear only here.
+    """
+
+    LD_HOOKS = (
+        ("_next_index", "ld_next_index"),
+        ("_try_put_index", "ld_try_put_index"),
+        ("_reset", "ld_reset"),
+        ("_try_get_data", "ld_try_get_data"),
+        ("_get_data", "ld_get_data"),
+        ("_process_data", "ld_process_data"),
+        ("_next_data", "ld_next_data"),
+        ("_mark_worker_as_unavailable", "ld_mark_worker_as_unavailable"),
+        ("_shutdown_workers", "ld_shutdown_workers"),
+    )
+
+    def ld_next_index(self) -> Any:
+        return super()._next_index()  # type: ignore[misc]
+
+    def ld_try_put_index(self) -> None:
+        super()._try_put_index()  # type: ignore[misc]
+
+    def ld_try_get_data(self, timeout: float = MP_STATUS_CHECK_INTERVAL) -> Any:
+        return super()._try_get_data(timeout)  # type: ignore[misc]
+
+    def ld_get_data(self) -> Any:
+        return super()._get_data()  # type: ignore[misc]
+
+    def ld_next_data(self) -> Any:
+        return super()._next_data()  # type: ignore[misc]
+
+    def ld_mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
+        super()._mark_worker_as_unavailable(worker_id, shutdown)  # type: ignore[misc]
+
+    def ld_shutdown_workers(self) -> None:
+        super()._shutdown_workers()  # type: ignore[misc]
+
+
+class HookedMultiProcessingIter(MultiProcessingHooks, MultiProcessingIter, ld_base=True):
+    """torch's multiprocessing iterator whose private hooks are loaderdoctor's ``ld_*`` methods."""
+
+    def ld_reset(self, loader: Any, first_iter: bool = False) -> None:
+        super()._reset(loader, first_iter)
+
+    def ld_process_data(self, data: Any, worker_idx: int) -> Any:
+        return super()._process_data(data, worker_idx)
+
+
+class LoaderHooks(Hooks, ld_base=True):
+    """A DataLoader whose ``_get_iterator`` is ``ld_get_iterator`` (as above)."""
+
+    _iterator: Any
+    LD_HOOKS = (("_get_iterator", "ld_get_iterator"),)
 
     def ld_get_iterator(self) -> Any:
-        return super()._get_iterator()
-
-    torch_get_iterator = ld_get_iterator
+        return super()._get_iterator()  # type: ignore[misc]
 
     @property
     def ld_iterator(self) -> Any:
@@ -418,23 +464,20 @@ class HookedDataLoader(torch.utils.data.DataLoader[T_co]):
         self._iterator = value
 
 
-class HookedSingleProcessIter(SingleProcessIter):
-    """torch's in-process iterator whose hooks call ``ld_*`` methods (as above)."""
+class HookedDataLoader(LoaderHooks, torch.utils.data.DataLoader[T_co], ld_base=True):
+    """torch's DataLoader whose ``_get_iterator`` is ``ld_get_iterator``."""
 
-    def _next_index(self) -> Any:
-        return self.ld_next_index()
 
-    def _next_data(self) -> Any:
-        return self.ld_next_data()
+class HookedSingleProcessIter(Hooks, SingleProcessIter, ld_base=True):
+    """torch's in-process iterator whose hooks are ``ld_*`` methods (as above)."""
+
+    LD_HOOKS = (("_next_index", "ld_next_index"), ("_next_data", "ld_next_data"))
 
     def ld_next_index(self) -> Any:
         return super()._next_index()
 
     def ld_next_data(self) -> Any:
         return super()._next_data()
-
-    torch_next_index = ld_next_index
-    torch_next_data = ld_next_data
 
     def ld_rest(self) -> tuple[Any, Any]:
         """(the sampler's iterator where it stands, the index sampler): the epoch's rest."""
@@ -619,13 +662,18 @@ __all__ = [
     "HookedDataLoader",
     "HookedMultiProcessingIter",
     "HookedSingleProcessIter",
+    "Hooks",
     "IterableDatasetStopIteration",
     "IteratorBooks",
+    "IteratorState",
     "KeyErrorMessage",
+    "LoaderHooks",
+    "MultiProcessingHooks",
     "MultiProcessingIter",
     "ResumeIteration",
     "SingleProcessIter",
     "dataset_kind",
+    "interpreter_exiting",
     "is_exception_wrapper",
     "is_iterable",
     "loader_init_finished",
