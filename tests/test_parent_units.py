@@ -221,3 +221,41 @@ def test_a_streams_end_counts_only_once_its_batches_reached_the_user(
     if ended_then_buffered:
         progress.not_ended(0)
     assert progress.resume_for(0).ended is not ended_then_buffered
+
+
+# --- Settings: the keyword-only extras of both supervised loaders, in one place -------------------
+def test_settings_fill_in_the_defaults_the_readme_states() -> None:
+    from pathlib import Path
+
+    from loaderdoctor.supervise.parent.supervision import Settings
+
+    assert Settings.from_keywords(None, False, None, None, None, False) == Settings(
+        None, False, "raise", 0, None, False
+    )
+    healing = Settings.from_keywords(5.0, True, None, None, Path("/q.json"), True)
+    assert healing == Settings(5.0, True, "skip", 1, "/q.json", True)
+    assert Settings.from_keywords(None, True, "replace", 3, None, False).retries == 3
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"hang_timeout": 0}, "hang_timeout must be a positive number of seconds, or None"),
+        ({"on_error": "ignore"}, "on_error must be one of raise, skip, replace, got 'ignore'"),
+        ({"retries": -1}, "retries must be >= 0"),
+    ],
+)
+def test_both_supervised_loaders_refuse_a_bad_setting_in_one_line(
+    keywords: dict[str, Any], message: str
+) -> None:
+    import loaderdoctor
+
+    loaders = [loaderdoctor.DataLoader]
+    try:
+        loaders.append(loaderdoctor.StatefulDataLoader)
+    except ModuleNotFoundError:  # torchdata is an extra (the eco extra has it)
+        pass
+    for loader in loaders:
+        with pytest.raises(ValueError) as raised:
+            loader(list(range(4)), **keywords)
+        assert str(raised.value) == message, loader

@@ -23,8 +23,6 @@ from loaderdoctor.supervise.parent.supervision import (
     Supervision,
 )
 
-ON_ERROR_CHOICES = ("raise", "skip", "replace")
-
 if TYPE_CHECKING:  # a default (PEP 696) lets `loader = DataLoader(obj)` infer DataLoader[Any]
     from typing_extensions import TypeVar as _TypeVar
 
@@ -88,7 +86,9 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         allow_in_process: bool = False,
         **torch_keywords: Any,
     ) -> None:
-        on_error, retries = _checked_settings(hang_timeout, heal, on_error, retries)
+        settings = Settings.from_keywords(
+            hang_timeout, heal, on_error, retries, quarantine, allow_in_process
+        )
         # torch's own keywords (and any a newer torch adds) go to torch as given: torch checks
         # them and raises its own TypeError for one it does not know.
         super().__init__(
@@ -107,30 +107,17 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             generator,
             **torch_keywords,
         )
-        self.hang_timeout = hang_timeout
-        self.heal = heal
-        self.on_error = on_error
-        self.retries = retries
-        self.quarantine_path = os.fspath(quarantine) if quarantine is not None else None
-        self.allow_in_process = allow_in_process
-        self._ld = self._ld_supervision()
+        self.hang_timeout = settings.hang_timeout
+        self.heal = settings.heal
+        self.on_error = settings.on_error
+        self.retries = settings.retries
+        self.quarantine_path = settings.quarantine_path
+        self.allow_in_process = settings.allow_in_process
+        self._ld = Supervision.of(self, settings)
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
         self._ld_unsupervised = _unsupervised_reason(unknown)
         for hook in list(LOADER_HOOKS):
             hook(self)
-
-    def _ld_supervision(self) -> Supervision:
-        settings = Settings(
-            hang_timeout=self.hang_timeout,
-            heal=self.heal,
-            on_error=self.on_error,
-            retries=self.retries,
-            quarantine_path=self.quarantine_path,
-            allow_in_process=self.allow_in_process,
-        )
-        supervision = Supervision.of(self, settings)
-        supervision.base_settings = (self.num_workers, self.prefetch_factor or 0)
-        return supervision
 
     @property
     def incidents(self) -> IncidentLog:
@@ -229,23 +216,6 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
     fileless = collect.defined_in_fileless_main(parts)
     if fileless:
         load_in_process(sup, fileless_main_diagnosis(fileless, method))
-
-
-def _checked_settings(
-    hang_timeout: float | None, heal: bool, on_error: str | None, retries: int | None
-) -> tuple[str, int]:
-    """``on_error`` and ``retries`` with their defaults filled in; ValueError for a bad one."""
-    if hang_timeout is not None and hang_timeout <= 0:
-        raise ValueError("hang_timeout must be a positive number of seconds, or None")
-    if on_error is None:
-        on_error = "skip" if heal else "raise"
-    if on_error not in ON_ERROR_CHOICES:
-        raise ValueError(f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}, got {on_error!r}")
-    if retries is None:
-        retries = 1 if on_error != "raise" else 0
-    if retries < 0:
-        raise ValueError("retries must be >= 0")
-    return on_error, retries
 
 
 def _unsupervised_reason(unknown: list[str]) -> str | None:

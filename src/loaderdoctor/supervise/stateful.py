@@ -57,7 +57,6 @@ from loaderdoctor.supervise.loader import (
     LOADER_HOOKS,
     DataLoader,
     _announce,
-    _checked_settings,
     _unsupervised_reason,
     _warn_once,
 )
@@ -105,20 +104,12 @@ class SupervisedStateful:
         allow_in_process: bool = False,
         **kwargs: Any,
     ) -> None:
-        on_error, retries = _checked_settings(hang_timeout, heal, on_error, retries)
-        super().__init__(*args, **kwargs)
-        settings = Settings(
-            hang_timeout=hang_timeout,
-            heal=heal,
-            on_error=on_error,
-            retries=retries,
-            quarantine_path=os.fspath(quarantine) if quarantine is not None else None,
-            allow_in_process=allow_in_process,
+        settings = Settings.from_keywords(
+            hang_timeout, heal, on_error, retries, quarantine, allow_in_process
         )
+        super().__init__(*args, **kwargs)
         loader: Any = self
-        supervision = Supervision.of(loader, settings)
-        supervision.base_settings = (loader.num_workers, loader.prefetch_factor or 0)
-        loader._ld = supervision
+        loader._ld = Supervision.of(loader, settings)
         loader._ld_unsupervised = _unsupervised_reason([]) or _unsupported_reason(loader)
         for hook in list(LOADER_HOOKS):
             hook(self)

@@ -9,6 +9,7 @@ workers would outlive a dropped loader until a cyclic garbage collection (issue 
 from __future__ import annotations
 
 import enum
+import os
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ class IterState(enum.Enum):
     CLOSED = "closed"  # shut down
 
 
+ON_ERROR_CHOICES = ("raise", "skip", "replace")
+
+
 @dataclass(frozen=True)
 class Settings:
     hang_timeout: float | None
@@ -59,6 +63,39 @@ class Settings:
     retries: int
     quarantine_path: str | None
     allow_in_process: bool
+
+    @classmethod
+    def from_keywords(
+        cls,
+        hang_timeout: float | None,
+        heal: bool,
+        on_error: str | None,
+        retries: int | None,
+        quarantine: str | os.PathLike[str] | None,
+        allow_in_process: bool,
+    ) -> Settings:
+        """The keyword-only extras of a supervised loader (``loaderdoctor.DataLoader`` and
+        ``StatefulDataLoader`` alike), checked, with their defaults filled in; ValueError for a
+        bad one."""
+        if hang_timeout is not None and hang_timeout <= 0:
+            raise ValueError("hang_timeout must be a positive number of seconds, or None")
+        if on_error is None:
+            on_error = "skip" if heal else "raise"
+        if on_error not in ON_ERROR_CHOICES:
+            choices = ", ".join(ON_ERROR_CHOICES)
+            raise ValueError(f"on_error must be one of {choices}, got {on_error!r}")
+        if retries is None:
+            retries = 1 if on_error != "raise" else 0
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
+        return cls(
+            hang_timeout=hang_timeout,
+            heal=heal,
+            on_error=on_error,
+            retries=retries,
+            quarantine_path=os.fspath(quarantine) if quarantine is not None else None,
+            allow_in_process=allow_in_process,
+        )
 
 
 class LoaderSnapshot:
@@ -129,7 +166,11 @@ class Supervision:
 
     @classmethod
     def of(cls, loader: Any, settings: Settings) -> Supervision:
-        return cls(settings, loader.dataset, weakref.ref(loader))
+        """The supervision of a loader just built (its pool shape is what a back-off climbs
+        back to)."""
+        supervision = cls(settings, loader.dataset, weakref.ref(loader))
+        supervision.base_settings = (loader.num_workers, loader.prefetch_factor or 0)
+        return supervision
 
     # --- recording -------------------------------------------------------------------------
     def delivered(self, indices: Any, batch: Any, samples: int | None = None) -> None:
@@ -291,4 +332,4 @@ def _distributed() -> bool:
     return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
 
 
-__all__ = ["IterState", "LoaderSnapshot", "Settings", "Supervision"]
+__all__ = ["ON_ERROR_CHOICES", "IterState", "LoaderSnapshot", "Settings", "Supervision"]
