@@ -22,9 +22,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import queue
 import shutil
-import time
 import warnings
 import weakref
 from typing import Any
@@ -32,7 +30,7 @@ from typing import Any
 import torch
 
 from loaderdoctor import torch_compat
-from loaderdoctor.forensics import Diagnosis, Evidence
+from loaderdoctor.forensics import Diagnosis
 from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import live_quarantine
@@ -40,7 +38,7 @@ from loaderdoctor.supervise.errors import LoaderError
 from loaderdoctor.supervise.files import BOOTSTRAP_DIR_ENV
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 from loaderdoctor.supervise.heal_policy import owed_again
-from loaderdoctor.supervise.parent import collect, hangs, result_queue
+from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.events import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
@@ -69,7 +67,7 @@ from loaderdoctor.supervise.parent.supervision import (
     Settings,
     Supervision,
 )
-from loaderdoctor.supervise.parent.watch import WorkerWatch
+from loaderdoctor.supervise.parent.watch import POLL_S, WorkerWatch
 from loaderdoctor.supervise.parent.worker_exceptions import worker_exception
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, new_stream_progress
 from loaderdoctor.supervise.worker.collate import SupervisedCollate
@@ -80,9 +78,6 @@ from loaderdoctor.system.oom_priority import PROBE_OOM_SCORE_ADJ
 
 logger = logging.getLogger(__name__)
 
-# How often the main process looks at its workers while it waits for a batch. torch checks every
-# MP_STATUS_CHECK_INTERVAL (5 s) and relies on a SIGCHLD handler for the rest.
-POLL_S = 0.1
 PROBE_TIMEOUT_S = 60.0
 
 
@@ -299,50 +294,12 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
 
     # --- waiting for data, watching the workers -------------------------------------------
     def ld_try_get_data(self, timeout: float = torch_compat.MP_STATUS_CHECK_INTERVAL) -> Any:
-        deadline = time.monotonic() + timeout
-        books = self._ld_books
-        while True:
-            wait = min(POLL_S, max(0.0, deadline - time.monotonic()))
-            receive_error: Exception | None = None
-            half: Evidence | None = None
-            try:
-                return (True, self._ld_receive(wait))
-            except queue.Empty:
-                pass
-            except HalfMessage as stalled:
-                half = stalled.evidence
-            except Exception as error:
-                receive_error = error
-            if half is not None:
-                self._ld_recovery.queue_poisoned = True  # never read again: the pool is rebuilt
-                raise PoolFailure(half)
-            if receive_error is not None:
-                # Outside the except block: the verdict must not arrive chained under the
-                # EOFError/ConnectionResetError of the dead sender.
-                try:
-                    found = self._ld_watch.receive_error(
-                        receive_error, books.workers_status, books.task_info
-                    )
-                    if found is None:
-                        raise receive_error
-                    raise PoolFailure(found)
-                finally:
-                    receive_error = None  # no reference cycle through its traceback
-            evidence = self._ld_watch.poll(books.workers_status, books.task_info)
-            if evidence is not None:
-                raise PoolFailure(evidence)
-            if time.monotonic() >= deadline:
-                return (False, None)
-
-    def _ld_receive(self, wait: float) -> Any:
-        if not self.ld_reads_result_queue:  # pin_memory's thread reads it
-            return self.ld_receive(wait)
-        books = self._ld_books
-        return result_queue.receive(
-            self.ld_data_queue,
-            wait,
-            lambda: self._ld_watch.poll(books.workers_status, books.task_info),
-        )
+        try:
+            return self._ld_watch.wait(self, self._ld_books, timeout)
+        except HalfMessage as stalled:
+            half = stalled.evidence
+        self._ld_recovery.queue_poisoned = True  # never read again: the pool is rebuilt
+        raise PoolFailure(half)
 
     def ld_get_data(self) -> Any:
         timeout = self.ld_timeout
@@ -350,10 +307,10 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
             success, data = self.ld_try_get_data(timeout)
             if success:
                 return data
-            info = self.ld_task_in_turn
-            worker_id = info[0] if info else 0
-            message = hangs.timeout_message(timeout)
-            raise PoolFailure(self._ld_watch.hang(worker_id, self._ld_books.task_info, message))
+            books = self._ld_books
+            raise PoolFailure(
+                self._ld_watch.timed_out(self.ld_task_in_turn, books.task_info, timeout)
+            )
         return super().ld_get_data()
 
     def ld_process_data(self, data: Any, worker_idx: int) -> Any:

@@ -1,6 +1,7 @@
 """The watch on each worker: notice a dead, stuck or mute one, and gather the evidence of what it did.
 
-``WorkerWatch.poll()`` is called every ``POLL_S`` while the main process waits for a batch and
+``WorkerWatch.poll()`` is called every ``POLL_S`` while the main process waits for a batch
+(``WorkerWatch.wait``, the receive loop of torch's and torchdata's supervised iterators alike) and
 returns ``Evidence`` of a failure, or None. A stuck worker's Python stack is dumped by faulthandler
 before it is killed: on the signal the worker registered, or by the timer it armed where the
 platform has no such signal (``system.platform.stack_dump``). Batches lost between a worker and the main process
@@ -12,20 +13,27 @@ from __future__ import annotations
 
 import errno as errno_module
 import os
+import queue
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loaderdoctor.forensics import Evidence
 from loaderdoctor.recorder import FlightRecorder
-from loaderdoctor.supervise.parent import collect, hangs
+from loaderdoctor.supervise.parent import collect, hangs, result_queue
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
+from loaderdoctor.supervise.parent.recovery import PoolFailure
+from loaderdoctor.supervise.parent.result_queue import HalfMessage
 from loaderdoctor.supervise.parent.worker_exceptions import ERRNO_PATTERN, exception_line
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.worker.hooks import SEND_ERROR_HEADER
 from loaderdoctor.system.limits import open_files, process_open_files
+from loaderdoctor.torch_compat import IteratorBooks, IteratorState
 
+# How often the main process looks at its workers while it waits for a batch. torch checks every
+# MP_STATUS_CHECK_INTERVAL (5 s) and relies on a SIGCHLD handler for the rest.
+POLL_S = 0.1
 RECEIVE_ERROR_GRACE_S = 1.0
 
 
@@ -53,6 +61,59 @@ class WorkerWatch:
         self.epoch = epoch
         self.parts = parts  # ("dataset", ...), ("collate_fn", ...): what a worker unpickles
         self.baseline = collect.read_baseline()
+
+    # --- waiting for a batch -----------------------------------------------------------------
+    def wait(
+        self, iterator: IteratorState, books: IteratorBooks, timeout: float
+    ) -> tuple[bool, Any]:
+        """torch's ``_try_get_data``, watched: ``(True, message)`` from the queue the main thread
+        reads, ``(False, None)`` when ``timeout`` passes without one. Every ``POLL_S`` the
+        workers are looked at; a failed one raises ``PoolFailure`` with its evidence. A half
+        message left by a dead worker raises ``HalfMessage``: that queue is never read again,
+        which the caller knows what to make of."""
+        deadline = time.monotonic() + timeout
+        direct = iterator.ld_reads_result_queue  # else pin_memory's thread reads the results
+        results = iterator.ld_data_queue
+
+        def stalled() -> Evidence | None:
+            return self.poll(books.workers_status, books.task_info)
+
+        while True:
+            wait = min(POLL_S, max(0.0, deadline - time.monotonic()))
+            receive_error: Exception | None = None
+            try:
+                if direct:
+                    return (True, result_queue.receive(results, wait, stalled))
+                return (True, iterator.ld_receive(wait))
+            except queue.Empty:
+                pass
+            except HalfMessage:
+                raise
+            except Exception as error:
+                receive_error = error
+            if receive_error is not None:
+                # Outside the except block: the verdict must not arrive chained under the
+                # EOFError/ConnectionResetError of the dead sender.
+                try:
+                    found = self.receive_error(receive_error, books.workers_status, books.task_info)
+                    if found is None:
+                        raise receive_error
+                    raise PoolFailure(found)
+                finally:
+                    receive_error = None  # no reference cycle through its traceback
+            evidence = self.poll(books.workers_status, books.task_info)
+            if evidence is not None:
+                raise PoolFailure(evidence)
+            if time.monotonic() >= deadline:
+                return (False, None)
+
+    def timed_out(
+        self, in_turn: tuple[Any, ...] | None, tasks: Mapping[int, Any], timeout: float
+    ) -> Evidence:
+        """The loader's own ``timeout`` passed without the batch whose turn it is (``in_turn``,
+        its entry in torch's books): the worker that owes it hangs."""
+        worker_id = in_turn[0] if in_turn else 0
+        return self.hang(worker_id, tasks, hangs.timeout_message(timeout))
 
     # --- the poll -------------------------------------------------------------------------
     def poll(self, busy: Sequence[bool], tasks: Mapping[int, Any]) -> Evidence | None:
@@ -230,4 +291,4 @@ class WorkerWatch:
         return ev
 
 
-__all__ = ["RECEIVE_ERROR_GRACE_S", "WorkerWatch"]
+__all__ = ["POLL_S", "RECEIVE_ERROR_GRACE_S", "WorkerWatch"]
