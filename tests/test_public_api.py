@@ -65,6 +65,8 @@ def test_stateful_dataloader_without_torchdata_says_what_to_install(
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "torchdata", None)  # as if torchdata were not installed
     monkeypatch.delitem(sys.modules, "loaderdoctor.supervise.stateful", raising=False)
+    monkeypatch.delitem(sys.modules, "loaderdoctor.torchdata_compat", raising=False)
+    monkeypatch.delattr(loaderdoctor, "torchdata_compat", raising=False)  # an earlier import's
     monkeypatch.delitem(vars(loaderdoctor), "StatefulDataLoader", raising=False)
     with pytest.raises(ModuleNotFoundError) as raised:
         _ = loaderdoctor.StatefulDataLoader

@@ -566,14 +566,18 @@ def test_every_torch_private_in_our_source_is_in_the_contract() -> None:
 
 
 # --- no torch private outside torch_compat (issue 27) ------------------------------------------
-# Nowhere but in torch_compat may code reach into torch: the subclasses override torch's hooks
-# through torch_compat's Hooked* bases, and read torch's state through it (IteratorBooks, ...).
+# Nowhere but in torch_compat (torchdata_compat for torchdata's) may code reach into torch: the
+# subclasses override torch's hooks through the Hooked* bases, and read torch's state through
+# them (IteratorState, IteratorBooks, ...). torchdata is imported only in torchdata_compat, so
+# that it stays optional in one place.
+COMPAT_MODULES = {"torch_compat.py", "torchdata_compat.py"}
 
 
 def torch_privates_in(source: str, torch_names: set[str]) -> list[str]:
     """Every reach into torch's privates in ``source``: an import of a private torch module or
-    name, and an attribute access by one of torch's private names. In a class that does not
-    derive from one of torch's, ``self.<name>`` is the class's own attribute, not torch's."""
+    name, any import of torchdata, and an attribute access by one of torch's (or torchdata's)
+    private names. In a class that does not derive from one of torch's, ``self.<name>`` is the
+    class's own attribute, not torch's."""
     tree = ast.parse(source)
     found: list[str] = []
     own_self: set[int] = set()  # ids of ``self.x`` nodes inside classes of our own
@@ -591,13 +595,14 @@ def torch_privates_in(source: str, torch_names: set[str]) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] == "torch" and "._" in alias.name:
+                root = alias.name.split(".")[0]
+                if root == "torchdata" or (root == "torch" and "._" in alias.name):
                     found.append(f"line {node.lineno}: import {alias.name}")
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
-            module = node.module or ""
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            root = node.module.split(".")[0]
             private = [a.name for a in node.names if a.name.startswith("_")]
-            if "._" in module or private:
-                found.append(f"line {node.lineno}: from {module} import {private or '...'}")
+            if root == "torchdata" or (root == "torch" and ("._" in node.module or private)):
+                found.append(f"line {node.lineno}: from {node.module} import {private or '...'}")
         elif (
             isinstance(node, ast.Attribute)
             and node.attr in torch_names
@@ -622,12 +627,18 @@ PLANTED = {
     "class Sub(torch_compat.MultiProcessingIter):\n    def f(self):\n        return self._rcvd_idx\n": (
         "line 3: ._rcvd_idx"
     ),
+    "from torchdata.stateful_dataloader import StatefulDataLoader\n": "line 1: from torchdata",
+    "import torchdata.stateful_dataloader\n": "line 1: import torchdata",
+    "class It(torchdata_compat.HookedStatefulIter):\n    def f(self):\n        self._finished = 1\n": (
+        "line 3: ._finished"
+    ),
 }
 
 
 @pytest.mark.parametrize("planted", sorted(PLANTED))
 def test_the_scan_finds_a_planted_reach_into_torch(planted: str) -> None:
     names = {"_task_info", "_dataset_kind", "_rcvd_idx", "_workers", "_shutdown", "_index_sampler"}
+    names.add("_finished")  # torchdata's
     found = torch_privates_in(planted, names)
     assert len(found) == 1 and found[0].startswith(PLANTED[planted]), found
 
@@ -637,12 +648,20 @@ def test_the_scan_leaves_a_classes_own_attributes_alone() -> None:
     assert torch_privates_in(own, {"_workers"}) == []
 
 
-# Modules that still reach into torch themselves, each with why (issue 27 left them):
-NOT_YET_THROUGH_TORCH_COMPAT = {
-    # torchdata's StatefulDataLoader iterator copies torch's with torchdata's own privates; its
-    # hooks are pinned by tests/ecosystem/test_stateful.py. Next: a torchdata half of torch_compat.
-    "supervise/stateful.py",
-}
+def torchdata_private_names() -> set[str]:
+    """The private names of torchdata's StatefulDataLoader and its multiprocessing iterator (none
+    without torchdata: the eco extra installs it, and CI has it)."""
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ModuleNotFoundError:
+        return set()
+    loader = StatefulDataLoader(list(range(8)), batch_size=2, num_workers=1)
+    iterator = iter(loader)
+    try:
+        objects = (iterator, loader)
+        return {n for o in objects for n in dir(o) if n.startswith("_") and not n.startswith("__")}
+    finally:
+        iterator._shutdown_workers()
 
 
 @pytest.mark.slow
@@ -659,10 +678,11 @@ def test_no_torch_private_outside_torch_compat() -> None:
         }
     finally:
         iterator._shutdown_workers()
+    torch_names |= torchdata_private_names()
     reaches = {}
     for path in sorted(SRC.rglob("*.py")):
         relative = path.relative_to(SRC).as_posix()
-        if relative == "torch_compat.py" or relative in NOT_YET_THROUGH_TORCH_COMPAT:
+        if relative in COMPAT_MODULES:
             continue
         found = torch_privates_in(path.read_text(encoding="utf-8"), torch_names)
         if found:

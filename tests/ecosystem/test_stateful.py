@@ -198,6 +198,21 @@ def test_persistent_workers_heal_once_and_serve_every_later_epoch(tmp_path: Path
     assert loader.report.quarantine == [45]
 
 
+# torchdata's private hooks the supervised iterator overrides, with their parameters
+STATEFUL_HOOKS = {
+    "__init__": ["self", "loader", "next_iter_state"],
+    "_next_index": ["self"],
+    "_try_put_index": ["self"],
+    "_reset": ["self", "loader", "first_iter", "prime_prefetch"],
+    "_try_get_data": ["self", "timeout"],
+    "_get_data": ["self"],
+    "_process_data": ["self", "data", "worker_id", "state_dict"],
+    "_next_data": ["self"],
+    "state_dict": ["self"],
+    "_shutdown_workers": ["self"],
+}
+
+
 def test_the_torchdata_internals_the_supervision_overrides_are_there() -> None:
     """The contract with torchdata's private iterator: the hooks overridden, with their
     parameters (a torchdata release that renames one fails here, not in a user's run)."""
@@ -207,20 +222,60 @@ def test_the_torchdata_internals_the_supervision_overrides_are_there() -> None:
         _StatefulMultiProcessingDataLoaderIter as Iter,
     )
 
-    hooks = {
-        "__init__": ["self", "loader", "next_iter_state"],
-        "_next_index": ["self"],
-        "_try_put_index": ["self"],
-        "_reset": ["self", "loader", "first_iter", "prime_prefetch"],
-        "_try_get_data": ["self", "timeout"],
-        "_get_data": ["self"],
-        "_process_data": ["self", "data", "worker_id", "state_dict"],
-        "_next_data": ["self"],
-        "state_dict": ["self"],
-        "_shutdown_workers": ["self"],
+    found = {
+        name: list(inspect.signature(getattr(Iter, name)).parameters) for name in STATEFUL_HOOKS
     }
-    found = {name: list(inspect.signature(getattr(Iter, name)).parameters) for name in hooks}
-    assert found == hooks
+    assert found == STATEFUL_HOOKS
+
+
+def test_torchdata_calls_each_override_directly_with_its_own_parameters() -> None:
+    """Every torchdata hook the supervised iterator (and loader) overrides is its ``ld_``
+    method itself under torchdata's name, with torchdata's parameters (issue 27)."""
+    import inspect
+
+    from loaderdoctor import torchdata_compat
+    from loaderdoctor.supervise.stateful import SupervisedStateful
+
+    def shape(function: Any) -> list[tuple[str, Any]]:
+        return [(p.name, p.default) for p in inspect.signature(function).parameters.values()]
+
+    pairs = [
+        (SupervisedStatefulIter, torchdata_compat.StatefulMultiProcessingIter),
+        (SupervisedStateful, StockStatefulDataLoader),
+    ]
+    for ours, theirs in pairs:
+        for torch_name, ld_name in ours._ld_aliases.items():
+            assert vars(ours)[torch_name] is vars(ours)[ld_name], (ours.__name__, torch_name)
+            assert shape(vars(ours)[ld_name]) == shape(getattr(theirs, torch_name)), ld_name
+    overridden = set(SupervisedStatefulIter._ld_aliases)
+    assert overridden == set(STATEFUL_HOOKS) - {"__init__", "state_dict"}
+    assert loaderdoctor.StatefulDataLoader._get_iterator is SupervisedStateful.ld_get_iterator
+
+
+def test_torchdata_keeps_torchs_books_under_torchs_names() -> None:
+    """What ``torch_compat.IteratorState`` and ``IteratorBooks`` read of torchdata's iterator,
+    right after iter() (2 workers, prefetch 2): torch's names, torch's shapes."""
+    from loaderdoctor import torch_compat
+
+    loader = StockStatefulDataLoader(list(range(16)), batch_size=2, num_workers=2)
+    iterator = iter(loader)
+    try:
+        assert iterator._send_idx == 4 and iterator._rcvd_idx == 0 and iterator._timeout == 0
+        assert iterator._task_info == {0: (0,), 1: (1,), 2: (0,), 3: (1,)}
+        assert iterator._workers_status == [True, True]
+        assert iterator._workers_num_tasks == [2, 2]
+        assert iterator._tasks_outstanding == 4
+        assert iterator._data_queue is iterator._worker_result_queue
+        assert len(iterator._workers) == len(iterator._index_queues) == 2
+        assert callable(iterator._workers_done_event.set)
+        assert (iterator._shutdown, iterator._finished) == (False, False)
+        books = torch_compat.IteratorBooks(iterator)
+        assert (books.num_workers, books.prefetch_factor) == (2, 2)
+        assert books.owed_by(1) == [1, 3]
+        assert torch_compat.is_iterable(loader) is False
+        assert loader._iterator is iterator  # torchdata keeps it (its state_dict reads it)
+    finally:
+        iterator._shutdown_workers()
 
 
 def test_a_worker_death_raises_its_verdict_from_the_drop_in() -> None:

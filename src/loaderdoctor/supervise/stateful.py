@@ -21,29 +21,13 @@ A clean run takes torchdata's code path unchanged: same batches, same order, sam
 from __future__ import annotations
 
 import os
-import queue
 import shutil
-import time
 import warnings
 import weakref
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from torch.utils.data import _utils as _torch_utils
-
-try:
-    from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataStatefulDataLoader
-    from torchdata.stateful_dataloader.stateful import Stateful
-    from torchdata.stateful_dataloader.stateful_dataloader import (
-        _StatefulMultiProcessingDataLoaderIter,
-    )
-except ModuleNotFoundError as missing:
-    raise ModuleNotFoundError(
-        "loaderdoctor.StatefulDataLoader needs torchdata: pip install 'loaderdoctor[torchdata]'",
-        name=missing.name,
-    ) from None
-
-from loaderdoctor import torch_compat
+from loaderdoctor import torch_compat, torchdata_compat  # the latter imports torchdata
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
@@ -60,10 +44,11 @@ from loaderdoctor.supervise.loader import (
     _unsupervised_reason,
     _warn_once,
 )
-from loaderdoctor.supervise.parent import collect, result_queue
+from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.events import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
+from loaderdoctor.supervise.parent.recovery import PoolFailure
 from loaderdoctor.supervise.parent.result_queue import HalfMessage
 from loaderdoctor.supervise.parent.supervision import (
     IterState,
@@ -79,13 +64,12 @@ from loaderdoctor.supervise.worker.hooks import SupervisedWorkerInit
 from loaderdoctor.supervise.worker.loader_view import wrap_dataset
 from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SkippedBatch
 
-POLL_S = 0.1
 POLICY = HealPolicy()
 # What healing can do for a StatefulDataLoader: the same pool shape, resumed from its own state.
 _HEALS = (ActionKind.RESPAWN, ActionKind.QUARANTINE, ActionKind.BACK_OFF)
 
 
-class SupervisedStateful:
+class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
     """What makes a ``StatefulDataLoader`` (or a subclass of it) supervised: mixed in before it.
 
     torchdata's ``__init__``, ``__iter__``, ``state_dict`` and ``load_state_dict`` run unchanged;
@@ -116,15 +100,14 @@ class SupervisedStateful:
 
     incidents = DataLoader.incidents
     report = DataLoader.report
-    ld_iterator = torch_compat.HookedDataLoader.ld_iterator  # what ``report`` reads
 
-    def _get_iterator(self) -> Any:
+    def ld_get_iterator(self) -> Any:
         loader: Any = self
         sup = loader._ld
         if loader._ld_unsupervised is not None or loader.num_workers == 0:
             if loader._ld_unsupervised is not None:
                 _warn_once(loader, loader._ld_unsupervised)
-            return super()._get_iterator()  # type: ignore[misc]
+            return super().ld_get_iterator()
         loader.check_worker_number_rationality()
         snapshot = LoaderSnapshot(loader)
         if sup.backoff is not None:  # a heal lowered prefetch_factor (never num_workers)
@@ -145,7 +128,7 @@ class SupervisedStateful:
 
 
 def _unsupported_reason(loader: Any) -> str | None:
-    if loader._dataset_kind == torch_compat.DatasetKind.Iterable:
+    if torch_compat.is_iterable(loader):
         return (
             "loaderdoctor supervises a StatefulDataLoader of a map-style dataset; this one's "
             "dataset is iterable: it runs as plain torchdata, unsupervised."
@@ -158,7 +141,7 @@ def _unsupported_reason(loader: Any) -> str | None:
     return None
 
 
-class StatefulDataLoader(SupervisedStateful, _TorchdataStatefulDataLoader):
+class StatefulDataLoader(SupervisedStateful, torchdata_compat.StatefulDataLoader):
     """A drop-in, supervised ``torchdata.stateful_dataloader.StatefulDataLoader``.
 
     Takes every argument of torchdata's and behaves identically while nothing fails (same
@@ -191,7 +174,7 @@ class _StatefulBatchedMapDataset(_ForwardsState, SupervisedBatchedMapDataset):
 
 def _wrapped(dataset: Any, dataset_kind: int, policy: Any) -> Any:
     wrapped = wrap_dataset(dataset, dataset_kind, policy)
-    if not isinstance(dataset, Stateful):
+    if not isinstance(dataset, torchdata_compat.Stateful):
         return wrapped
     if type(wrapped) is SupervisedMapDataset:
         return _StatefulMapDataset(dataset, policy)
@@ -200,20 +183,12 @@ def _wrapped(dataset: Any, dataset_kind: int, policy: Any) -> Any:
     return wrapped
 
 
-class _Failure(Exception):
-    """Internal: a worker failed; carries the evidence out of torchdata's ``_next_data``."""
-
-    def __init__(self, evidence: Evidence) -> None:
-        super().__init__(evidence.kind)
-        self.evidence = evidence
-
-
 def _remove_log_dir(path: str, owner_pid: int) -> None:
     if os.getpid() == owner_pid:  # never from a forked child that inherited the finalizer
         shutil.rmtree(path, ignore_errors=True)
 
 
-class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
+class SupervisedStatefulIter(torchdata_compat.HookedStatefulIter):
     """torchdata's multiprocessing iterator with a watch on every worker."""
 
     def __init__(
@@ -242,9 +217,10 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
         self._ld_recorder = FlightRecorder(snapshot.num_workers)
         for worker_id in range(snapshot.num_workers):
             self._ld_recorder.reset_slot(worker_id)
+        self._ld_books = torch_compat.IteratorBooks(self)
         policy = supervision.sample_policy(snapshot.drop_last)
         view = snapshot.with_overrides(
-            dataset=_wrapped(snapshot.dataset, snapshot._dataset_kind, policy),
+            dataset=_wrapped(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy),
             collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
             worker_init_fn=SupervisedWorkerInit(
                 snapshot.worker_init_fn,
@@ -259,10 +235,10 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
         )
         previous = os.environ.get(BOOTSTRAP_DIR_ENV)
         os.environ[BOOTSTRAP_DIR_ENV] = self._ld_log_dir
-        failure: _Failure | None = None
+        failure: PoolFailure | None = None
         try:
             super().__init__(view, next_iter_state)
-        except _Failure as caught:  # a worker died or hung before the first batch
+        except PoolFailure as caught:  # a worker died or hung before the first batch
             failure = caught
         finally:
             if previous is None:
@@ -281,9 +257,7 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
             # A dead worker must never make torch's SIGCHLD handler raise at a random line.
             torch_compat.stop_sigchld_checks(self)
             snapshot = self._ld_snapshot
-            pool = Pool(
-                self._workers, self._index_queues, self._workers_done_event, self._ld_log_dir
-            )
+            pool = Pool(*self.ld_processes(), self._ld_log_dir)
             self._ld_pool = pool
             pool.first_for_oom_killer(self._ld_sup.oom_score_adj)
             self._ld_sup.oom_notes.extend(pool.oom_notes)
@@ -306,88 +280,54 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
         return self._ld_watch
 
     # --- bookkeeping of what each batch holds ----------------------------------------------
-    def _next_index(self) -> Any:
-        index = super()._next_index()
+    def ld_next_index(self) -> Any:
+        index = super().ld_next_index()
         self._ld_last_index = index
         return index
 
-    def _try_put_index(self) -> None:
-        sent = self._send_idx
-        super()._try_put_index()
-        if self._send_idx != sent:
+    def ld_try_put_index(self) -> None:
+        sent = self.ld_sent
+        super().ld_try_put_index()
+        if self.ld_sent != sent:
             self._ld_ledger.owe(sent, self._ld_last_index)
 
-    def _reset(self, loader: Any, first_iter: bool = False, prime_prefetch: bool = True) -> None:
+    def ld_reset(self, loader: Any, first_iter: bool = False, prime_prefetch: bool = True) -> None:
         if not first_iter:
             self._ld_ledger.clear()
             self._ld_epoch = self._ld_sup.epoch
             if self._ld_watch is not None:
                 self._ld_watch.epoch = self._ld_epoch
             if self._ld_successor is not None:  # persistent workers: the successor's pool
-                self._ld_successor._reset(loader)
-                self._finished = False
+                self._ld_successor.ld_reset(loader)
+                self.ld_finished = False
                 return
-        super()._reset(loader, first_iter, prime_prefetch)
+        super().ld_reset(loader, first_iter, prime_prefetch)
 
     # --- waiting for data, watching the workers --------------------------------------------
-    def _try_get_data(self, timeout: float = torch_compat.MP_STATUS_CHECK_INTERVAL) -> Any:
-        watch = self._ld_watching()
-        deadline = time.monotonic() + timeout
-        while True:
-            wait = min(POLL_S, max(0.0, deadline - time.monotonic()))
-            receive_error: Exception | None = None
-            evidence: Evidence | None = None
-            try:
-                return (True, self._ld_receive(wait))
-            except queue.Empty:
-                pass
-            except HalfMessage as stalled:
-                evidence = stalled.evidence
-            except Exception as error:
-                receive_error = error
-            if receive_error is not None:
-                try:
-                    evidence = watch.receive_error(
-                        receive_error, self._workers_status, self._task_info
-                    )
-                    if evidence is None:
-                        raise receive_error
-                finally:
-                    receive_error = None  # no reference cycle through its traceback
-            if evidence is None:
-                evidence = watch.poll(self._workers_status, self._task_info)
-            if evidence is not None:
-                raise _Failure(evidence)
-            if time.monotonic() >= deadline:
-                return (False, None)
+    def ld_try_get_data(self, timeout: float = torch_compat.MP_STATUS_CHECK_INTERVAL) -> Any:
+        try:
+            return self._ld_watching().wait(self, self._ld_books, timeout)
+        except HalfMessage as stalled:
+            half = stalled.evidence
+        raise PoolFailure(half)  # healing rebuilds the pool (and its result queue) in any case
 
-    def _ld_receive(self, wait: float) -> Any:
-        if self._data_queue is not self._worker_result_queue:  # pin_memory's thread reads it
-            return self._data_queue.get(timeout=wait)
-        return result_queue.receive(
-            self._data_queue,
-            wait,
-            lambda: self._ld_watching().poll(self._workers_status, self._task_info),
-        )
+    def ld_get_data(self) -> Any:
+        timeout = self.ld_timeout
+        if timeout <= 0:
+            return super().ld_get_data()
+        success, data = self.ld_try_get_data(timeout)
+        if not success:  # the loader's own timeout ran out: the worker that owes the batch hangs
+            in_turn, tasks = self.ld_task_in_turn, self._ld_books.task_info
+            raise PoolFailure(self._ld_watching().timed_out(in_turn, tasks, timeout))
+        return data
 
-    def _get_data(self) -> Any:
-        if self._timeout > 0:
-            success, data = self._try_get_data(self._timeout)
-            if success:
-                return data
-            info = self._task_info.get(self._rcvd_idx)
-            worker_id = info[0] if info else 0
-            message = f"DataLoader timed out after {self._timeout} seconds"
-            raise _Failure(self._ld_watching().hang(worker_id, self._task_info, message))
-        return super()._get_data()
-
-    def _process_data(self, data: Any, worker_id: int, state_dict: Any) -> Any:
-        task, indices, _ = self._ld_ledger.settle_handed_over(self._task_info)
+    def ld_process_data(self, data: Any, worker_id: int, state_dict: Any) -> Any:
+        task, indices, _ = self._ld_ledger.settle_handed_over(self._ld_books.task_info)
         sup = self._ld_sup
         self._ld_events.drain_if_new(self._ld_recorder.total(Field.EVENTS))
         if torch_compat.is_exception_wrapper(data):
-            self._workers_num_tasks[worker_id] -= 1
-            self._try_put_index()
+            self.ld_task_done(worker_id)
+            self.ld_try_put_index()
             ev = self._ld_watching().base("exception", worker_id)
             ev.batch = task
             error, diagnosis = worker_exception(data, ev, indices, self._ld_snapshot.dataset)
@@ -402,10 +342,10 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
             sup.take_events(data.events)
         elif task is not None:
             data = sup.delivered_batch(indices, data)
-        return super()._process_data(data, worker_id, state_dict)
+        return super().ld_process_data(data, worker_id, state_dict)
 
     # --- the decision point ----------------------------------------------------------------
-    def _next_data(self) -> Any:
+    def ld_next_data(self) -> Any:
         while True:
             if self._ld_state is IterState.FAILED:
                 from loaderdoctor.supervise.errors import LoaderError
@@ -418,10 +358,10 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
             if self._ld_state is IterState.HANDED_OVER:
                 data = next(self._ld_successor)
             else:
-                failure: _Failure | None = None
+                failure: PoolFailure | None = None
                 try:
-                    data = super()._next_data()
-                except _Failure as caught:
+                    data = super().ld_next_data()
+                except PoolFailure as caught:
                     failure = caught
                 except StopIteration:
                     self._ld_epoch_done()
@@ -480,12 +420,13 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
     def _ld_decide(self, ev: Evidence, diagnosis: Diagnosis) -> Action:
         """The policy's decision, the culprit re-tried alone where it asks; a back-off that
         would change num_workers (torchdata's state records it) respawns the same pool."""
+        books = self._ld_books
         at = Situation(
             heal=self._ld_sup.settings.heal,
             iterable=False,
             respawns=self._ld_respawns,
-            num_workers=self._num_workers,
-            prefetch_factor=self._prefetch_factor,
+            num_workers=books.num_workers,
+            prefetch_factor=books.prefetch_factor,
             kind=ev.kind,
             stage=ev.stage,
             reached_worker_init=ev.reached_worker_init,
@@ -507,14 +448,14 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
                 if outcome and action.kind is ActionKind.QUARANTINE:
                     reproduced_alone(diagnosis, ev.in_flight_index)
                     action = replace(action, note="")
-        if action.kind is ActionKind.BACK_OFF and action.num_workers != self._num_workers:
+        if action.kind is ActionKind.BACK_OFF and action.num_workers != books.num_workers:
             action = replace(
                 action,
                 kind=ActionKind.RESPAWN,
-                num_workers=self._num_workers,
-                prefetch_factor=self._prefetch_factor,
+                num_workers=books.num_workers,
+                prefetch_factor=books.prefetch_factor,
                 note=(
-                    f"a StatefulDataLoader keeps num_workers={self._num_workers} (its "
+                    f"a StatefulDataLoader keeps num_workers={books.num_workers} (its "
                     "state_dict records it): respawned instead of backing off"
                 ),
             )
@@ -536,8 +477,8 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
     def _ld_stop(self) -> None:
         pool = getattr(self, "_ld_pool", None)
         if pool is not None:
-            pool.stop(self._workers_status)
-        self._shutdown_workers()
+            pool.stop(self._ld_books.workers_status)
+        self.ld_shutdown_workers()
 
     # --- torchdata's state, and the end ----------------------------------------------------
     def state_dict(self) -> Any:
@@ -547,26 +488,26 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
 
     def _ld_drain(self) -> None:
         """Read the events written so far (``loader.report`` asks, mid-epoch)."""
-        if self._ld_state is IterState.RUNNING and not getattr(self, "_shutdown", True):
+        if self._ld_state is IterState.RUNNING and not self.ld_is_shut_down():
             self._ld_events.drain()
         if self._ld_successor is not None:
             self._ld_successor._ld_drain()
 
-    def _shutdown_workers(self) -> None:
-        if _torch_utils is None or _torch_utils.python_exit_status is not False:
-            return  # the interpreter is exiting: torch's own handlers stop the workers
+    def ld_shutdown_workers(self) -> None:
+        if torch_compat.interpreter_exiting():
+            return  # torch's own handlers stop the workers
         pool = getattr(self, "_ld_pool", None)
         if pool is not None and not pool.owned_here():
             # A forked child inherited this iterator: its workers are not this process's
             # children, so there is nothing to stop (and torch's join would raise here).
-            self.__dict__["_shutdown"] = True
+            self.ld_mark_shut_down()
             return
         successor = getattr(self, "_ld_successor", None)
         if successor is not None:
-            successor._shutdown_workers()
-        was_shut = getattr(self, "_shutdown", True)
-        super()._shutdown_workers()
-        if not was_shut and getattr(self, "_shutdown", False):
+            torch_compat.shut_down(successor)
+        was_shut = self.ld_is_shut_down()
+        super().ld_shutdown_workers()
+        if not was_shut and self.ld_is_shut_down(default=False):
             self._ld_events.drain()
             self._ld_cleanup()
             if self._ld_state is IterState.RUNNING:

@@ -1,0 +1,67 @@
+"""Every reach into torchdata's private ``StatefulDataLoader`` internals, in one place.
+
+torchdata is optional (``pip install 'loaderdoctor[torchdata]'``): this module imports it, and
+without it raises ``ModuleNotFoundError`` naming the extra; ``torch_compat`` never imports it.
+torchdata's multiprocessing iterator is a fork of torch's and keeps torch's bookkeeping under
+torch's names, so ``torch_compat.IteratorState`` and ``torch_compat.IteratorBooks`` read it as
+they read torch's; its hooks differ (``_reset`` primes the prefetch or not, ``_process_data``
+takes the worker's state). ``tests/ecosystem/test_stateful.py`` fails when a torchdata release
+moves one of these names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from torchdata.stateful_dataloader.stateful import Stateful
+    from torchdata.stateful_dataloader.stateful_dataloader import (
+        _StatefulMultiProcessingDataLoaderIter as StatefulMultiProcessingIter,
+    )
+except ModuleNotFoundError as missing:
+    raise ModuleNotFoundError(
+        "loaderdoctor.StatefulDataLoader needs torchdata: pip install 'loaderdoctor[torchdata]'",
+        name=missing.name,
+    ) from None
+
+from loaderdoctor import torch_compat
+
+
+class HookedStatefulIter(
+    torch_compat.MultiProcessingHooks, StatefulMultiProcessingIter, ld_base=True
+):
+    """torchdata's multiprocessing iterator whose private hooks are loaderdoctor's ``ld_*``
+    methods (see ``torch_compat.MultiProcessingHooks``)."""
+
+    def ld_reset(self, loader: Any, first_iter: bool = False, prime_prefetch: bool = True) -> None:
+        super()._reset(loader, first_iter, prime_prefetch)
+
+    def ld_process_data(self, data: Any, worker_id: int, state_dict: Any) -> Any:
+        return super()._process_data(data, worker_id, state_dict)
+
+    @property
+    def ld_finished(self) -> bool:
+        """The epoch ended (torchdata's ``_finished``, recorded in its ``state_dict``)."""
+        return bool(self._finished)
+
+    @ld_finished.setter
+    def ld_finished(self, value: bool) -> None:
+        self._finished = value
+
+
+class HookedStatefulLoader(torch_compat.LoaderHooks, ld_base=True):
+    """A mixin before torchdata's ``StatefulDataLoader`` (or a subclass of it): its
+    ``_get_iterator`` is ``ld_get_iterator``, whose default is the next class's own."""
+
+    def ld_get_iterator(self) -> Any:
+        return super()._get_iterator()  # type: ignore[misc]
+
+
+__all__ = [
+    "HookedStatefulIter",
+    "HookedStatefulLoader",
+    "Stateful",
+    "StatefulDataLoader",
+    "StatefulMultiProcessingIter",
+]
