@@ -592,6 +592,10 @@ def torch_privates_in(source: str, torch_names: set[str]) -> list[str]:
                         and inner.value.id in {"self", "cls"}
                     ):
                         own_self.add(id(inner))
+                continue
+            for inner in node.body:  # an override of torch's hook by torch's name
+                if isinstance(inner, ast.FunctionDef) and inner.name in torch_names:
+                    found.append(f"line {inner.lineno}: def {inner.name}")
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -632,6 +636,9 @@ PLANTED = {
     "class It(torchdata_compat.HookedStatefulIter):\n    def f(self):\n        self._finished = 1\n": (
         "line 3: ._finished"
     ),
+    "class It(torchdata_compat.HookedStatefulIter):\n    def _task_info(self):\n        pass\n": (
+        "line 2: def _task_info"
+    ),
 }
 
 
@@ -646,6 +653,10 @@ def test_the_scan_finds_a_planted_reach_into_torch(planted: str) -> None:
 def test_the_scan_leaves_a_classes_own_attributes_alone() -> None:
     own = "class Pool:\n    def f(self):\n        return self._workers\n"
     assert torch_privates_in(own, {"_workers"}) == []
+    assert (
+        torch_privates_in("class Visitor:\n    def _workers(self):\n        pass\n", {"_workers"})
+        == []
+    )
 
 
 def torchdata_private_names() -> set[str]:
