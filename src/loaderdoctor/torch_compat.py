@@ -317,9 +317,9 @@ def _bind_hooks(cls: type) -> dict[str, str]:
             seen.add(torch_name)
             owner = next((k for k in mro if torch_name in vars(k)), None)
             if owner is None or mro.index(owner) > mro.index(declared_in):  # torch's own hook
-                provider = next(k for k in mro if ld_name in vars(k))
-                if vars(provider).get("_ld_base", False):
-                    continue  # not overridden: torch's hook runs as it is
+                provider = next((k for k in mro if ld_name in vars(k)), None)
+                if provider is None or vars(provider).get("_ld_base", False):
+                    continue  # not overridden (or a mixin without it): torch's hook runs as is
             elif vars(owner).get("_ld_aliases", {}).get(torch_name) != ld_name:
                 continue  # a class in between defines it, and calls on by super()
             aliases[torch_name] = ld_name

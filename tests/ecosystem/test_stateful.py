@@ -245,8 +245,8 @@ def test_torchdata_calls_each_override_directly_with_its_own_parameters() -> Non
     ]
     for ours, theirs in pairs:
         for torch_name, ld_name in ours._ld_aliases.items():
-            assert vars(ours)[torch_name] is vars(ours)[ld_name], (ours.__name__, torch_name)
-            assert shape(vars(ours)[ld_name]) == shape(getattr(theirs, torch_name)), ld_name
+            assert vars(ours)[torch_name] is getattr(ours, ld_name), (ours.__name__, torch_name)
+            assert shape(getattr(ours, ld_name)) == shape(getattr(theirs, torch_name)), ld_name
     overridden = set(SupervisedStatefulIter._ld_aliases)
     assert overridden == set(STATEFUL_HOOKS) - {"__init__", "state_dict"}
     assert loaderdoctor.StatefulDataLoader._get_iterator is SupervisedStateful.ld_get_iterator

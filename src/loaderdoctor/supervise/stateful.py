@@ -21,9 +21,7 @@ A clean run takes torchdata's code path unchanged: same batches, same order, sam
 from __future__ import annotations
 
 import os
-import shutil
 import warnings
-import weakref
 from dataclasses import replace
 from typing import Any, NoReturn
 
@@ -44,8 +42,9 @@ from loaderdoctor.supervise.loader import (
     _unsupervised_reason,
     _warn_once,
 )
-from loaderdoctor.supervise.parent import collect
+from loaderdoctor.supervise.parent import hangs
 from loaderdoctor.supervise.parent.events import EventReader
+from loaderdoctor.supervise.parent.iterator import PoolLifetime, probe_batch, start_method_of
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.recovery import PoolFailure
@@ -183,12 +182,7 @@ def _wrapped(dataset: Any, dataset_kind: int, policy: Any) -> Any:
     return wrapped
 
 
-def _remove_log_dir(path: str, owner_pid: int) -> None:
-    if os.getpid() == owner_pid:  # never from a forked child that inherited the finalizer
-        shutil.rmtree(path, ignore_errors=True)
-
-
-class SupervisedStatefulIter(torchdata_compat.HookedStatefulIter):
+class SupervisedStatefulIter(PoolLifetime, torchdata_compat.HookedStatefulIter):
     """torchdata's multiprocessing iterator with a watch on every worker."""
 
     def __init__(
@@ -211,8 +205,7 @@ class SupervisedStatefulIter(torchdata_compat.HookedStatefulIter):
         # torchdata replays the steps since its last snapshot when it resumes: those batches
         # were delivered before, and are not counted again
         self._ld_replaying = next_iter_state is not None
-        self._ld_log_dir = collect.make_log_dir()
-        self._ld_cleanup = weakref.finalize(self, _remove_log_dir, self._ld_log_dir, os.getpid())
+        self._ld_make_log_dir()
         self._ld_events = EventReader(self._ld_log_dir, supervision.take_event)
         self._ld_recorder = FlightRecorder(snapshot.num_workers)
         for worker_id in range(snapshot.num_workers):
@@ -267,7 +260,7 @@ class SupervisedStatefulIter(torchdata_compat.HookedStatefulIter):
                 self._ld_recorder,
                 self._ld_ledger,
                 dataset=snapshot.dataset,
-                start_method=_start_method(snapshot),
+                start_method=start_method_of(snapshot),
                 iterable=False,
                 hang_timeout=self._ld_sup.settings.hang_timeout,
                 epoch=self._ld_epoch,
@@ -436,8 +429,6 @@ class SupervisedStatefulIter(torchdata_compat.HookedStatefulIter):
         )
         action = POLICY.decide(diagnosis, at)
         if action.kind is ActionKind.PROBE:
-            from loaderdoctor.supervise.parent.iterator import probe_batch
-
             found = probe_batch(self._ld_snapshot, [ev.in_flight_index])
             outcome = found if isinstance(found, str) else found is not None
             if isinstance(outcome, str):
@@ -464,7 +455,7 @@ class SupervisedStatefulIter(torchdata_compat.HookedStatefulIter):
     def _ld_raise(self, ev: Evidence, diagnosis: Diagnosis) -> NoReturn:
         self._ld_sup.record(diagnosis, "raised")
         headline = next(
-            (n for n in ev.notes if n.startswith("DataLoader timed out after")),
+            (n for n in ev.notes if n.startswith(hangs.TIMEOUT_PREFIX)),
             format_death_headline(diagnosis),
         )
         message = f"{headline}\n{format_verdict(diagnosis)}"
@@ -485,39 +476,6 @@ class SupervisedStatefulIter(torchdata_compat.HookedStatefulIter):
         if self._ld_successor is not None:
             return self._ld_successor.state_dict()
         return super().state_dict()
-
-    def _ld_drain(self) -> None:
-        """Read the events written so far (``loader.report`` asks, mid-epoch)."""
-        if self._ld_state is IterState.RUNNING and not self.ld_is_shut_down():
-            self._ld_events.drain()
-        if self._ld_successor is not None:
-            self._ld_successor._ld_drain()
-
-    def ld_shutdown_workers(self) -> None:
-        if torch_compat.interpreter_exiting():
-            return  # torch's own handlers stop the workers
-        pool = getattr(self, "_ld_pool", None)
-        if pool is not None and not pool.owned_here():
-            # A forked child inherited this iterator: its workers are not this process's
-            # children, so there is nothing to stop (and torch's join would raise here).
-            self.ld_mark_shut_down()
-            return
-        successor = getattr(self, "_ld_successor", None)
-        if successor is not None:
-            torch_compat.shut_down(successor)
-        was_shut = self.ld_is_shut_down()
-        super().ld_shutdown_workers()
-        if not was_shut and self.ld_is_shut_down(default=False):
-            self._ld_events.drain()
-            self._ld_cleanup()
-            if self._ld_state is IterState.RUNNING:
-                self._ld_state = IterState.CLOSED
-
-
-def _start_method(snapshot: Any) -> str:
-    from loaderdoctor.supervise.parent.iterator import start_method_of
-
-    return start_method_of(snapshot)
 
 
 __all__ = ["StatefulDataLoader", "SupervisedStateful", "SupervisedStatefulIter"]

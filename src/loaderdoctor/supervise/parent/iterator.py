@@ -92,7 +92,51 @@ def _remove_log_dir(path: str, owner_pid: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
+class PoolLifetime(torch_compat.MultiProcessingHooks):
+    """The life of a supervised pool's iterator, torch's and torchdata's alike: the folder its
+    workers write in, the events read before a report, and the end of its workers."""
+
+    _ld_state: IterState
+    _ld_successor: Any
+    _ld_events: EventReader
+    _ld_log_dir: str
+    _ld_cleanup: weakref.finalize[Any, Any]
+
+    def _ld_make_log_dir(self) -> None:
+        """The workers' folder, removed with this iterator (by the process that made it)."""
+        self._ld_log_dir = collect.make_log_dir()
+        self._ld_cleanup = weakref.finalize(self, _remove_log_dir, self._ld_log_dir, os.getpid())
+
+    def _ld_drain(self) -> None:
+        """Read the events written so far (``loader.report`` asks, mid-epoch)."""
+        if self._ld_state is IterState.RUNNING and not self.ld_is_shut_down():
+            self._ld_events.drain()
+        successor = self._ld_successor
+        if isinstance(successor, PoolLifetime):
+            successor._ld_drain()
+
+    def ld_shutdown_workers(self) -> None:
+        if torch_compat.interpreter_exiting():
+            return  # torch's own exit handlers stop the workers
+        pool = getattr(self, "_ld_pool", None)
+        if pool is not None and not pool.owned_here():
+            # A forked child inherited this iterator: its workers are not this process's
+            # children, so there is nothing to stop (and torch's join would raise here).
+            self.ld_mark_shut_down()
+            return
+        successor = getattr(self, "_ld_successor", None)
+        if successor is not None:
+            torch_compat.shut_down(successor)
+        was_shut = self.ld_is_shut_down()
+        super().ld_shutdown_workers()
+        if not was_shut and self.ld_is_shut_down(default=False):
+            self._ld_events.drain()
+            self._ld_cleanup()
+            if self._ld_state is IterState.RUNNING:
+                self._ld_state = IterState.CLOSED
+
+
+class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProcessingIter):
     def __init__(
         self,
         snapshot: LoaderSnapshot,
@@ -125,8 +169,7 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
         self._ld_start_method = start_method_of(snapshot)
         self._ld_context = torch_compat.multiprocessing_context_of(snapshot)
         self._ld_iterable = torch_compat.is_iterable(snapshot)
-        self._ld_log_dir = collect.make_log_dir()
-        self._ld_cleanup = weakref.finalize(self, _remove_log_dir, self._ld_log_dir, os.getpid())
+        self._ld_make_log_dir()
         # IterableDataset: where each worker's stream stands; a re-started pool resumes from it
         progress = streams if streams is not None else new_stream_progress(snapshot)
         self._ld_resuming = streams is not None  # a successor: its workers resume their streams
@@ -453,32 +496,6 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
             self._ld_streams.ended(worker_id)  # its stream ended: a re-started one stays ended
         super().ld_mark_worker_as_unavailable(worker_id, shutdown)
 
-    def _ld_drain(self) -> None:
-        """Read the events written so far (``loader.report`` asks, mid-epoch)."""
-        if self._ld_state is IterState.RUNNING and not self.ld_is_shut_down():
-            self._ld_events.drain()
-        successor = self._ld_successor
-        if isinstance(successor, SupervisedMultiProcessingIter):
-            successor._ld_drain()
-
-    def ld_shutdown_workers(self) -> None:
-        pool = getattr(self, "_ld_pool", None)
-        if pool is not None and not pool.owned_here():
-            # A forked child inherited this iterator: its workers are not this process's
-            # children, so there is nothing to stop (and torch's join would raise here).
-            self.ld_mark_shut_down()
-            return
-        successor = getattr(self, "_ld_successor", None)
-        if successor is not None:
-            torch_compat.shut_down(successor)
-        was_shut = self.ld_is_shut_down()
-        super().ld_shutdown_workers()
-        if not was_shut and self.ld_is_shut_down(default=False):
-            self._ld_events.drain()
-            self._ld_cleanup()
-            if self._ld_state is IterState.RUNNING:
-                self._ld_state = IterState.CLOSED
-
 
 def successor_of(plan: Successor) -> Any:
     """The iterator that serves a stopped pool's owed batches and the rest of the epoch."""
@@ -549,6 +566,7 @@ def _fails_at(diagnosis: Diagnosis, index: Any) -> bool:
 
 __all__ = [
     "POLL_S",
+    "PoolLifetime",
     "SupervisedMultiProcessingIter",
     "probe_batch",
     "start_method_of",
