@@ -12,7 +12,7 @@ import inspect
 import queue
 import re
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
 import torch
@@ -302,7 +302,23 @@ class Hooks:
     def __init_subclass__(cls, ld_base: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._ld_base = ld_base
+        if ld_base:
+            _torchs_own_as_defaults(cls)
         cls._ld_aliases = {} if ld_base else _bind_hooks(cls)
+
+
+def _torchs_own_as_defaults(cls: type) -> None:
+    """In a ``Hooked`` class on top of torch's (or torchdata's) class, each ``ld_`` default is
+    torch's own function, so that an override's ``super().ld_<hook>()`` runs torch's with no
+    call in between. A mixin with no torch class under it keeps its ``super()`` defaults."""
+    mro = cls.__mro__
+    for declared_in in mro:
+        for torch_name, ld_name in vars(declared_in).get("LD_HOOKS", ()):
+            torchs = next(
+                (k for k in mro if torch_name in vars(k) and Hooks not in k.__mro__), None
+            )
+            if torchs is not None:
+                setattr(cls, ld_name, vars(torchs)[torch_name])
 
 
 def _bind_hooks(cls: type) -> dict[str, str]:
@@ -401,6 +417,10 @@ class MultiProcessingHooks(Hooks, IteratorState, ld_base=True):
     appear only here.
     """
 
+    # torch's and torchdata's take different parameters (see the Hooked classes)
+    ld_reset: Callable[..., None]
+    ld_process_data: Callable[..., Any]
+
     LD_HOOKS = (
         ("_next_index", "ld_next_index"),
         ("_try_put_index", "ld_try_put_index"),
@@ -436,13 +456,8 @@ class MultiProcessingHooks(Hooks, IteratorState, ld_base=True):
 
 
 class HookedMultiProcessingIter(MultiProcessingHooks, MultiProcessingIter, ld_base=True):
-    """torch's multiprocessing iterator whose private hooks are loaderdoctor's ``ld_*`` methods."""
-
-    def ld_reset(self, loader: Any, first_iter: bool = False) -> None:
-        super()._reset(loader, first_iter)
-
-    def ld_process_data(self, data: Any, worker_idx: int) -> Any:
-        return super()._process_data(data, worker_idx)
+    """torch's multiprocessing iterator whose private hooks are loaderdoctor's ``ld_*`` methods
+    (``ld_reset(loader, first_iter=False)``, ``ld_process_data(data, worker_idx)``, ...)."""
 
 
 class LoaderHooks(Hooks, ld_base=True):
@@ -472,12 +487,8 @@ class HookedSingleProcessIter(Hooks, SingleProcessIter, ld_base=True):
     """torch's in-process iterator whose hooks are ``ld_*`` methods (as above)."""
 
     LD_HOOKS = (("_next_index", "ld_next_index"), ("_next_data", "ld_next_data"))
-
-    def ld_next_index(self) -> Any:
-        return super()._next_index()
-
-    def ld_next_data(self) -> Any:
-        return super()._next_data()
+    ld_next_index: Callable[[], Any]  # torch's own (see Hooks)
+    ld_next_data: Callable[[], Any]
 
     def ld_rest(self) -> tuple[Any, Any]:
         """(the sampler's iterator where it stands, the index sampler): the epoch's rest."""

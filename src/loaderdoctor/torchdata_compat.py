@@ -32,13 +32,9 @@ class HookedStatefulIter(
     torch_compat.MultiProcessingHooks, StatefulMultiProcessingIter, ld_base=True
 ):
     """torchdata's multiprocessing iterator whose private hooks are loaderdoctor's ``ld_*``
-    methods (see ``torch_compat.MultiProcessingHooks``)."""
-
-    def ld_reset(self, loader: Any, first_iter: bool = False, prime_prefetch: bool = True) -> None:
-        super()._reset(loader, first_iter, prime_prefetch)
-
-    def ld_process_data(self, data: Any, worker_id: int, state_dict: Any) -> Any:
-        return super()._process_data(data, worker_id, state_dict)
+    methods (see ``torch_compat.MultiProcessingHooks``); two take more than torch's:
+    ``ld_reset(loader, first_iter=False, prime_prefetch=True)`` and
+    ``ld_process_data(data, worker_id, state_dict)``."""
 
     @property
     def ld_finished(self) -> bool:
