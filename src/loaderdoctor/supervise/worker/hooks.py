@@ -20,6 +20,7 @@ from loaderdoctor import torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
 from loaderdoctor.supervise import files
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
+from loaderdoctor.supervise.worker import sharer_guard
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
 from loaderdoctor.supervise.worker.state import STATE
 from loaderdoctor.system import platform
@@ -194,7 +195,9 @@ def _report_lost_batches() -> None:
     background. When that fails (an unpicklable object in the sample, EMFILE or ENOSPC while
     moving tensors to shared memory) the stock hook only prints a traceback: the batch is gone
     and the main process waits for it forever. This worker-local hook also bumps the recorder
-    and writes the traceback where the parent looks.
+    and writes the traceback where the parent looks. The same record is made when the worker's
+    resource sharer runs out of descriptors while the main process fetches a tensor
+    (``sharer_guard``), before the worker exits.
     """
     import multiprocessing.queues
 
@@ -202,20 +205,39 @@ def _report_lost_batches() -> None:
     original = queue_class._on_queue_feeder_error
 
     def on_feeder_error(error: BaseException, obj: object) -> None:
-        slot = STATE.slot
-        log = STATE.stack_log
-        if log is not None:
-            try:
-                log.write(SEND_ERROR_HEADER + "\n")
-                log.write("".join(traceback.format_exception(error)))
-                log.flush()
-            except (OSError, ValueError):
-                pass
-        if slot is not None:
-            slot.send_error()
+        _record_send_failure(error)
         original(error, obj)
 
     queue_class._on_queue_feeder_error = staticmethod(on_feeder_error)
+    sharer_guard.install(lambda error: _record_send_failure(error, _sharer_failure()))
+
+
+def _sharer_failure() -> str:
+    try:
+        import resource  # POSIX only, as the file_descriptor strategy is
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return sharer_guard.WHAT_FAILED
+    return f"{sharer_guard.WHAT_FAILED} (its open-file limit is {soft})"
+
+
+def _record_send_failure(error: BaseException, what: str | None = None) -> None:
+    """Write why a batch did not reach the main process where the parent looks for it
+    (``SEND_ERROR_HEADER`` in the stack log), and count it in the recorder."""
+    slot = STATE.slot
+    log = STATE.stack_log
+    if log is not None:
+        try:
+            log.write(SEND_ERROR_HEADER + "\n")
+            if what:
+                log.write(what + "\n")
+            log.write("".join(traceback.format_exception(error)))
+            log.flush()
+        except (OSError, ValueError):
+            pass
+    if slot is not None:
+        slot.send_error()
 
 
 def write_bootstrap_marker() -> None:
