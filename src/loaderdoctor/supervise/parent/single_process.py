@@ -16,10 +16,10 @@ from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.worker.collate import SupervisedCollate
+from loaderdoctor.supervise.worker.context import STATE
 from loaderdoctor.supervise.worker.exception_tags import MARKER, read_tags
 from loaderdoctor.supervise.worker.loader_view import wrap_dataset
 from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
-from loaderdoctor.supervise.worker.state import STATE
 
 
 def internal_evidence(error: BaseException, epoch: int | None) -> Evidence:

@@ -245,7 +245,7 @@ class Supervision:
         self.quarantine_add(index, diagnosis)
 
     def take_in_process_events(self) -> None:
-        from loaderdoctor.supervise.worker.state import STATE
+        from loaderdoctor.supervise.worker.context import STATE
 
         while STATE.events:
             self.take_event(STATE.events.pop(0))

@@ -6,6 +6,13 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor.recorder import Stage
+from loaderdoctor.supervise.worker.context import (
+    STATE,
+    _failure,
+    flush_events,
+    record_event,
+    take_batch_events,
+)
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
 from loaderdoctor.supervise.worker.sample_policy import (
     DroppedSamples,
@@ -13,13 +20,6 @@ from loaderdoctor.supervise.worker.sample_policy import (
     SkippedBatch,
     _safe_structure,
     odd_samples,
-)
-from loaderdoctor.supervise.worker.state import (
-    STATE,
-    _failure,
-    flush_events,
-    record_event,
-    take_batch_events,
 )
 
 

@@ -23,19 +23,19 @@ from loaderdoctor.supervise.streams import (
     is_stateful,
     item_key,
 )
+from loaderdoctor.supervise.worker.context import (
+    STATE,
+    _failure,
+    flush_events,
+    record_event,
+    take_batch_events,
+)
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
 from loaderdoctor.supervise.worker.sample_policy import (
     DroppedSamples,
     SamplePolicy,
     SkippedBatch,
     _safe_structure,
-)
-from loaderdoctor.supervise.worker.state import (
-    STATE,
-    _failure,
-    flush_events,
-    record_event,
-    take_batch_events,
 )
 
 REFERENCE_SAMPLES = 5

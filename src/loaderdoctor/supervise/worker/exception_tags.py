@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from loaderdoctor.supervise.exception_facts import exception_facts
-from loaderdoctor.supervise.worker.state import STATE
+from loaderdoctor.supervise.worker.context import STATE
 
 MARKER = "[loaderdoctor] "
 

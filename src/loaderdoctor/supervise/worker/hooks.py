@@ -20,8 +20,8 @@ from loaderdoctor import torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
 from loaderdoctor.supervise import files
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
+from loaderdoctor.supervise.worker.context import STATE
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
-from loaderdoctor.supervise.worker.state import STATE
 from loaderdoctor.system import platform
 from loaderdoctor.system.oom_priority import raise_oom_score
 
