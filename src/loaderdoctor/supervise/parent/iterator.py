@@ -177,9 +177,10 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
         self._ld_recovery.replacing = policy is not None and policy.on_error == "replace"
         dataset = wrap_dataset(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy)
         self._ld_recovery.learns(dataset)
+        collate = SupervisedCollate(snapshot.collate_fn, heal=policy is not None)
         return snapshot.with_overrides(
             dataset=dataset,
-            collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
+            collate_fn=collate,
             worker_init_fn=SupervisedWorkerInit(
                 snapshot.worker_init_fn,
                 self._ld_recorder,
@@ -193,6 +194,7 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
                     if self._ld_streams is not None and self._ld_resuming
                     else None
                 ),
+                collate=collate,
             ),
         )
 

@@ -1,89 +1,121 @@
-"""Per-process state of a DataLoader worker, and the skip/replace events it records for the parent.
+"""What one DataLoader worker knows while it loads, handed to its wrappers explicitly.
 
-One ``STATE`` per process: every worker-side wrapper reads and writes this same object.
+``SupervisedWorkerInit`` builds one ``WorkerContext`` in each worker, at its start, and gives it to
+the dataset and collate_fn wrappers that worker loads with; an in-process iterator
+(``num_workers=0``) builds its own. No module holds one: two loaders in one process never share
+what they learned, and nothing a forked worker inherited from its parent carries over.
 """
 
 from __future__ import annotations
 
 import json
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor.recorder import WorkerSlot
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, QuarantineReader
 
 
-class _WorkerState:
-    """Per-process state, set in the worker by ``SupervisedWorkerInit``."""
+class EventOutbox:
+    """The skip and replace events one worker decided, on their way to the parent: with the
+    batch being loaded (``take_batch``), or alone (``flush``).
 
-    def __init__(self) -> None:
-        self.slot: WorkerSlot | None = None
-        self.worker_id: int | None = None
-        self.batch_indices: list[Any] = []
-        self.stack_log: Any = None
-        self.event_log: Any = None
-        self.events: list[dict[str, Any]] = []
-        # The skip/replace events of the batch being loaded: they travel with that batch
+    Apart from the context, so that a worker's stream can hold it without holding the context
+    that holds the stream (no reference cycle).
+    """
+
+    __slots__ = ("batch", "kept", "log", "slot", "worker_id")
+
+    def __init__(
+        self,
+        worker_id: int | None = None,
+        log: Any = None,
+        slot: WorkerSlot | None = None,
+        kept: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.worker_id = worker_id
+        # The worker's event file; None in-process, where the parent is this process and reads
+        # ``kept`` (``Supervision.take_in_process_events``).
+        self.log = log
+        self.slot = slot
+        self.kept: list[dict[str, Any]] = [] if kept is None else kept
+        # The events of the batch being loaded: they travel with that batch
         # (``sample_policy.HealedBatch``) and count when the user receives it, so a batch lost
         # with its worker and loaded again counts once (issue 24 item 3).
-        self.batch_events: list[dict[str, Any]] = []
-        self.known_bad: set[Any] = set()
-        self.good_structure: Any = None  # of a sample in a batch that collated (healing)
-        # votes of samples outside a batch: structure -> count (healing)
-        self.reference_fetch: Callable[[list[Any]], dict[Any, int]] | None = None
-        # IterableDataset: this worker's stream (its positions and keys, for the batch wrapper)
-        # and, in a re-started worker, where the stream resumes (``streams.StreamResume``)
-        self.stream: Any = None
-        self.stream_resume: Any = None
-        # Samples quarantined since this worker's pool started (``live_quarantine``)
-        self.quarantine: QuarantineReader = NO_LIVE_QUARANTINE
+        self.batch: list[dict[str, Any]] = []
 
-    def begin(self, worker_id: int | None) -> None:
-        """A fresh start for one worker, or one in-process iterator: nothing that an earlier
-        loader of this process left behind carries over (a forked worker inherits all of it:
-        a stale ``good_structure`` once named the wrong sample of a ragged batch)."""
+    def record(self, event: dict[str, Any]) -> None:
+        """A skip or replace decided in this worker, for the batch being loaded."""
+        event["worker"] = self.worker_id
+        self.batch.append(event)
+
+    def take_batch(self) -> list[dict[str, Any]]:
+        """The events of the batch just loaded, to travel with it."""
+        events, self.batch = self.batch, []
+        return events
+
+    def flush(self) -> None:
+        """Send the pending events alone: a stream's last items were skipped and no batch
+        follows to carry them (the parent counts them from the event file, and a replay does not
+        again)."""
+        for event in self.take_batch():
+            if self.log is None:
+                self.kept.append(event)  # in-process loading: the parent is this process
+                continue
+            try:
+                self.log.write(json.dumps(event, default=repr) + "\n")
+                self.log.flush()
+            except (OSError, ValueError):
+                return
+            if self.slot is not None:
+                self.slot.event()
+
+
+class WorkerContext:
+    """One worker's state (or one in-process iterator's, ``worker_id`` None), given to the
+    wrappers it loads with. Built fresh for each worker: it starts with nothing learned."""
+
+    __slots__ = (
+        "batch_indices",
+        "good_structure",
+        "known_bad",
+        "outbox",
+        "quarantine",
+        "slot",
+        "stack_log",
+        "stream",
+        "stream_resume",
+        "worker_id",
+    )
+
+    def __init__(
+        self,
+        worker_id: int | None = None,
+        slot: WorkerSlot | None = None,
+        outbox: EventOutbox | None = None,
+        quarantine: QuarantineReader = NO_LIVE_QUARANTINE,
+        stream_resume: Any = None,
+    ) -> None:
         self.worker_id = worker_id
-        self.batch_indices = []
-        self.batch_events = []
-        self.known_bad = set()
-        self.good_structure = None
-        self.reference_fetch = None
-        self.stream = None
-        self.stream_resume = None
-        self.quarantine = NO_LIVE_QUARANTINE
+        self.slot = slot
+        self.outbox = outbox if outbox is not None else EventOutbox(worker_id, slot=slot)
+        # Samples quarantined since this worker's pool started (``live_quarantine``)
+        self.quarantine = quarantine
+        # IterableDataset: in a re-started worker, where the stream resumes
+        # (``streams.StreamResume``, the first epoch only); this worker's stream (its positions
+        # and keys, for the collate wrapper), set by the dataset wrapper at each epoch
+        self.stream_resume = stream_resume
+        self.stream: Any = None
+        self.batch_indices: list[Any] = []  # of the batch being loaded, for the collate wrapper
+        self.known_bad: set[Any] = set()  # samples that failed here (healing)
+        self.good_structure: Any = None  # of a sample in a batch that collated (healing)
+        self.stack_log: Any = None  # faulthandler's file: open as long as the worker lives
 
-
-STATE = _WorkerState()
-
-
-def record_event(event: dict[str, Any]) -> None:
-    """A skip or replace decided in this process, for the batch being loaded: it reaches the
-    parent with that batch (``take_batch_events``), or alone (``flush_events``)."""
-    event["worker"] = STATE.worker_id
-    STATE.batch_events.append(event)
-
-
-def take_batch_events() -> list[dict[str, Any]]:
-    """The events of the batch just loaded, to travel with it."""
-    events, STATE.batch_events = STATE.batch_events, []
-    return events
-
-
-def flush_events() -> None:
-    """Send the pending events alone: a stream's last items were skipped and no batch follows
-    to carry them (the parent counts them from the event file, and a replay does not again)."""
-    for event in take_batch_events():
-        if STATE.event_log is None:
-            STATE.events.append(event)  # in-process loading: the parent is this process
-            continue
-        try:
-            STATE.event_log.write(json.dumps(event, default=repr) + "\n")
-            STATE.event_log.flush()
-        except (OSError, ValueError):
-            return
-        if STATE.slot is not None:
-            STATE.slot.event()
+    @classmethod
+    def in_process(cls, kept: list[dict[str, Any]]) -> WorkerContext:
+        """For loading in this process (``num_workers=0``): no worker, no recorder slot; its
+        events go to ``kept``, which the parent reads."""
+        return cls(outbox=EventOutbox(kept=kept))
 
 
 def _failure(error: BaseException, index: Any, attempts: int, stage: str) -> dict[str, Any]:
