@@ -59,7 +59,7 @@ from loaderdoctor.supervise.parent.single_process import (
     internal_evidence,
 )
 from loaderdoctor.supervise.parent.start_failure import (
-    load_in_process,
+    loads_in_process,
     start_diagnosis,
     start_error,
 )
@@ -249,13 +249,12 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
         self._ld_cleanup()
         sup = self._ld_sup
         diagnosis = start_diagnosis(error, self._ld_snapshot, self._ld_start_method)
-        if not sup.settings.heal:
+        if not loads_in_process(sup, diagnosis):
             sup.record(diagnosis, "raised")
             try:
                 raise start_error(error, diagnosis)
             finally:
                 error = None  # type: ignore[assignment]  # no cycle through the traceback
-        load_in_process(sup, diagnosis)
         self._ld_successor = SupervisedSingleProcessIter(
             self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
             sup,
