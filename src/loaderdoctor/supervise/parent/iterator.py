@@ -296,6 +296,10 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
                 finally:
                     failure = None  # no reference cycle through its traceback
             return
+        # torch registered the new workers' pids for its SIGCHLD handler just before this first
+        # reset, which sends their first indices: a worker killed meanwhile (load is normal)
+        # must reach WorkerWatch as a death, not raise out of torch's __init__ as a start failure.
+        torch_compat.stop_sigchld_checks(self)
         super().ld_reset(loader, first_iter)
 
     # --- waiting for data, watching the workers -------------------------------------------
