@@ -212,9 +212,10 @@ class SupervisedStatefulIter(PoolLifetime, torchdata_compat.HookedStatefulIter):
             self._ld_recorder.reset_slot(worker_id)
         self._ld_books = torch_compat.IteratorBooks(self)
         policy = supervision.sample_policy(snapshot.drop_last)
+        collate = SupervisedCollate(snapshot.collate_fn, heal=policy is not None)
         view = snapshot.with_overrides(
             dataset=_wrapped(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy),
-            collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
+            collate_fn=collate,
             worker_init_fn=SupervisedWorkerInit(
                 snapshot.worker_init_fn,
                 self._ld_recorder,
@@ -224,6 +225,7 @@ class SupervisedStatefulIter(PoolLifetime, torchdata_compat.HookedStatefulIter):
                 oom_score_adj=supervision.oom_score_adj,
                 # map-style only here (a stream runs as plain torchdata)
                 live_quarantine=live_quarantine.for_pool(supervision, False),
+                collate=collate,
             ),
         )
         previous = os.environ.get(BOOTSTRAP_DIR_ENV)
