@@ -187,3 +187,21 @@ def test_a_close_duel_takes_two_pairs_in_alternating_order() -> None:
         "alternating: 0.960 of its rate; workers=16 prefetch=2 kept"
     ) in result.notes
 
+
+def test_noisy_shared_cores_keep_the_default_prefetch_without_trying_others() -> None:
+    # single trials 15% off the fitted curve, up and down by worker count: one prefetch trial
+    # could not show a 4% gain, so none runs and the report says why
+    truth = interpolated({0: 180.0, 1: 150.0, 2: 280.0, 4: 500.0, 8: 800.0, 16: 1140.0})
+    log: list[tuple[int, str]] = []
+    noisy = shared_machine(truth, {1: 1.15, 2: 0.85, 4: 1.15, 8: 0.85, 16: 1.15}, log)
+    result = Search(noisy, Budget(64 * GiB, None, "t"), SearchSettings(16, 2)).run()
+    assert [entry for entry in log if entry[1] == "prefetch"] == []
+    assert any(
+        note.startswith("prefetch_factor kept at torch's default: on these shared cores single ")
+        and note.endswith("more than the 4% gain a deeper queue would have to show in one")
+        for note in result.notes
+    )
+    # where the trials lie on the curve, the deeper queue is tried as before
+    log.clear()
+    Search(shared_machine(truth, {}, log), Budget(64 * GiB, None, "t"), SearchSettings(16, 2)).run()
+    assert [entry for entry in log if entry[1] == "prefetch"] != []

@@ -390,6 +390,14 @@ class Search:
         base, base_rate = self.pick()
         if base.num_workers == 0:
             return
+        noise = self._single_trial_noise()
+        if noise is not None:
+            self.notes.append(
+                f"prefetch_factor kept at torch's default: on these shared cores single trials "
+                f"vary by {noise:.0%} about the fitted curve, more than the "
+                f"{self.settings.tolerance:.0%} gain a deeper queue would have to show in one"
+            )
+            return
         workers = base.num_workers
         more = self.attempt(LoaderConfig.make(workers, 4), "prefetch")
         if more is not None and more.samples_per_s > base_rate * (1 + self.settings.tolerance):
@@ -398,6 +406,17 @@ class Search:
         predicted, _shm = self.model.predict(base)
         if predicted > self.budget.memory_bytes * TIGHT_BUDGET:
             self.attempt(LoaderConfig.make(workers, 1), "prefetch")
+
+    def _single_trial_noise(self) -> float | None:
+        """On shared cores, the fitted curve's residual spread when it is larger than
+        ``tolerance``: one trial cannot show a gain that small there (the prefetch trials are
+        at the pick's count, the dearest to start: a seventh of tune's time at load 15)."""
+        if self._modelled() is None:
+            return None
+        curve = self.throughput()
+        if curve is None or curve.spread <= self.settings.tolerance:
+            return None
+        return curve.spread
 
     def _pin(self) -> None:
         base, _rate = self.pick()
