@@ -130,3 +130,23 @@ def test_most_workers_is_the_largest_count_predicted_to_fit(workers: int) -> Non
     budget = Budget(100 * MiB + workers * 50 * MiB, None, "test")
     assert model.most_workers(budget, 16) == workers
     assert model.most_workers(budget, workers) == (workers - 1 or None)
+
+
+def test_a_worker_never_read_is_not_charged_what_the_others_hold_twice() -> None:
+    # recorded on the benchmark's memory-bound set: a worker is first seen at 441 MiB of RSS
+    # (9 MiB private); once it built its 256 MiB block its RSS is 714 MiB and its USS 265 MiB.
+    # One worker's USS was read after its block; the other's not yet: it has grown as much, so
+    # it holds about as much, not the read one's 265 MiB plus its own growth of 273 MiB.
+    from loaderdoctor.tune.sampler import TrialSampler, _Worker
+
+    sampler = TrialSampler(None, 32 * MiB, 0.1)
+    read = _Worker(1, first_rss=441 * MiB, uss=265 * MiB, rss_at_uss=714 * MiB)
+    unread = _Worker(2, first_rss=441 * MiB)
+    assert sampler._estimate_workers([(read, 714 * MiB), (unread, 714 * MiB)]) == 538 * MiB
+    assert (read.peak, unread.peak) == (265 * MiB, 273 * MiB)
+    # one not grown yet is charged what the others hold: it may be about to build the same
+    fresh = _Worker(3, first_rss=441 * MiB)
+    assert sampler._estimate_workers([(read, 714 * MiB), (fresh, 441 * MiB)]) == 530 * MiB
+    # with no USS read yet, the guess it was given, or its growth when that is more
+    alone = _Worker(4, first_rss=441 * MiB)
+    assert sampler._estimate_workers([(alone, 714 * MiB)]) == 273 * MiB

@@ -229,13 +229,23 @@ class TrialSampler:
         self._last_uss_read = now
 
     def _estimate_workers(self, live: list[tuple[_Worker, int]]) -> int:
-        """Each worker's private memory now (last USS plus RSS gained since); their sum."""
-        known = [w.uss for w, _ in live if w.uss is not None]
-        guess = max(known) if known else self.worker_guess_bytes
+        """Each worker's private memory now (last USS plus RSS gained since); their sum.
+
+        A worker never read is estimated as at least the largest USS read of the others (what
+        it may be about to allocate too), and as its own RSS growth on top of the private
+        memory the others had when first seen: not on top of their whole USS, which holds the
+        same growth (a 256 MiB block counted twice made 6 workers of a benchmark look 2.8 GiB
+        where they held 2.1, issue 29).
+        """
+        known = [w for w, _ in live if w.uss is not None]
+        guess = max((w.uss or 0 for w in known), default=self.worker_guess_bytes)
+        base = max(
+            (max(0, (w.uss or 0) - max(0, w.rss_at_uss - w.first_rss)) for w in known), default=0
+        )
         total = 0
         for worker, rss in live:
             if worker.uss is None:
-                estimate = guess + max(0, rss - worker.first_rss)
+                estimate = max(guess, base + max(0, rss - worker.first_rss))
             else:
                 estimate = worker.uss + max(0, rss - worker.rss_at_uss)
             worker.peak = max(worker.peak, estimate)
