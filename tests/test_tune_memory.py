@@ -3,6 +3,8 @@ synthetic measurements (no process is started, nothing is timed)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from loaderdoctor.tune import Budget, LoaderConfig, MemoryModel, Search, SearchSettings, Trial
@@ -150,3 +152,22 @@ def test_a_worker_never_read_is_not_charged_what_the_others_hold_twice() -> None
     # with no USS read yet, the guess it was given, or its growth when that is more
     alone = _Worker(4, first_rss=441 * MiB)
     assert sampler._estimate_workers([(alone, 714 * MiB)]) == 273 * MiB
+
+
+def test_a_workers_usage_is_read_with_the_rss_of_the_same_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the watcher looked at the worker's RSS (441 MiB), then read its USS: in between the worker
+    # built its 256 MiB block, so the read says 265 MiB at 714 MiB of RSS. Growth is counted
+    # from the read's own RSS, or the block is charged twice (538 MiB).
+    from loaderdoctor.tune import sampler as sampler_module
+    from loaderdoctor.tune.sampler import TrialSampler, _Worker, read_uss
+
+    monkeypatch.setattr(sampler_module, "read_uss", lambda pid: (265 * MiB, 714 * MiB))
+    sampler = TrialSampler(None, 32 * MiB, 0.1)
+    worker = _Worker(7, first_rss=441 * MiB)
+    sampler._read_uss([(worker, 441 * MiB)], now=1.0, read_all=False)
+    assert sampler._estimate_workers([(worker, 714 * MiB)]) == 265 * MiB
+    monkeypatch.undo()
+    private, rss = read_uss(os.getpid()) or (0, 0)
+    assert 0 < private <= rss
