@@ -104,14 +104,17 @@ MIDDLE_WORKERS = 6.5  # the memory budget fits 6 workers of MemoryBound, not 7
 
 def memory_budget(dataset: MemoryBound, batch_size: int) -> int:
     """Room for 6.5 workers, in the terms tune's memory model and the grid's stop both use: a
-    2-worker trial's peak of this process, and its largest worker's private memory.
+    4-worker trial's peak of this process, and its median worker's private memory.
 
-    A worker's own memory besides what it holds varies (11 to 30 MiB seen), and tune predicts
-    from the largest seen: half a worker of room on each side keeps 6 inside and 7 outside.
+    Half a worker of room on each side keeps 6 inside and 7 outside: a worker's own memory
+    besides what it holds varies (11 to 30 MiB seen, and up to 80 MiB more where the watcher
+    estimates a worker between its reads), more than that only in a few workers of a trial,
+    so the median of four stands for a worker and the largest would move the budget by it.
     """
     dataset[0]  # this process's own block, before anything is measured
-    trial = measure(dataset, LoaderConfig.make(2), MeasureSettings(batch_size, window_s=0.5))
-    return trial.main_peak_bytes + int(MIDDLE_WORKERS * max(trial.worker_peak_bytes))
+    trial = measure(dataset, LoaderConfig.make(4), MeasureSettings(batch_size, window_s=1.0))
+    worker = int(statistics.median(trial.worker_peak_bytes))
+    return trial.main_peak_bytes + int(MIDDLE_WORKERS * worker)
 
 
 def compute_bound() -> ComputeBound:
