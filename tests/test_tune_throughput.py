@@ -205,3 +205,30 @@ def test_noisy_shared_cores_keep_the_default_prefetch_without_trying_others() ->
     log.clear()
     Search(shared_machine(truth, {}, log), Budget(64 * GiB, None, "t"), SearchSettings(16, 2)).run()
     assert [entry for entry in log if entry[1] == "prefetch"] != []
+
+
+def test_one_lucky_pair_does_not_overturn_the_models_pick() -> None:
+    # the same shared machine as above (16 workers 1.4 times as fast as 8); a burst of load
+    # leaves the duel's first trial, 8 workers, 60% lucky: the first pair says 8 does better
+    # than 16 (1.123). The second pair, in the other order, says 0.702: together 0.888, and 16
+    # stays the pick.
+    truth = interpolated({0: 180.0, 1: 150.0, 2: 280.0, 4: 500.0, 8: 800.0, 16: 1140.0})
+    log: list[tuple[int, str]] = []
+    inner = shared_machine(truth, {8: 1.45, 16: 0.85}, log)
+    repeats: list[int] = []
+
+    def burst(config: LoaderConfig, phase: str, guess: int, *decided: object) -> Trial:
+        trial = inner(config, phase, guess)
+        if phase == "repeat":
+            repeats.append(config.num_workers)
+            if len(repeats) == 1:
+                trial.samples_per_s *= 1.6
+        return trial
+
+    result = Search(burst, Budget(64 * GiB, None, "t"), SearchSettings(16, 2)).run()
+    assert repeats == [8, 16, 16, 8]
+    assert result.pick == LoaderConfig.make(16)
+    assert (
+        "shared cores: workers=8 prefetch=2 against workers=16 prefetch=2 in two pairs, "
+        "alternating: 0.888 of its rate; workers=16 prefetch=2 kept"
+    ) in result.notes
