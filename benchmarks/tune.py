@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset
 
-from loaderdoctor.tune import LoaderConfig, MeasureSettings, measure, tune_dataset
+from loaderdoctor.tune import LoaderConfig, MeasureSettings, TuneReport, measure, tune_dataset
 
 MAX_WORKERS = 16
 PREFETCH = (1, 2, 3, 4)
@@ -104,14 +104,17 @@ MIDDLE_WORKERS = 6.5  # the memory budget fits 6 workers of MemoryBound, not 7
 
 def memory_budget(dataset: MemoryBound, batch_size: int) -> int:
     """Room for 6.5 workers, in the terms tune's memory model and the grid's stop both use: a
-    2-worker trial's peak of this process, and its largest worker's private memory.
+    4-worker trial's peak of this process, and its median worker's private memory.
 
-    A worker's own memory besides what it holds varies (11 to 30 MiB seen), and tune predicts
-    from the largest seen: half a worker of room on each side keeps 6 inside and 7 outside.
+    Half a worker of room on each side keeps 6 inside and 7 outside: a worker's own memory
+    besides what it holds varies (11 to 30 MiB seen, and up to 80 MiB more where the watcher
+    estimates a worker between its reads), more than that only in a few workers of a trial,
+    so the median of four stands for a worker and the largest would move the budget by it.
     """
     dataset[0]  # this process's own block, before anything is measured
-    trial = measure(dataset, LoaderConfig.make(2), MeasureSettings(batch_size, window_s=0.5))
-    return trial.main_peak_bytes + int(MIDDLE_WORKERS * max(trial.worker_peak_bytes))
+    trial = measure(dataset, LoaderConfig.make(4), MeasureSettings(batch_size, window_s=1.0))
+    worker = int(statistics.median(trial.worker_peak_bytes))
+    return trial.main_peak_bytes + int(MIDDLE_WORKERS * worker)
 
 
 def compute_bound() -> ComputeBound:
@@ -209,6 +212,7 @@ class Round:
     grid_cpu: float
     over_budget_s: float
     load: float  # the 1-minute load average when the round began
+    breakdown: str = ""  # where tune's time went: its trials, the restart check, the rest
 
     @property
     def ratio(self) -> float:
@@ -243,6 +247,7 @@ def one_round(
             rates, over_budget_s = walk_grid(dataset, settings, budget)
             grid_wall, grid_cpu = clock.stop()
     assert report is not None
+    breakdown = time_breakdown(report)
     pick = LoaderConfig.make(
         report.recommended.num_workers, report.recommended.prefetch_factor or 2
     )
@@ -250,8 +255,30 @@ def one_round(
     pick_rate, best_rate = back_to_back(dataset, pick, best, settings, number % 2)
     return Round(
         pick, best, rates[best], pick_rate, best_rate,
-        tune_wall, tune_cpu, grid_wall, grid_cpu, over_budget_s, load,
+        tune_wall, tune_cpu, grid_wall, grid_cpu, over_budget_s, load, breakdown,
     )  # fmt: skip
+
+
+def time_breakdown(report: TuneReport) -> str:
+    """Where tune's wall time went: each trial (workers/prefetch, phase, seconds, start-up,
+    and '*' when it ended early), the persistent-workers restart check, and the rest."""
+    parts = []
+    for trial in report.trials:
+        config = trial.config
+        label = f"{config.num_workers}" + (
+            f"/{config.prefetch_factor}" if config.prefetch_factor not in (None, 2) else ""
+        )
+        early = "*" if trial.note and trial.note.startswith("stopped after") else ""
+        status = "" if trial.ok else f" {trial.status}"
+        parts.append(
+            f"{label} {trial.phase[:3]} {trial.seconds:.1f}s"
+            f" (start {trial.startup_s:.1f}){early}{status}"
+        )
+    trials = sum(t.seconds for t in report.trials)
+    restart = report.startup.fresh_s + (report.startup.persistent_s or 0) if report.startup else 0
+    rest = report.seconds - trials
+    parts.append(f"trials {trials:.1f}s; after them {rest:.1f}s (restart epochs {restart:.1f}s)")
+    return "; ".join(parts)
 
 
 def main() -> None:
@@ -292,6 +319,7 @@ def main() -> None:
                 f"{row.grid_cpu:.1f} s CPU; back to back {row.pick_rate:.0f} vs "
                 f"{row.best_rate:.0f}/s: {row.ratio:.3f}"
             )
+            print(f"{name} round {number + 1} tune's time: {row.breakdown}")
         tune_wall = sum(r.tune_wall for r in done)
         grid_wall = sum(r.grid_wall for r in done)
         cpu_share = sum(r.tune_cpu for r in done) / sum(r.grid_cpu for r in done)

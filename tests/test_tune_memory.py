@@ -3,6 +3,8 @@ synthetic measurements (no process is started, nothing is timed)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from loaderdoctor.tune import Budget, LoaderConfig, MemoryModel, Search, SearchSettings, Trial
@@ -130,3 +132,42 @@ def test_most_workers_is_the_largest_count_predicted_to_fit(workers: int) -> Non
     budget = Budget(100 * MiB + workers * 50 * MiB, None, "test")
     assert model.most_workers(budget, 16) == workers
     assert model.most_workers(budget, workers) == (workers - 1 or None)
+
+
+def test_a_worker_never_read_is_not_charged_what_the_others_hold_twice() -> None:
+    # recorded on the benchmark's memory-bound set: a worker is first seen at 441 MiB of RSS
+    # (9 MiB private); once it built its 256 MiB block its RSS is 714 MiB and its USS 265 MiB.
+    # One worker's USS was read after its block; the other's not yet: it has grown as much, so
+    # it holds about as much, not the read one's 265 MiB plus its own growth of 273 MiB.
+    from loaderdoctor.tune.sampler import TrialSampler, _Worker
+
+    sampler = TrialSampler(None, 32 * MiB, 0.1)
+    read = _Worker(1, first_rss=441 * MiB, uss=265 * MiB, rss_at_uss=714 * MiB)
+    unread = _Worker(2, first_rss=441 * MiB)
+    assert sampler._estimate_workers([(read, 714 * MiB), (unread, 714 * MiB)]) == 538 * MiB
+    assert (read.peak, unread.peak) == (265 * MiB, 273 * MiB)
+    # one not grown yet is charged what the others hold: it may be about to build the same
+    fresh = _Worker(3, first_rss=441 * MiB)
+    assert sampler._estimate_workers([(read, 714 * MiB), (fresh, 441 * MiB)]) == 530 * MiB
+    # with no USS read yet, the guess it was given, or its growth when that is more
+    alone = _Worker(4, first_rss=441 * MiB)
+    assert sampler._estimate_workers([(alone, 714 * MiB)]) == 273 * MiB
+
+
+def test_a_workers_usage_is_read_with_the_rss_of_the_same_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the watcher looked at the worker's RSS (441 MiB), then read its USS: in between the worker
+    # built its 256 MiB block, so the read says 265 MiB at 714 MiB of RSS. Growth is counted
+    # from the read's own RSS, or the block is charged twice (538 MiB).
+    from loaderdoctor.tune import sampler as sampler_module
+    from loaderdoctor.tune.sampler import TrialSampler, _Worker, read_uss
+
+    monkeypatch.setattr(sampler_module, "read_uss", lambda pid: (265 * MiB, 714 * MiB))
+    sampler = TrialSampler(None, 32 * MiB, 0.1)
+    worker = _Worker(7, first_rss=441 * MiB)
+    sampler._read_uss([(worker, 441 * MiB)], now=1.0, read_all=False)
+    assert sampler._estimate_workers([(worker, 714 * MiB)]) == 265 * MiB
+    monkeypatch.undo()
+    private, rss = read_uss(os.getpid()) or (0, 0)
+    assert 0 < private <= rss

@@ -72,7 +72,9 @@ def tune_dataset(
     limits.early_stop = True  # trials end once decided (the search's own tests run them whole)
     result, model = _search(dataset, window, budget, limits, progress)
     notes = [*result.notes, *filter(None, [_contention(result.trials)])]
-    startup = _startup(dataset, result.pick, window, result.pick_samples_per_s, notes)
+    startup = _startup(
+        dataset, result.pick, result.trials, window, result.pick_samples_per_s, notes
+    )
     recommended = result.pick
     if startup is not None and startup.recommend_persistent:
         recommended = dataclasses.replace(result.pick, persistent_workers=True)
@@ -143,6 +145,8 @@ def _search(
             budget_bytes=budget.memory_bytes,
             worker_guess_bytes=worker_guess,
             decided=decided,
+            # a second look is taken where the pick is decided: the restart check rides along
+            restart=phase == "repeat",
         )
 
     model = MemoryModel()
@@ -163,18 +167,32 @@ def _contention(trials: list[Trial]) -> str | None:
     )
 
 
+def restarts(trials: list[Trial], pick: LoaderConfig) -> tuple[float, float] | None:
+    """(fresh, persistent) epoch start-up of ``pick`` from its last trial that measured both
+    (``measure(restart=True)``: the same loader, its first epoch's start and its second's), or
+    None when none did."""
+    for trial in reversed(trials):
+        if trial.config == pick and trial.ok and trial.restart_s is not None:
+            return trial.startup_s, trial.restart_s
+    return None
+
+
 def _startup(
     dataset: Any,
     pick: LoaderConfig,
+    trials: list[Trial],
     settings: MeasureSettings,
     samples_per_s: float,
     notes: list[str],
 ) -> Startup | None:
-    """Fresh against persistent workers at an epoch's start; persistent when it saves >= 1%."""
+    """Fresh against persistent workers at an epoch's start; persistent when it saves >= 1%.
+
+    From the pick's own trial when one measured its restart (``restarts``), else measured apart.
+    """
     if pick.num_workers == 0 or not is_map_style(dataset):
         return None
     try:
-        fresh, persistent = measure_restart(dataset, pick, settings)
+        fresh, persistent = restarts(trials, pick) or measure_restart(dataset, pick, settings)
     except Exception as error:  # the dataset's or ours: logged, and said in the report's notes
         logger.warning("loaderdoctor tune: epoch start-up not measured", exc_info=True)
         notes.append(f"epoch start-up not measured: {type(error).__name__}: {error}")

@@ -8,6 +8,7 @@ that a full round does not have (up to 1/rounds too high).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import sys
 import time
@@ -42,14 +43,23 @@ EARLY_SHARE = 0.4
 
 
 class CyclingSampler:
-    """Every index in order, forever: a trial's window never runs into an epoch's end."""
+    """Every index in order, forever: a trial's window never runs into an epoch's end, unless
+    ``end_epoch`` is called: then the epoch ends at the next index (the next one starts over)."""
 
     def __init__(self, length: int) -> None:
         self.length = length
+        self.ending = False
+
+    def end_epoch(self) -> None:
+        self.ending = True
 
     def __iter__(self) -> Iterator[int]:
+        self.ending = False
         while True:
-            yield from range(self.length)
+            for index in range(self.length):
+                if self.ending:
+                    return
+                yield index
 
 
 def is_map_style(dataset: Any) -> bool:
@@ -152,14 +162,22 @@ def measure(
     budget_bytes: int | None = None,
     worker_guess_bytes: int = 0,
     decided: Decided | None = None,
+    restart: bool = False,
 ) -> Trial:
     """Run ``config`` for one steady-state window; never raises for a worker failure.
 
     With ``decided``, the window ends after ``EARLY_SHARE`` of it (whole rounds of the workers)
-    once the rate is past one of its bars; the trial's note says so.
+    once the rate is past one of its bars; the trial's note says so. With ``restart`` (a
+    map-style dataset and workers), the loader keeps its workers (persistent_workers=True,
+    which changes nothing within an epoch): the window's epoch is ended, and the time to the
+    next epoch's first batch is ``restart_s``, the start-up that persistent workers save
+    ``startup_s`` for, at the cost of a drained queue and one batch instead of a loader of its
+    own (``measure_restart``).
     """
     sampler = CyclingSampler(len(dataset)) if is_map_style(dataset) else None
-    loader = make_loader(dataset, config, settings, sampler)
+    restart = restart and sampler is not None and config.num_workers > 0
+    kept = dataclasses.replace(config, persistent_workers=True) if restart else config
+    loader = make_loader(dataset, kept, settings, sampler)
     watcher = TrialSampler(budget_bytes, worker_guess_bytes, settings.sample_interval_s)
     trial = Trial(config=config, phase=phase)
     main_start = own_memory()
@@ -175,6 +193,11 @@ def measure(
         samples_per_batch = batch_length(first, settings.batch_size)
         del first
         _steady_window(iterator, trial, settings, watcher, first_at, samples_per_batch, decided)
+        if restart and trial.ok and sampler is not None:
+            try:
+                trial.restart_s = _restart(loader, iterator, sampler)
+            except LoaderFailed as failure:  # the window's rate stands; the restart is unknown
+                trial.note = f"restart not measured: {failure}"
     except LoaderFailed as failure:
         if config.num_workers == 0:
             raise DatasetError(str(failure)) from failure.error
@@ -192,6 +215,21 @@ def measure(
     trial.shm_peak_bytes = peaks.shm_peak_bytes
     trial.total_peak_bytes = peaks.total_peak_bytes
     return trial
+
+
+def _restart(loader: Any, iterator: Any, sampler: CyclingSampler) -> float:
+    """End the epoch (its batches in flight are drained), then the seconds from ``iter()`` to
+    the next epoch's first batch with the workers kept."""
+    sampler.end_epoch()
+    while True:
+        try:
+            _next(iterator)
+        except StopIteration:
+            break
+    started = time.perf_counter()
+    again = _start(loader)
+    _next(again)
+    return time.perf_counter() - started
 
 
 def _steady_window(

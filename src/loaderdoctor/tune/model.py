@@ -63,6 +63,9 @@ class Trial:
     samples_per_s: float = 0.0
     batches_per_s: float = 0.0
     startup_s: float = 0.0  # iter() to the first batch: worker start-up plus the first fetch
+    # with ``measure(restart=True)``: iter() to the first batch of a second epoch, its workers
+    # kept (persistent_workers=True) and idle after the first epoch ended
+    restart_s: float | None = None
     window_s: float = 0.0  # the steady-state window the rate was measured over
     batches: int = 0  # batches in that window
     seconds: float = 0.0  # the whole trial, shutdown included

@@ -88,15 +88,19 @@ class MemoryPeaks:
     total_peak_bytes: int
 
 
-def read_uss(pid: int) -> int | None:
-    """Private memory (Private_Clean + Private_Dirty) of ``pid``, or None where unreadable."""
+def read_uss(pid: int) -> tuple[int, int] | None:
+    """Private memory (Private_Clean + Private_Dirty) of ``pid`` and its RSS in the same walk
+    of its pages (so that RSS gained after the read is growth the read did not see), or None
+    where unreadable."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as handle:
-            total = 0
+            private = rss = 0
             for line in handle:
                 if line.startswith(("Private_Clean:", "Private_Dirty:", "Private_Hugetlb:")):
-                    total += int(line.split()[1]) * 1024
-            return total
+                    private += int(line.split()[1]) * 1024
+                elif line.startswith("Rss:"):
+                    rss = int(line.split()[1]) * 1024
+            return private, rss
     except (OSError, ValueError, IndexError):
         return None
 
@@ -221,21 +225,33 @@ class TrialSampler:
         if read_all:
             unread = [item for item in live if item[0].uss is None]
             pending = unread[:FINAL_USS_READS] or pending
-        for worker, rss in pending:
-            uss = read_uss(worker.pid)
+        for worker, _rss in pending:
+            # the RSS of the same read, not the one looked at before it: a worker that built a
+            # 256 MiB block in between was charged it twice (issue 29)
+            read = read_uss(worker.pid)
             worker.read_at = now
-            if uss is not None:
-                worker.uss, worker.rss_at_uss = uss, rss
+            if read is not None:
+                worker.uss, worker.rss_at_uss = read
         self._last_uss_read = now
 
     def _estimate_workers(self, live: list[tuple[_Worker, int]]) -> int:
-        """Each worker's private memory now (last USS plus RSS gained since); their sum."""
-        known = [w.uss for w, _ in live if w.uss is not None]
-        guess = max(known) if known else self.worker_guess_bytes
+        """Each worker's private memory now (last USS plus RSS gained since); their sum.
+
+        A worker never read is estimated as at least the largest USS read of the others (what
+        it may be about to allocate too), and as its own RSS growth on top of the private
+        memory the others had when first seen: not on top of their whole USS, which holds the
+        same growth (a 256 MiB block counted twice made 6 workers of a benchmark look 2.8 GiB
+        where they held 2.1, issue 29).
+        """
+        known = [w for w, _ in live if w.uss is not None]
+        guess = max((w.uss or 0 for w in known), default=self.worker_guess_bytes)
+        base = max(
+            (max(0, (w.uss or 0) - max(0, w.rss_at_uss - w.first_rss)) for w in known), default=0
+        )
         total = 0
         for worker, rss in live:
             if worker.uss is None:
-                estimate = guess + max(0, rss - worker.first_rss)
+                estimate = max(guess, base + max(0, rss - worker.first_rss))
             else:
                 estimate = worker.uss + max(0, rss - worker.rss_at_uss)
             worker.peak = max(worker.peak, estimate)
