@@ -112,16 +112,19 @@ def test_script_without_main_guard(method: str) -> None:
     assert json.loads(lines[-1])["cause"] == "main-guard-missing"
 
 
-@pytest.mark.parametrize("method", FORK_AND_SPAWN)
-def test_too_many_open_files(method: str) -> None:
-    """The dataset leaks descriptors until an open() in the worker fails: fd-exhausted.
-    (Batches travel as shared-memory files here, see faulty.py: at the limit torch's descriptor
-    passing can hang the main process, a race that load decides.)"""
+@pytest.mark.parametrize(
+    ("mode", "method"), [("emfile", "fork"), ("emfile", "spawn"), ("emfile-fd", "fork")]
+)
+def test_too_many_open_files(mode: str, method: str) -> None:
+    """The dataset leaks descriptors until an open() in the worker fails: fd-exhausted. With
+    batches as shared-memory files ("emfile") the dataset's open() fails first; under the
+    file_descriptor strategy ("emfile-fd") the worker's resource sharer can run out first, which
+    hung stock PyTorch's main process (test_sharer_guard has that case alone)."""
 
     def limit_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
 
-    out = verdict("emfile", method, preexec_fn=limit_files)
+    out = verdict(mode, method, preexec_fn=limit_files)
     assert out["cause"] == "fd-exhausted"
     assert "errno EMFILE (24): too many open files" in out["evidence"]
     # whichever open() fails first (the dataset's, or a shared-memory file's while the batch is

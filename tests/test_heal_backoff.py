@@ -120,9 +120,9 @@ def test_in_process_loading_after_a_kill_only_when_allowed(tmp_path: Path) -> No
 
 @pytest.fixture
 def broken_collate_wrapper(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real bug in loaderdoctor's collate wrapper: its module state is gone (forked workers
-    inherit the patch)."""
-    monkeypatch.setattr(worker_collate, "STATE", None)
+    """A real bug in loaderdoctor's collate wrapper: a helper it calls for every batch is gone
+    (forked workers inherit the patch)."""
+    monkeypatch.setattr(worker_collate, "_with_stream_positions", None)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -132,7 +132,7 @@ def test_our_own_bug_is_an_internal_error_not_a_verdict_on_the_job(
     loader = loaderdoctor.DataLoader(
         [torch.tensor([i]) for i in range(8)], batch_size=2, num_workers=num_workers
     )
-    with pytest.raises(AttributeError) as caught:
+    with pytest.raises(TypeError) as caught:
         list(loader)
     diagnosis = caught.value.diagnosis  # type: ignore[attr-defined]
     assert diagnosis.cause == "internal-error"

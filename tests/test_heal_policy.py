@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from loaderdoctor.forensics import Diagnosis
+from loaderdoctor.forensics import Diagnosis, catalog
+from loaderdoctor.supervise import heal_policy
 from loaderdoctor.supervise.heal_policy import (
     MAX_RESPAWNS,
     ActionKind,
@@ -81,6 +82,13 @@ TABLE = [
     ("internal-error", {"kind": "exception", "heal": False}, (R, 4, 2)),
     ("internal-error", {"kind": "exception", "iterable": True}, (R, 4, 2)),
     ("internal-error", {"kind": "exception", "respawns": MAX_RESPAWNS}, (F, 4, 2)),
+    # workers that could not start: the cause's catalog row decides (``start-failure``)
+    ("unpicklable", {"kind": "start"}, (B, 0, 1)),
+    ("unpicklable", {"kind": "start", "iterable": True}, (B, 0, 1)),  # no item read yet
+    ("unpicklable", {"kind": "start", "heal": False}, (R, 4, 2)),
+    ("process-limit", {"kind": "start", "respawns": MAX_RESPAWNS}, (B, 0, 1)),
+    ("fd-exhausted", {"kind": "start"}, (R, 4, 2)),
+    ("worker-exit", {"kind": "start"}, (R, 4, 2)),  # an error no rule knows
 ]
 
 
@@ -188,3 +196,34 @@ def test_odd_samples_a_good_structure_decides_and_outside_samples_vote() -> None
     tie = [torch.tensor([3]), torch.tensor([0]), torch.tensor([4, 4]), torch.tensor([1, 1])]
     assert odd_samples(tie, indices) == []
     assert odd_samples(tie, indices, votes={short: 1}) == [4, 1]
+
+
+@pytest.mark.parametrize("cause", sorted(catalog.CAUSES))
+def test_a_start_failure_loads_in_process_exactly_when_its_row_says_so(cause: str) -> None:
+    action = HealPolicy().decide(verdict(cause), replace(BASE, kind="start"))
+    if catalog.START_FAILURE in (catalog.CAUSES[cause].heals or ()):
+        assert action == heal_policy.Action(
+            B, 0, 1, "the epoch loads in the main process instead (num_workers=0)"
+        )
+    else:
+        assert action == heal_policy.Action(R, 4, 2)
+
+
+def test_a_new_rows_heals_decides_how_its_start_failure_heals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The set is built from the rows (as heal_policy builds it at import), never listed apart:
+    # a row that declares start-failure falls back to loading in the main process, one that
+    # does not is raised.
+    for name, heals in (("synthetic-start", {catalog.START_FAILURE}), ("synthetic-other", set())):
+        monkeypatch.setitem(
+            catalog.CAUSES,
+            name,
+            catalog.Cause(name, name, "", ("fix it",), heals=frozenset(heals)),
+        )
+    built = heal_policy.causes_that(catalog.START_FAILURE)
+    assert {"synthetic-start", "unpicklable"} <= built and "synthetic-other" not in built
+    monkeypatch.setattr(heal_policy, "START_FAILURES", built)
+    start = replace(BASE, kind="start")
+    assert HealPolicy().decide(verdict("synthetic-start"), start).kind is B
+    assert HealPolicy().decide(verdict("synthetic-other"), start).kind is R

@@ -3,6 +3,7 @@
 - the files a worker leaves for the parent are named in one module, ``supervise/files.py``;
 - no folder of the supervised core holds more than 15 modules;
 - no function takes the iterator as an untyped ``it: Any`` (the old respawn mixin's shape).
+- no module keeps a worker context: each worker builds its own and hands it to its wrappers.
 """
 
 from __future__ import annotations
@@ -61,3 +62,61 @@ def test_no_function_takes_an_untyped_iterator() -> None:
                     if argument.arg == "it" and annotation in ("", "Any"):
                         found.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name}")
     assert found == []
+
+
+WORKER = SRC / "supervise" / "worker"
+
+
+def worker_classes() -> set[str]:
+    """The classes the worker side defines (a context, a wrapper, a policy...)."""
+    return {
+        node.name
+        for path in sorted(WORKER.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+def module_level_worker_objects(source: str, classes: set[str]) -> list[str]:
+    """``NAME = Class(...)`` at a module's top level, of a class the worker side defines; and
+    ``global`` statements (a function that writes a module's state)."""
+    found = []
+    for node in ast.parse(source).body:
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        if isinstance(value, ast.Call):
+            name = ast.unparse(value.func).rsplit(".", 1)[-1]
+            if name in classes:
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Global):
+            found.append(f"{node.lineno}: global {', '.join(node.names)}")
+    return found
+
+
+def test_no_module_keeps_a_worker_context() -> None:
+    # Each worker's context is built at its start and handed to its wrappers (issue 27): a
+    # module-level one was read and written by every wrapper, and shared by every loader of a
+    # process (one loader's good structure became another's).
+    classes = worker_classes()
+    assert "SupervisedCollate" in classes, "the scan lost the worker classes"
+    found = {
+        path.relative_to(SRC).as_posix(): lines
+        for path in sorted((SRC / "supervise").rglob("*.py"))
+        if (lines := module_level_worker_objects(path.read_text(encoding="utf-8"), classes))
+    }
+    assert found == {}
+
+
+def test_the_scan_finds_a_planted_module_level_context() -> None:
+    classes = {"WorkerContext", "_WorkerState"}
+    assert module_level_worker_objects("STATE = _WorkerState()\n", classes) == [
+        "1: STATE = _WorkerState()"
+    ]
+    planted = "x: int = 1\n_CONTEXT: WorkerContext = context.WorkerContext(0)\n"
+    assert module_level_worker_objects(planted, classes) == [
+        "2: _CONTEXT: WorkerContext = context.WorkerContext(0)"
+    ]
+    writer = "def start(worker_id):\n    global _CONTEXT\n    _CONTEXT = make(worker_id)\n"
+    assert module_level_worker_objects(writer, classes) == ["2: global _CONTEXT"]
+    inside = "def f():\n    context = WorkerContext(0)\n    return context\n"
+    assert module_level_worker_objects(inside, classes) == []

@@ -27,7 +27,12 @@ ENVIRONMENTAL = causes_that(catalog.ENVIRONMENTAL)
 SAMPLE_DEATHS = causes_that(catalog.SAMPLE_DEATH)
 # Causes that kill a process: their sample must never run in the training process.
 PROCESS_KILLING = causes_that(catalog.PROCESS_KILLING)
+# Causes of workers that cannot start (pickling, an unguarded main script, the process limit):
+# loading moves to the main process for the rest of the loader's life. Any other start failure
+# is the user's to see, as under stock torch.
+START_FAILURES = causes_that(catalog.START_FAILURE)
 MAX_RESPAWNS = 8
+IN_PROCESS_NOTE = "the epoch loads in the main process instead (num_workers=0)"
 # A rung is climbed back after this many batches delivered without an environmental failure, or
 # at the start of an epoch when the whole previous epoch was healthy, whichever comes first.
 CLIMB_AFTER_BATCHES = 1000
@@ -139,6 +144,8 @@ class HealPolicy:
         cause = diagnosis.cause
         if not at.heal:
             return raise_it
+        if at.kind == "start":  # a stream too: nothing of it was read yet
+            return self._start(diagnosis, raise_it)
         if at.iterable:
             return self._stream(diagnosis, at, keep)
         if cause == "internal-error":
@@ -173,6 +180,13 @@ class HealPolicy:
         if cause in ENVIRONMENTAL:
             return self._back_off(diagnosis, at, "")
         return keep
+
+    def _start(self, diagnosis: Diagnosis, raise_it: Action) -> Action:
+        """Workers that could not start: loading moves to the main process where the cause's
+        catalog row says so (``start-failure``); else the user sees the failure."""
+        if diagnosis.cause not in START_FAILURES:
+            return raise_it
+        return Action(ActionKind.BACK_OFF, 0, 1, IN_PROCESS_NOTE)
 
     def _sample_death(self, diagnosis: Diagnosis, at: Situation, keep: Action) -> Action:
         """A death at a known sample: re-try it alone, then quarantine it if it fails again."""

@@ -210,7 +210,7 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
     from loaderdoctor.supervise.parent.iterator import start_method_of
     from loaderdoctor.supervise.parent.start_failure import (
         fileless_main_diagnosis,
-        load_in_process,
+        loads_in_process,
         unguarded_diagnosis,
     )
 
@@ -219,7 +219,7 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
         return
     unguarded = collect.unguarded_main_line()
     if unguarded is not None:
-        load_in_process(sup, unguarded_diagnosis(unguarded, method))
+        loads_in_process(sup, unguarded_diagnosis(unguarded, method))
         return
     parts = (
         ("dataset", loader.dataset),
@@ -228,7 +228,7 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
     )
     fileless = collect.defined_in_fileless_main(parts)
     if fileless:
-        load_in_process(sup, fileless_main_diagnosis(fileless, method))
+        loads_in_process(sup, fileless_main_diagnosis(fileless, method))
 
 
 def _checked_settings(

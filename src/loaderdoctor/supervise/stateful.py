@@ -252,9 +252,10 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
         for worker_id in range(snapshot.num_workers):
             self._ld_recorder.reset_slot(worker_id)
         policy = supervision.sample_policy(snapshot.drop_last)
+        collate = SupervisedCollate(snapshot.collate_fn, heal=policy is not None)
         view = snapshot.with_overrides(
             dataset=_wrapped(snapshot.dataset, snapshot._dataset_kind, policy),
-            collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
+            collate_fn=collate,
             worker_init_fn=SupervisedWorkerInit(
                 snapshot.worker_init_fn,
                 self._ld_recorder,
@@ -264,6 +265,7 @@ class SupervisedStatefulIter(_StatefulMultiProcessingDataLoaderIter):
                 oom_score_adj=supervision.oom_score_adj,
                 # map-style only here (a stream runs as plain torchdata)
                 live_quarantine=live_quarantine.for_pool(supervision, False),
+                collate=collate,
             ),
         )
         previous = os.environ.get(BOOTSTRAP_DIR_ENV)

@@ -59,7 +59,7 @@ from loaderdoctor.supervise.parent.single_process import (
     internal_evidence,
 )
 from loaderdoctor.supervise.parent.start_failure import (
-    load_in_process,
+    loads_in_process,
     start_diagnosis,
     start_error,
 )
@@ -177,9 +177,10 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
         self._ld_recovery.replacing = policy is not None and policy.on_error == "replace"
         dataset = wrap_dataset(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy)
         self._ld_recovery.learns(dataset)
+        collate = SupervisedCollate(snapshot.collate_fn, heal=policy is not None)
         return snapshot.with_overrides(
             dataset=dataset,
-            collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
+            collate_fn=collate,
             worker_init_fn=SupervisedWorkerInit(
                 snapshot.worker_init_fn,
                 self._ld_recorder,
@@ -193,6 +194,7 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
                     if self._ld_streams is not None and self._ld_resuming
                     else None
                 ),
+                collate=collate,
             ),
         )
 
@@ -247,13 +249,12 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
         self._ld_cleanup()
         sup = self._ld_sup
         diagnosis = start_diagnosis(error, self._ld_snapshot, self._ld_start_method)
-        if not sup.settings.heal:
+        if not loads_in_process(sup, diagnosis):
             sup.record(diagnosis, "raised")
             try:
                 raise start_error(error, diagnosis)
             finally:
                 error = None  # type: ignore[assignment]  # no cycle through the traceback
-        load_in_process(sup, diagnosis)
         self._ld_successor = SupervisedSingleProcessIter(
             self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
             sup,
@@ -295,6 +296,10 @@ class SupervisedMultiProcessingIter(torch_compat.HookedMultiProcessingIter):
                 finally:
                     failure = None  # no reference cycle through its traceback
             return
+        # torch registered the new workers' pids for its SIGCHLD handler just before this first
+        # reset, which sends their first indices: a worker killed meanwhile (load is normal)
+        # must reach WorkerWatch as a death, not raise out of torch's __init__ as a start failure.
+        torch_compat.stop_sigchld_checks(self)
         super().ld_reset(loader, first_iter)
 
     # --- waiting for data, watching the workers -------------------------------------------

@@ -16,10 +16,10 @@ from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.worker.collate import SupervisedCollate
+from loaderdoctor.supervise.worker.context import WorkerContext
 from loaderdoctor.supervise.worker.exception_tags import MARKER, read_tags
-from loaderdoctor.supervise.worker.loader_view import wrap_dataset
+from loaderdoctor.supervise.worker.loader_view import attach_context, wrap_dataset
 from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
-from loaderdoctor.supervise.worker.state import STATE
 
 
 def internal_evidence(error: BaseException, epoch: int | None) -> Evidence:
@@ -47,15 +47,13 @@ class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
         self._ld_snapshot = snapshot
         self._ld_last_index: Any = None
         self._ld_plain: Any = None  # plain torch after an internal error, with healing on
-        if STATE.slot is None:  # this process is no worker: its own loading starts afresh
-            STATE.begin(None)
         policy = supervision.sample_policy(snapshot.drop_last)
-        super().__init__(
-            snapshot.with_overrides(
-                dataset=wrap_dataset(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy),
-                collate_fn=SupervisedCollate(snapshot.collate_fn, heal=policy is not None),
-            )
-        )
+        dataset = wrap_dataset(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy)
+        collate = SupervisedCollate(snapshot.collate_fn, heal=policy is not None)
+        # This iterator's own context: it starts afresh, whatever other loaders of this process
+        # (or the worker it runs in) learned; its events go to the loader's supervision.
+        attach_context(WorkerContext.in_process(supervision.in_process_events), dataset, collate)
+        super().__init__(snapshot.with_overrides(dataset=dataset, collate_fn=collate))
 
     def ld_next_index(self) -> Any:
         index = super().ld_next_index()

@@ -11,7 +11,10 @@ from loaderdoctor.forensics.origin import format_traceback
 from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise.errors import WorkerStartError, attach
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
+from loaderdoctor.supervise.heal_policy import ActionKind, HealPolicy, Situation
 from loaderdoctor.system.process_limits import process_limits
+
+POLICY = HealPolicy()
 
 
 def start_diagnosis(error: BaseException, loader: Any, start_method: str) -> Diagnosis:
@@ -43,11 +46,27 @@ def unguarded_diagnosis(main_line: str, start_method: str) -> Diagnosis:
     )
 
 
-def load_in_process(supervision: Any, diagnosis: Diagnosis) -> None:
-    """Workers that cannot start (pickling, an unguarded main script) and healing is on: the
-    loader loads in the main process for the rest of its life, and says so once."""
-    diagnosis.evidence.append("the epoch loads in the main process instead (num_workers=0)")
-    supervision.record(diagnosis, "backed-off")
+def loads_in_process(supervision: Any, diagnosis: Diagnosis) -> bool:
+    """Workers that cannot start (pickling, an unguarded main script, the process limit): True
+    when healing moves loading to the main process for the rest of the loader's life (the
+    cause's catalog row says ``start-failure``: ``HealPolicy.decide``), said once; False when
+    the failure is the user's to see (the caller raises it)."""
+    num_workers, prefetch_factor = supervision.base_settings
+    action = POLICY.decide(
+        diagnosis,
+        Situation(
+            heal=supervision.settings.heal,
+            iterable=False,
+            respawns=0,
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor,
+            kind="start",
+        ),
+    )
+    if action.kind is not ActionKind.BACK_OFF:
+        return False
+    diagnosis.evidence.append(action.note)
+    supervision.record(diagnosis, action.kind.value)
     supervision.workers_cannot_start = True
     warnings.warn(
         f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> loading in the main "
@@ -55,6 +74,7 @@ def load_in_process(supervision: Any, diagnosis: Diagnosis) -> None:
         HealWarning,
         stacklevel=user_stacklevel(),
     )
+    return True
 
 
 def fileless_main_diagnosis(parts: list[str], start_method: str) -> Diagnosis:
@@ -99,7 +119,7 @@ def unpicklable_parts(loader: Any) -> list[str]:
 
 __all__ = [
     "fileless_main_diagnosis",
-    "load_in_process",
+    "loads_in_process",
     "start_diagnosis",
     "start_error",
     "unguarded_diagnosis",

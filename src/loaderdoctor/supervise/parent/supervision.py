@@ -115,6 +115,9 @@ class Supervision:
         # The user's (num_workers, prefetch_factor): the top of the back-off ladder.
         self.base_settings = (0, 0)
         self.backoff: Backoff | None = None  # set at the first step down
+        # Skip events that this loader's in-process iterators sent alone (a stream's last
+        # items), read by ``take_in_process_events``; the others travel with their batch.
+        self.in_process_events: list[dict[str, Any]] = []
         # Workers cannot start at all (unpicklable, spawn bootstrapping) and healing is on.
         self.workers_cannot_start = False
         # Each worker's oom_score_adj (raised right after its start; probes: higher still), and
@@ -245,10 +248,10 @@ class Supervision:
         self.quarantine_add(index, diagnosis)
 
     def take_in_process_events(self) -> None:
-        from loaderdoctor.supervise.worker.state import STATE
-
-        while STATE.events:
-            self.take_event(STATE.events.pop(0))
+        """The events this loader's in-process iterators sent alone (``in_process_events``)."""
+        events = self.in_process_events
+        while events:
+            self.take_event(events.pop(0))
 
     # --- what workers are told ---------------------------------------------------------------
     def sample_policy(self, drop_last: bool) -> SamplePolicy | None:

@@ -23,6 +23,7 @@ from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.worker_exceptions import ERRNO_PATTERN, exception_line
 from loaderdoctor.supervise.samples import sample_file
+from loaderdoctor.supervise.worker import sharer_guard
 from loaderdoctor.supervise.worker.hooks import SEND_ERROR_HEADER
 from loaderdoctor.system.limits import open_files, process_open_files
 
@@ -59,6 +60,8 @@ class WorkerWatch:
         """Evidence of the first worker found dead, unable to send, or stuck; else None."""
         for worker_id in range(len(self.pool)):
             if busy[worker_id] and not self.pool.is_alive(worker_id):
+                if self.recorder.snapshot(worker_id).send_errors:
+                    return self.send_error(worker_id, tasks)  # why it ended (``sharer_guard``)
                 return self.death(worker_id, tasks)
         for worker_id in range(len(self.pool)):
             if self.recorder.snapshot(worker_id).send_errors:
@@ -144,10 +147,16 @@ class WorkerWatch:
         match = ERRNO_PATTERN.search(ev.exception_message)
         if match:
             ev.errno = int(match.group(1))
-        ev.notes.append(
-            f"worker {worker_id} finished a batch but could not send it to the main process; "
-            "stock PyTorch waits for that batch forever"
-        )
+        if sharer_guard.WHAT_FAILED in text:
+            ev.notes.append(
+                f"worker {worker_id} finished a batch but {sharer_guard.WHAT_FAILED}, and exited"
+                " (its exit ended the main process's wait); stock PyTorch waits for ever there"
+            )
+        else:
+            ev.notes.append(
+                f"worker {worker_id} finished a batch but could not send it to the main process;"
+                " stock PyTorch waits for that batch forever"
+            )
         if ev.errno == errno_module.EMFILE and ev.pid:
             usage = process_open_files(ev.pid)
             if usage:

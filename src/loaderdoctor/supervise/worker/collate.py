@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor.recorder import Stage
+from loaderdoctor.supervise.worker.context import WorkerContext, _failure
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
 from loaderdoctor.supervise.worker.sample_policy import (
     DroppedSamples,
@@ -14,31 +15,32 @@ from loaderdoctor.supervise.worker.sample_policy import (
     _safe_structure,
     odd_samples,
 )
-from loaderdoctor.supervise.worker.state import (
-    STATE,
-    _failure,
-    flush_events,
-    record_event,
-    take_batch_events,
-)
 
 
 class SupervisedCollate:
+    """Wraps the user's collate_fn. ``context`` is the one its worker's dataset wrapper writes
+    (the batch's indices, its events, the stream); ``reference_votes`` is that dataset wrapper's,
+    when it heals (both set by ``loader_view.attach_context``)."""
+
     def __init__(self, collate_fn: Callable[[Any], Any], heal: bool = False) -> None:
         self.collate_fn = collate_fn
         self.heal = heal
+        self.context = WorkerContext()  # the real one comes from ``loader_view.attach_context``
+        # The structures of a few healthy samples outside a batch, with their counts
+        self.reference_votes: Callable[[list[Any]], dict[Any, int]] | None = None
 
     def __call__(self, samples: Any) -> Any:
-        slot = STATE.slot
-        indices = STATE.batch_indices
-        STATE.batch_indices = []
+        context = self.context
+        slot = context.slot
+        indices = context.batch_indices
+        context.batch_indices = []
         if isinstance(samples, SkippedBatch):
-            samples.events = take_batch_events()
+            samples.events = context.outbox.take_batch()
             return samples
         if isinstance(samples, DroppedSamples) or (self.heal and samples == []):
             if slot is not None:
                 slot.stage(Stage.IDLE)
-            return SkippedBatch(indices, "every sample was skipped", take_batch_events())
+            return SkippedBatch(indices, "every sample was skipped", context.outbox.take_batch())
         if slot is not None:
             slot.stage(Stage.COLLATE)
         try:
@@ -51,10 +53,14 @@ class SupervisedCollate:
             if healed is not None:
                 if slot is not None:
                     slot.collated()
-                return _with_events(_with_stream_positions(healed), len(indices) - len(odd))
+                return _with_events(
+                    context, _with_stream_positions(context, healed), len(indices) - len(odd)
+                )
             if slot is not None:
                 slot.stage(Stage.IDLE)
-            tag_exception(error, index=None, stage="collate", batch=indices, odd=odd)
+            tag_exception(
+                error, context.worker_id, index=None, stage="collate", batch=indices, odd=odd
+            )
             raise
         if slot is not None:
             slot.collated()
@@ -62,21 +68,22 @@ class SupervisedCollate:
         # may be the odd one, left alone in its batch after the others were skipped).
         if (
             self.heal
-            and STATE.good_structure is None
+            and context.good_structure is None
             and isinstance(samples, list)
             and len(samples) >= 2
         ):
-            STATE.good_structure = _safe_structure(samples[0])
-        return _with_events(_with_stream_positions(batch), len(indices))
+            context.good_structure = _safe_structure(samples[0])
+        return _with_events(context, _with_stream_positions(context, batch), len(indices))
 
     def _odd(self, samples: Any, indices: list[Any]) -> list[Any]:
         """The samples unlike a good one: a good structure from an earlier batch decides; else
         the majority of this batch's samples and a few outside it, each one vote."""
         if not self.heal:
             return odd_samples(samples, indices)
-        if STATE.good_structure is not None:
-            return odd_samples(samples, indices, STATE.good_structure)
-        fetch = STATE.reference_fetch
+        good = self.context.good_structure
+        if good is not None:
+            return odd_samples(samples, indices, good)
+        fetch = self.reference_votes
         return odd_samples(samples, indices, votes=fetch(indices) if fetch is not None else None)
 
     def _collate_without(
@@ -93,29 +100,30 @@ class SupervisedCollate:
             return None
         for index in odd:
             event = {**_failure(error, index, 1, "collate"), "action": "skipped"}
-            record_event(event)
+            self.context.outbox.record(event)
         return batch
 
 
-def _with_events(batch: Any, samples: int) -> Any:
+def _with_events(context: WorkerContext, batch: Any, samples: int) -> Any:
     """A map-style batch with the skip/replace events of its samples (``samples``: how many it
     holds), when it has any; a stream's travel in its ``StreamBatch``."""
-    if not STATE.batch_events:
+    outbox = context.outbox
+    if not outbox.batch:
         return batch
-    if STATE.stream is not None:
-        if STATE.worker_id is None:
-            flush_events()  # a stream loaded in-process: nothing can load its batch again
+    if context.stream is not None:
+        if context.worker_id is None:
+            outbox.flush()  # a stream loaded in-process: nothing can load its batch again
         return batch
-    return HealedBatch(batch, samples, take_batch_events())
+    return HealedBatch(batch, samples, outbox.take_batch())
 
 
-def _with_stream_positions(batch: Any) -> Any:
+def _with_stream_positions(context: WorkerContext, batch: Any) -> Any:
     """In a stream worker: the batch wrapped with the stream positions (and keys) it holds.
 
     The main process unwraps it before torch sees the batch; in-process loading (no worker id)
     and map-style datasets hand the batch on as it is.
     """
-    stream = STATE.stream
-    if stream is None or STATE.worker_id is None:
+    stream = context.stream
+    if stream is None or context.worker_id is None:
         return batch
-    return stream.take_batch(batch, STATE.worker_id)
+    return stream.take_batch(batch, context.worker_id)

@@ -2,8 +2,9 @@
 
 They write the flight recorder (which sample is in flight, which stage) and tag every Python
 exception with the sample index before torch ships it to the main process. A clean sample costs a
-few numpy item writes. The collate_fn and worker_init_fn wrappers are in ``worker_collate`` and
-``worker_hooks``.
+few numpy item writes. What they know of their worker is its ``WorkerContext`` (``context``), given
+to them at the worker's start. The collate_fn and worker_init_fn wrappers are in ``collate`` and
+``hooks``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from typing import Any
 
 from torch.utils.data import Dataset, IterableDataset
 
-from loaderdoctor.recorder import _FETCH, _INDEX, _SAMPLES, _SINCE, _STAGE, NO_INDEX, Stage
+from loaderdoctor.recorder import (
+    _FETCH,
+    _INDEX,
+    _SAMPLES,
+    _SINCE,
+    _STAGE,
+    NO_INDEX,
+    Stage,
+    WorkerSlot,
+)
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE
 from loaderdoctor.supervise.streams import (
     CHECKED_KEYS,
@@ -23,19 +33,13 @@ from loaderdoctor.supervise.streams import (
     is_stateful,
     item_key,
 )
+from loaderdoctor.supervise.worker.context import EventOutbox, WorkerContext, _failure
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
 from loaderdoctor.supervise.worker.sample_policy import (
     DroppedSamples,
     SamplePolicy,
     SkippedBatch,
     _safe_structure,
-)
-from loaderdoctor.supervise.worker.state import (
-    STATE,
-    _failure,
-    flush_events,
-    record_event,
-    take_batch_events,
 )
 
 REFERENCE_SAMPLES = 5
@@ -47,16 +51,21 @@ class SupervisedMapDataset(Dataset[Any]):
     torch's fetcher calls ``__getitems__`` once per batch when a dataset has it; this wrapper
     always has it and runs the per-sample loop itself, so a clean sample costs three shared-memory
     writes and a clock read, with no extra Python call layer (it matters for tiny samples).
+
+    ``context`` is the worker's (``SupervisedWorkerInit`` gives each worker its own at its start)
+    or the in-process iterator's (``loader_view.attach_context``).
     """
 
     def __init__(self, dataset: Any, policy: SamplePolicy | None = None) -> None:
         self.dataset = dataset
         self.policy = policy
+        self.context = WorkerContext()  # the real one comes from ``loader_view.attach_context``
 
     def __getitem__(self, index: Any) -> Any:
         # batch_size=None (no auto-collation) and the num_workers=0 paths come here.
         policy = self.policy
-        if policy is not None or STATE.quarantine is not NO_LIVE_QUARANTINE:  # else: no cost
+        context = self.context
+        if policy is not None or context.quarantine is not NO_LIVE_QUARANTINE:  # else: no cost
             if (policy is not None and policy.on_error != "raise") or self._quarantined(index):
                 kept = self._heal_batch([index]) if policy is not None else self._left_out([index])
                 return (
@@ -64,30 +73,37 @@ class SupervisedMapDataset(Dataset[Any]):
                     if kept and not isinstance(kept, DroppedSamples)
                     else SkippedBatch([index], "skipped")
                 )
-        slot = STATE.slot
+        slot = context.slot
         if slot is not None:
             slot.fetching(index)
-        STATE.batch_indices.append(index)
+        context.batch_indices.append(index)
         try:
             return self.dataset[index]
         except Exception as error:
             if slot is not None:
                 slot.error()
-            tag_exception(error, index=index, stage="fetch", batch=list(STATE.batch_indices))
-            STATE.batch_indices.clear()
+            tag_exception(
+                error,
+                context.worker_id,
+                index=index,
+                stage="fetch",
+                batch=list(context.batch_indices),
+            )
+            context.batch_indices.clear()
             raise
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
         policy = self.policy
         if policy is not None and policy.on_error != "raise":
             return self._heal_batch(indices)
-        if policy is not None or STATE.quarantine is not NO_LIVE_QUARANTINE:
+        context = self.context
+        if policy is not None or context.quarantine is not NO_LIVE_QUARANTINE:
             # Raising, but quarantined samples are never fetched: each is looked up just
             # before its turn (the main process may quarantine one while this batch loads).
             return self._left_out(indices)
         dataset = self.dataset
-        slot = STATE.slot
-        STATE.batch_indices = indices
+        slot = context.slot
+        context.batch_indices = indices
         samples = []
         index = None
         try:
@@ -106,8 +122,8 @@ class SupervisedMapDataset(Dataset[Any]):
         except Exception as error:
             if slot is not None:
                 slot.error()
-            tag_exception(error, index=index, stage="fetch", batch=list(indices))
-            STATE.batch_indices = []
+            tag_exception(error, context.worker_id, index=index, stage="fetch", batch=list(indices))
+            context.batch_indices = []
             raise
         return samples
 
@@ -116,21 +132,24 @@ class SupervisedMapDataset(Dataset[Any]):
         quarantines while live workers run (``live_quarantine``), so this is asked just before
         each sample is fetched, never once for the life of the worker."""
         policy = self.policy
-        return (policy is not None and index in policy.quarantined) or index in STATE.quarantine
+        return (
+            policy is not None and index in policy.quarantined
+        ) or index in self.context.quarantine
 
     def _left_out(self, indices: list[Any]) -> list[Any]:
         """The batch's samples, each fetched unless it is quarantined (then left out, and
         said); exceptions raise as without healing. ``DroppedSamples`` when none is left."""
-        STATE.batch_events = []
-        slot = STATE.slot
+        context = self.context
+        context.outbox.batch = []
+        slot = context.slot
         kept: list[Any] = []
         samples: list[Any] = []
         index = None
-        STATE.batch_indices = kept
+        context.batch_indices = kept
         try:
             for index in indices:
                 if self._quarantined(index):
-                    _say_quarantined(index)
+                    _say_quarantined(context.outbox, index)
                     continue
                 if slot is not None:
                     slot.fetching(index)
@@ -139,14 +158,14 @@ class SupervisedMapDataset(Dataset[Any]):
         except Exception as error:
             if slot is not None:
                 slot.error()
-            tag_exception(error, index=index, stage="fetch", batch=list(indices))
-            STATE.batch_indices = []
+            tag_exception(error, context.worker_id, index=index, stage="fetch", batch=list(indices))
+            context.batch_indices = []
             raise
         return samples if samples else DroppedSamples([])
 
     def _fetch(self, index: Any, retries: int) -> tuple[bool, Any]:
         """(True, sample) or (False, failure) after ``retries`` further attempts."""
-        slot = STATE.slot
+        slot = self.context.slot
         for attempt in range(retries + 1):
             if slot is not None:
                 slot.fetching(index)
@@ -163,34 +182,37 @@ class SupervisedMapDataset(Dataset[Any]):
         """A deterministic healthy stand-in: the next index (cyclically) that loads."""
         if not isinstance(index, int) or not policy.dataset_len:
             return None
+        known_bad = self.context.known_bad
         for step in range(1, min(policy.dataset_len, 64)):
             candidate = (index + step) % policy.dataset_len
-            if self._quarantined(candidate) or candidate in STATE.known_bad:
+            if self._quarantined(candidate) or candidate in known_bad:
                 continue
             ok, sample = self._fetch(candidate, 0)
             if ok:
                 return candidate, sample
-            STATE.known_bad.add(candidate)
+            known_bad.add(candidate)
         return None
 
-    def _reference_votes(self, batch: list[Any]) -> dict[Any, int]:
+    def reference_votes(self, batch: list[Any]) -> dict[Any, int]:
         """The structures of a few healthy samples outside ``batch``, each with its count.
 
         Votes beside the batch's own samples, to tell the odd samples of a worker's first failing
         batch apart (later batches compare with the last batch that collated). Votes, not a
         verdict: one of these samples may be odd too (two ragged samples of six once made the
-        reference, and the four healthy ones were skipped).
+        reference, and the four healthy ones were skipped). The collate wrapper asks
+        (``SupervisedCollate.reference_votes``, set by ``loader_view.wrap_loader``).
         """
         policy = self.policy
         if policy is None or not policy.dataset_len:
             return {}
         taken = set(batch)
+        known_bad = self.context.known_bad
         counts: dict[Any, int] = {}
         tried = 0
         for candidate in range(policy.dataset_len):
             if tried >= REFERENCE_SAMPLES * 3 or sum(counts.values()) >= REFERENCE_SAMPLES:
                 break
-            if candidate in taken or self._quarantined(candidate) or candidate in STATE.known_bad:
+            if candidate in taken or self._quarantined(candidate) or candidate in known_bad:
                 continue
             tried += 1
             ok, sample = self._fetch(candidate, 0)
@@ -202,9 +224,10 @@ class SupervisedMapDataset(Dataset[Any]):
     def _heal_batch(self, indices: list[Any]) -> list[Any]:
         policy = self.policy
         assert policy is not None
-        STATE.reference_fetch = self._reference_votes
-        STATE.batch_indices = list(indices)
-        STATE.batch_events = []  # a batch of a worker killed mid-way is loaded again: afresh
+        context = self.context
+        outbox = context.outbox
+        context.batch_indices = list(indices)
+        outbox.batch = []  # a batch of a worker killed mid-way is loaded again: afresh
         samples: list[Any] = []
         kept_indices: list[Any] = []
         events: list[dict[str, Any]] = []
@@ -218,7 +241,7 @@ class SupervisedMapDataset(Dataset[Any]):
                     kept_indices.append(index)
                     continue
                 failure = result
-                STATE.known_bad.add(index)
+                context.known_bad.add(index)
             if policy.on_error == "replace":
                 found = self._substitute(index, policy)
                 if found is not None:
@@ -229,8 +252,8 @@ class SupervisedMapDataset(Dataset[Any]):
                     continue
             events.append({**failure, "action": "skipped"})
         for event in events:
-            record_event(event)
-        STATE.batch_indices = kept_indices
+            outbox.record(event)
+        context.batch_indices = kept_indices
         # A batch left short is delivered short, drop_last or not: its healthy samples arrive
         # exactly once (dropping it lost them; under a repeating sampler, timm's
         # MultiEpochsDataLoader, the next epoch's batch filled the gap: issue 23 item 4).
@@ -248,40 +271,43 @@ class SupervisedMapDataset(Dataset[Any]):
         return getattr(self.dataset, name)
 
 
-def _say_quarantined(index: Any) -> None:
+def _say_quarantined(outbox: EventOutbox, index: Any) -> None:
     """A quarantined sample left out of its batch: the main process counts it as skipped
     when the batch is delivered (it was diagnosed when it was quarantined)."""
-    record_event({"index": index, "stage": "quarantined", "attempts": 0, "action": "skipped"})
+    outbox.record({"index": index, "stage": "quarantined", "attempts": 0, "action": "skipped"})
 
 
 class SupervisedBatchedMapDataset(SupervisedMapDataset):
     """For datasets that fetch a whole batch at once with their own ``__getitems__``."""
 
     def __getitems__(self, indices: list[Any]) -> Any:
-        if STATE.quarantine.grown():
+        context = self.context
+        if context.quarantine.grown():
             # The dataset loads the batch at once: its quarantined samples are left out first.
-            STATE.batch_events = []
+            context.outbox.batch = []
             kept = [index for index in indices if not self._quarantined(index)]
             if len(kept) < len(indices):
                 for index in indices:
                     if index not in kept:
-                        _say_quarantined(index)
+                        _say_quarantined(context.outbox, index)
                 indices = kept
                 if not kept:
-                    STATE.batch_indices = []
+                    context.batch_indices = []
                     return DroppedSamples([])
-        slot = STATE.slot
+        slot = context.slot
         if slot is not None and indices:
             slot.fetching(indices[0])
-        STATE.batch_indices = list(indices)
+        context.batch_indices = list(indices)
         try:
             return self.dataset.__getitems__(indices)
         except Exception as error:
             culprit = self._culprit_alone(indices)
             if slot is not None:
                 slot.error()
-            tag_exception(error, index=culprit, stage="fetch", batch=list(indices))
-            STATE.batch_indices = []
+            tag_exception(
+                error, context.worker_id, index=culprit, stage="fetch", batch=list(indices)
+            )
+            context.batch_indices = []
             raise
 
     def _culprit_alone(self, indices: list[Any]) -> Any:
@@ -292,7 +318,7 @@ class SupervisedBatchedMapDataset(SupervisedMapDataset):
         itself, the recorder naming it, so a crash here names its sample too; where none raises
         alone (the batch's failure is the batch's), no index is named, never a wrong one.
         """
-        slot = STATE.slot
+        slot = self.context.slot
         for index in indices:
             if slot is not None:
                 slot.fetching(index)
@@ -315,11 +341,21 @@ class _SupervisedIterator:
     resumes a re-started worker's stream where the user's copy stands (``StreamResume``)."""
 
     def __init__(
-        self, dataset: Any, policy: SamplePolicy | None = None, resume: StreamResume | None = None
+        self,
+        dataset: Any,
+        policy: SamplePolicy | None,
+        resume: StreamResume | None,
+        worker_id: int | None,
+        slot: WorkerSlot | None,
+        outbox: EventOutbox,
     ) -> None:
         self.dataset = dataset
         self.policy = policy
         self.resume = resume
+        # the worker's, not its context: the context holds this stream (no reference cycle)
+        self.worker_id = worker_id
+        self.slot = slot
+        self.outbox = outbox
         self.position = 0
         self.mark = 0  # the position the batch being collected began at
         # The items of the batch being collected (their keys are taken once per batch, for the
@@ -341,7 +377,7 @@ class _SupervisedIterator:
         self.iterator: Iterator[Any] = iter(()) if self.done else iter(dataset)
         if resume is not None and not resume.replayable and resume.skip and resume.state is None:
             self.notes.append(
-                f"stream of worker {STATE.worker_id} is not replayable (the dataset says "
+                f"stream of worker {self.worker_id} is not replayable (the dataset says "
                 f"loaderdoctor_replayable=False): up to {resume.skip} items may be duplicated "
                 "or lost"
             )
@@ -354,7 +390,7 @@ class _SupervisedIterator:
         return resume is not None and (position < resume.skip or position in resume.reported)
 
     def __next__(self) -> Any:
-        slot = STATE.slot
+        slot = self.slot
         resume = self.resume
         if slot is not None:
             # Inlined per item (a few item writes): samples_started is position + 1, so the
@@ -367,7 +403,7 @@ class _SupervisedIterator:
             if resume is not None and resume.stop is not None and position >= resume.stop:
                 self.done = True  # the item there killed this worker twice: never read again
             if self.done:
-                flush_events()
+                self.outbox.flush()
                 raise StopIteration
             if slot is not None:
                 flat[samples_at] = position + 1
@@ -377,7 +413,7 @@ class _SupervisedIterator:
                 item = next(self.iterator)
             except StopIteration:
                 self.done = True
-                flush_events()  # skips at the stream's end: no batch may follow to carry them
+                self.outbox.flush()  # skips at the stream's end: no batch may follow to carry them
                 if slot is not None:
                     slot.stage(Stage.IDLE)
                 raise
@@ -390,7 +426,7 @@ class _SupervisedIterator:
                     self._go_on_after(position, error, report=False)
                     continue
                 if self.policy is None:
-                    tag_exception(error, position=position, stage="fetch")
+                    tag_exception(error, self.worker_id, position=position, stage="fetch")
                     raise
                 self._go_on_after(position, error, report=True)
                 continue
@@ -418,7 +454,7 @@ class _SupervisedIterator:
         if key != expected:
             self.expected.clear()  # said once
             self.notes.append(
-                f"stream of worker {STATE.worker_id} is not replayable: its item #{position} "
+                f"stream of worker {self.worker_id} is not replayable: its item #{position} "
                 f"was {expected!r} when delivered and {key!r} when replayed, so up to "
                 f"{self.resume.skip if self.resume else 0} items may be duplicated or lost"
             )
@@ -433,11 +469,11 @@ class _SupervisedIterator:
             if not recovered:  # the rest of this worker's stream is lost, and said
                 event["note"] = _NOT_PASSED.format(position=position)
                 event["action"] = "lost"
-            record_event(event)
+            self.outbox.record(event)
             # Written now, not with the next batch: a death before that batch would take the
             # skip with it, and the resumed stream would read the item again and deliver it,
             # one skip reported and one delivery for the same item.
-            flush_events()
+            self.outbox.flush()
         if not recovered:
             self.done = True
 
@@ -473,7 +509,7 @@ class _SupervisedIterator:
             self.state(),
             tuple(self.notes),
             tuple(self.culprits),
-            tuple(take_batch_events()),
+            tuple(self.outbox.take_batch()),
         )
         self.mark = self.position
         self.items, self.gaps, self.notes, self.culprits = [], set(), [], []
@@ -498,11 +534,15 @@ class SupervisedIterableDataset(IterableDataset[Any]):
     def __init__(self, dataset: Any, policy: SamplePolicy | None = None) -> None:
         self.dataset = dataset
         self.policy = policy
+        self.context = WorkerContext()  # the real one comes from ``loader_view.attach_context``
 
     def __iter__(self) -> Iterator[Any]:
-        resume, STATE.stream_resume = STATE.stream_resume, None  # the first epoch only
-        stream = _SupervisedIterator(self.dataset, self.policy, resume)
-        STATE.stream = stream
+        context = self.context
+        resume, context.stream_resume = context.stream_resume, None  # the first epoch only
+        stream = _SupervisedIterator(
+            self.dataset, self.policy, resume, context.worker_id, context.slot, context.outbox
+        )
+        context.stream = stream  # for the collate wrapper
         return stream
 
     def __getattr__(self, name: str) -> Any:

@@ -10,14 +10,14 @@ import json
 from typing import Any
 
 from loaderdoctor.supervise.exception_facts import exception_facts
-from loaderdoctor.supervise.worker.state import STATE
 
 MARKER = "[loaderdoctor] "
 
 
-def tag_exception(error: BaseException, **facts: Any) -> None:
-    """Attach the facts (index, stage, worker) as a note; the note travels in torch's traceback."""
-    facts["worker"] = STATE.worker_id
+def tag_exception(error: BaseException, worker: int | None, **facts: Any) -> None:
+    """Attach the facts (index, stage, ``worker``: its id, None in-process) as a note; the note
+    travels in torch's traceback."""
+    facts["worker"] = worker
     facts.update(exception_facts(error))
     try:
         note = MARKER + json.dumps(facts, default=repr)

@@ -1,7 +1,8 @@
 """Start-up hooks: what runs first in every worker, and what a spawned worker's bootstrap leaves.
 
-``SupervisedWorkerInit`` attaches the recorder and arms faulthandler and the lost-batch hook; the
-bootstrap marker lets the parent name an unguarded main script that a spawned worker re-ran.
+``SupervisedWorkerInit`` builds the worker's ``WorkerContext`` and gives it to the worker's
+wrappers, attaches the recorder and arms faulthandler and the lost-batch hook; the bootstrap
+marker lets the parent name an unguarded main script that a spawned worker re-ran.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from torch.utils.data import get_worker_info
+
 from loaderdoctor import torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
 from loaderdoctor.supervise import files
-from loaderdoctor.supervise.live_quarantine import LiveQuarantine
+from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, LiveQuarantine
+from loaderdoctor.supervise.worker import sharer_guard
+from loaderdoctor.supervise.worker.context import WorkerContext
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
-from loaderdoctor.supervise.worker.state import STATE
+from loaderdoctor.supervise.worker.loader_view import attach_context
 from loaderdoctor.system import platform
 from loaderdoctor.system.oom_priority import raise_oom_score
 
@@ -35,7 +40,8 @@ STAGE_TIMER_FRAME = "in _stage_timer_loop"  # how the timer's own thread shows i
 
 
 class SupervisedWorkerInit:
-    """Runs first in every worker: attach the recorder, arm faulthandler, then the user's init."""
+    """Runs first in every worker: build its context and give it to the worker's wrappers,
+    attach the recorder, arm faulthandler, then the user's init."""
 
     def __init__(
         self,
@@ -47,6 +53,7 @@ class SupervisedWorkerInit:
         stream_resumes: dict[int, Any] | None = None,
         oom_score_adj: int | None = None,
         live_quarantine: LiveQuarantine | None = None,
+        collate: Any = None,
     ) -> None:
         self.user_init = user_init
         # What the main process quarantines while this worker runs, read before each sample
@@ -58,48 +65,57 @@ class SupervisedWorkerInit:
         self.stream_resumes = stream_resumes or {}
         self.recorder = recorder
         self.log_dir = log_dir
-        self.dataset = dataset
+        self.dataset = dataset  # the user's
+        # The collate_fn wrapper the workers load with (the same object in each worker: torch
+        # sends it with this init); the dataset wrapper is the one torch hands each worker
+        self.collate = collate
         self.hang_timeout = hang_timeout
 
     def __call__(self, worker_id: int) -> None:
         if self.oom_score_adj is not None:
             raise_oom_score(os.getpid(), self.oom_score_adj)
-        STATE.begin(worker_id)
-        if self.live_quarantine is not None:
-            STATE.quarantine = self.live_quarantine.reader()
-        STATE.stream_resume = self.stream_resumes.get(worker_id)
         slot = self.recorder.attach(worker_id)
-        STATE.slot = slot
+        context = WorkerContext(
+            worker_id,
+            slot,
+            quarantine=(
+                self.live_quarantine.reader()
+                if self.live_quarantine is not None
+                else NO_LIVE_QUARANTINE
+            ),
+            stream_resume=self.stream_resumes.get(worker_id),
+        )
+        info = get_worker_info()
+        attach_context(context, info.dataset if info is not None else None, self.collate)
         try:
             # One file per worker process: faulthandler writes the Python stack of every thread
             # into it at a fatal signal (SIGSEGV, SIGBUS, ...) and on the stack-dump signal.
             path = files.stack_log(self.log_dir, worker_id, os.getpid())
-            STATE.stack_log = open(path, "w")  # must outlive this call
+            context.stack_log = open(path, "w")  # the context keeps it open
             # A forked worker inherits "enabled" from a parent run under pytest or -X
             # faulthandler; enable() would then only switch files and leave torch's SIGSEGV
             # handler in front. Disable first so faulthandler's handler is installed for real.
             faulthandler.disable()
-            faulthandler.enable(file=STATE.stack_log, all_threads=True)
+            faulthandler.enable(file=context.stack_log, all_threads=True)
         except (OSError, RuntimeError, ValueError):
             pass  # no stack on a crash; every other piece of evidence still works
-        self._arm_stack_dump(worker_id)
-        _report_lost_batches()
+        self._arm_stack_dump(worker_id, context.stack_log)
+        _report_lost_batches(context)
         _announce_temp_dir(self.log_dir, worker_id)
         try:
-            STATE.events = []
-            STATE.event_log = open(files.events_file(self.log_dir, worker_id, os.getpid()), "w")
+            context.outbox.log = open(files.events_file(self.log_dir, worker_id, os.getpid()), "w")
         except OSError:
-            STATE.event_log = None
+            context.outbox.log = None
         torch_compat.show_user_dataset_in_worker_info(self.dataset)
         if self.user_init is not None:
             try:
                 self.user_init(worker_id)
             except Exception as error:
-                tag_exception(error, index=None, stage="init")
+                tag_exception(error, worker_id, index=None, stage="init")
                 raise
         slot.stage(Stage.IDLE)
 
-    def _arm_stack_dump(self, worker_id: int) -> None:
+    def _arm_stack_dump(self, worker_id: int, stack_log: Any) -> None:
         """Make this worker's stack reachable when it is stuck, and tell the parent how."""
         sigusr2 = getattr(signal, "SIGUSR2", None)
         user_owns_sigusr2 = sigusr2 is not None and signal.getsignal(sigusr2) not in (
@@ -110,9 +126,9 @@ class SupervisedWorkerInit:
         how = "none: the stack log could not be opened"
         try:
             number = dump.signal_number
-            if dump.method == "signal" and number is not None and STATE.stack_log is not None:
+            if dump.method == "signal" and number is not None and stack_log is not None:
                 faulthandler.register(  # type: ignore[attr-defined,unused-ignore]
-                    number, file=STATE.stack_log, all_threads=True, chain=False
+                    number, file=stack_log, all_threads=True, chain=False
                 )
                 how = f"signal {number}"
             elif dump.method == "timer" and self.hang_timeout:
@@ -187,14 +203,16 @@ def _announce_temp_dir(log_dir: str, worker_id: int) -> None:
 SEND_ERROR_HEADER = "loaderdoctor: a batch could not be sent to the main process"
 
 
-def _report_lost_batches() -> None:
+def _report_lost_batches(context: WorkerContext) -> None:
     """Make a batch that fails to leave the worker a recorded failure instead of a silent hang.
 
     The worker hands each batch to a multiprocessing.Queue whose feeder thread pickles it in the
     background. When that fails (an unpicklable object in the sample, EMFILE or ENOSPC while
     moving tensors to shared memory) the stock hook only prints a traceback: the batch is gone
     and the main process waits for it forever. This worker-local hook also bumps the recorder
-    and writes the traceback where the parent looks.
+    and writes the traceback where the parent looks. The same record is made when the worker's
+    resource sharer runs out of descriptors while the main process fetches a tensor
+    (``sharer_guard``), before the worker exits.
     """
     import multiprocessing.queues
 
@@ -202,20 +220,41 @@ def _report_lost_batches() -> None:
     original = queue_class._on_queue_feeder_error
 
     def on_feeder_error(error: BaseException, obj: object) -> None:
-        slot = STATE.slot
-        log = STATE.stack_log
-        if log is not None:
-            try:
-                log.write(SEND_ERROR_HEADER + "\n")
-                log.write("".join(traceback.format_exception(error)))
-                log.flush()
-            except (OSError, ValueError):
-                pass
-        if slot is not None:
-            slot.send_error()
+        _record_send_failure(context, error)
         original(error, obj)
 
     queue_class._on_queue_feeder_error = staticmethod(on_feeder_error)
+    sharer_guard.install(lambda error: _record_send_failure(context, error, _sharer_failure()))
+
+
+def _sharer_failure() -> str:
+    try:
+        import resource  # POSIX only, as the file_descriptor strategy is
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return sharer_guard.WHAT_FAILED
+    return f"{sharer_guard.WHAT_FAILED} (its open-file limit is {soft})"
+
+
+def _record_send_failure(
+    context: WorkerContext, error: BaseException, what: str | None = None
+) -> None:
+    """Write why a batch did not reach the main process where the parent looks for it
+    (``SEND_ERROR_HEADER`` in the stack log), and count it in the recorder."""
+    slot = context.slot
+    log = context.stack_log
+    if log is not None:
+        try:
+            log.write(SEND_ERROR_HEADER + "\n")
+            if what:
+                log.write(what + "\n")
+            log.write("".join(traceback.format_exception(error)))
+            log.flush()
+        except (OSError, ValueError):
+            pass
+    if slot is not None:
+        slot.send_error()
 
 
 def write_bootstrap_marker() -> None:

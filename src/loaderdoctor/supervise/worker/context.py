@@ -1,0 +1,134 @@
+"""What one DataLoader worker knows while it loads, handed to its wrappers explicitly.
+
+``SupervisedWorkerInit`` builds one ``WorkerContext`` in each worker, at its start, and gives it to
+the dataset and collate_fn wrappers that worker loads with; an in-process iterator
+(``num_workers=0``) builds its own. No module holds one: two loaders in one process never share
+what they learned, and nothing a forked worker inherited from its parent carries over.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from typing import Any
+
+from loaderdoctor.recorder import WorkerSlot
+from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, QuarantineReader
+
+
+class EventOutbox:
+    """The skip and replace events one worker decided, on their way to the parent: with the
+    batch being loaded (``take_batch``), or alone (``flush``).
+
+    Apart from the context, so that a worker's stream can hold it without holding the context
+    that holds the stream (no reference cycle).
+    """
+
+    __slots__ = ("batch", "kept", "log", "slot", "worker_id")
+
+    def __init__(
+        self,
+        worker_id: int | None = None,
+        log: Any = None,
+        slot: WorkerSlot | None = None,
+        kept: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.worker_id = worker_id
+        # The worker's event file; None in-process, where the parent is this process and reads
+        # ``kept`` (``Supervision.take_in_process_events``).
+        self.log = log
+        self.slot = slot
+        self.kept: list[dict[str, Any]] = [] if kept is None else kept
+        # The events of the batch being loaded: they travel with that batch
+        # (``sample_policy.HealedBatch``) and count when the user receives it, so a batch lost
+        # with its worker and loaded again counts once (issue 24 item 3).
+        self.batch: list[dict[str, Any]] = []
+
+    def record(self, event: dict[str, Any]) -> None:
+        """A skip or replace decided in this worker, for the batch being loaded."""
+        event["worker"] = self.worker_id
+        self.batch.append(event)
+
+    def take_batch(self) -> list[dict[str, Any]]:
+        """The events of the batch just loaded, to travel with it."""
+        events, self.batch = self.batch, []
+        return events
+
+    def flush(self) -> None:
+        """Send the pending events alone: a stream's last items were skipped and no batch
+        follows to carry them (the parent counts them from the event file, and a replay does not
+        again)."""
+        for event in self.take_batch():
+            if self.log is None:
+                self.kept.append(event)  # in-process loading: the parent is this process
+                continue
+            try:
+                self.log.write(json.dumps(event, default=repr) + "\n")
+                self.log.flush()
+            except (OSError, ValueError):
+                return
+            if self.slot is not None:
+                self.slot.event()
+
+
+class WorkerContext:
+    """One worker's state (or one in-process iterator's, ``worker_id`` None), given to the
+    wrappers it loads with. Built fresh for each worker: it starts with nothing learned."""
+
+    __slots__ = (
+        "batch_indices",
+        "good_structure",
+        "known_bad",
+        "outbox",
+        "quarantine",
+        "slot",
+        "stack_log",
+        "stream",
+        "stream_resume",
+        "worker_id",
+    )
+
+    def __init__(
+        self,
+        worker_id: int | None = None,
+        slot: WorkerSlot | None = None,
+        outbox: EventOutbox | None = None,
+        quarantine: QuarantineReader = NO_LIVE_QUARANTINE,
+        stream_resume: Any = None,
+    ) -> None:
+        self.worker_id = worker_id
+        self.slot = slot
+        self.outbox = outbox if outbox is not None else EventOutbox(worker_id, slot=slot)
+        # Samples quarantined since this worker's pool started (``live_quarantine``)
+        self.quarantine = quarantine
+        # IterableDataset: in a re-started worker, where the stream resumes
+        # (``streams.StreamResume``, the first epoch only); this worker's stream (its positions
+        # and keys, for the collate wrapper), set by the dataset wrapper at each epoch
+        self.stream_resume = stream_resume
+        self.stream: Any = None
+        self.batch_indices: list[Any] = []  # of the batch being loaded, for the collate wrapper
+        self.known_bad: set[Any] = set()  # samples that failed here (healing)
+        self.good_structure: Any = None  # of a sample in a batch that collated (healing)
+        self.stack_log: Any = None  # faulthandler's file: open as long as the worker lives
+
+    @classmethod
+    def in_process(cls, kept: list[dict[str, Any]]) -> WorkerContext:
+        """For loading in this process (``num_workers=0``): no worker, no recorder slot; its
+        events go to ``kept``, which the parent reads."""
+        return cls(outbox=EventOutbox(kept=kept))
+
+
+def _failure(error: BaseException, index: Any, attempts: int, stage: str) -> dict[str, Any]:
+    from loaderdoctor.supervise.exception_facts import exception_facts
+
+    text = "".join(traceback.format_exception(error))
+    return {
+        "facts": exception_facts(error),  # a chain's root, a DecodingError's record
+        "index": index,
+        "stage": stage,
+        "exception_type": type(error).__name__,
+        "message": f"{type(error).__name__}: {error}",
+        "traceback": text[-4000:],
+        "errno": getattr(error, "errno", None),
+        "attempts": attempts,
+    }
