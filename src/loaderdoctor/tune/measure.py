@@ -20,7 +20,7 @@ from typing import Any
 
 from loaderdoctor.torch_compat import worker_pids
 from loaderdoctor.tune.model import Decided, LoaderConfig, Trial
-from loaderdoctor.tune.sampler import TrialSampler, own_memory
+from loaderdoctor.tune.sampler import MemoryPeaks, TrialSampler, own_memory
 
 
 class DatasetError(Exception):
@@ -209,12 +209,17 @@ def measure(
         trial.seconds = time.perf_counter() - started
     if watcher.failure is not None and trial.ok:  # its peaks are not to be trusted
         trial.status, trial.note = "failed", watcher.failure
+    _record_peaks(trial, peaks)
+    return trial
+
+
+def _record_peaks(trial: Trial, peaks: MemoryPeaks) -> None:
+    """The watcher's memory peaks of the trial, into the trial."""
     trial.main_start_bytes = peaks.main_start_bytes
     trial.main_peak_bytes = peaks.main_peak_bytes
     trial.worker_peak_bytes = peaks.worker_peak_bytes
     trial.shm_peak_bytes = peaks.shm_peak_bytes
     trial.total_peak_bytes = peaks.total_peak_bytes
-    return trial
 
 
 def _restart(loader: Any, iterator: Any, sampler: CyclingSampler) -> float:
