@@ -64,6 +64,15 @@ def run_python(
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
+def assert_torch_exit_line(message: str, exit_code: int) -> None:
+    """A worker's exit verdict starts with torch's own line, word for word."""
+    assert message.startswith("DataLoader worker (pid ")
+    assert message.splitlines()[0].endswith(
+        f"exited unexpectedly with exit code {exit_code}. Details are lost due to "
+        "multiprocessing. Rerunning with num_workers=0 may give better error trace."
+    )
+
+
 def ledger_settings(examples: int) -> Any:
     """Hypothesis settings of the exactly-once ledgers (heal, streams): ``examples`` by default,
     ``LOADERDOCTOR_LEDGER_EXAMPLES`` for a deeper local run; each example starts real workers."""

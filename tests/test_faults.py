@@ -9,7 +9,14 @@ import shutil
 
 import pytest
 
-from conftest import FAULTS, charged_baseline, in_cgroup, memory_cgroup, run_python
+from conftest import (
+    FAULTS,
+    assert_torch_exit_line,
+    charged_baseline,
+    in_cgroup,
+    memory_cgroup,
+    run_python,
+)
 from loaderdoctor.system.kmsg import read_kernel_log
 
 pytestmark = pytest.mark.slow
@@ -50,16 +57,7 @@ def test_sigkill_without_oom_evidence_is_killed_by_signal() -> None:
 def test_exit_code() -> None:
     out = verdict("exit", "fork")
     assert out["cause"] == "worker-exit" and out["indices"] == [21]
-    # torch's own first line, word for word
-    assert (
-        out["message"]
-        .splitlines()[0]
-        .endswith(
-            "exited unexpectedly with exit code 3. Details are lost due to multiprocessing. "
-            "Rerunning with num_workers=0 may give better error trace."
-        )
-    )
-    assert out["message"].startswith("DataLoader worker (pid ")
+    assert_torch_exit_line(out["message"], 3)
 
 
 def test_hang_is_killed_with_its_stack() -> None:
