@@ -35,6 +35,19 @@ GiB = 1024 * MiB
 GRID = 1 + 16 * 4  # workers 0..16 x prefetch 1..4
 
 
+def rate_trial(config: LoaderConfig, phase: str, rate: float) -> Trial:
+    """A one-second trial at ``rate`` samples/s: 1 MiB per worker beside a 100 MiB main process."""
+    workers = config.num_workers
+    return Trial(
+        config=config,
+        phase=phase,
+        samples_per_s=rate,
+        seconds=1.0,
+        worker_peak_bytes=[1 << 20] * workers,
+        total_peak_bytes=(100 << 20) + (1 << 20) * workers,
+    )
+
+
 def fake_measure(
     rate: Callable[[LoaderConfig], float],
     *,

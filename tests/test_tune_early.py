@@ -10,7 +10,7 @@ import torch
 from loaderdoctor.tune import Budget, LoaderConfig, MeasureSettings, Search, SearchSettings, Trial
 from loaderdoctor.tune import measure as measure_trial
 from loaderdoctor.tune.model import Decided
-from test_tune import MiB, fake_measure, plateau_at_six
+from test_tune import MiB, fake_measure, plateau_at_six, rate_trial
 
 GiB = 1 << 30
 
@@ -58,15 +58,7 @@ def _fake(rates: dict[int, float], log: list[tuple[LoaderConfig, str, Decided | 
         rate = rates.get(config.num_workers, 0.0)
         if config.prefetch_factor == 4:  # a deeper queue only costs here
             rate /= 2
-        workers = config.num_workers
-        return Trial(
-            config=config,
-            phase=phase,
-            samples_per_s=rate,
-            seconds=1.0,
-            worker_peak_bytes=[1 << 20] * workers,
-            total_peak_bytes=(100 << 20) + (1 << 20) * workers,
-        )
+        return rate_trial(config, phase, rate)
 
     return measure
 

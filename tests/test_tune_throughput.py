@@ -7,6 +7,7 @@ import pytest
 
 from loaderdoctor.tune import Budget, LoaderConfig, Search, SearchSettings, Trial
 from loaderdoctor.tune.throughput import OTHERS_STEPS, Throughput, fit, others_from_queue, share
+from test_tune import rate_trial
 
 GiB = 1 << 30
 
@@ -74,14 +75,7 @@ def shared_machine(
         configs.append(config)
         log.append((workers, phase))
         rate = truth[workers] * (first_look.get(workers, 1.0) if lucky else 1.0)
-        trial = Trial(
-            config=config,
-            phase=phase,
-            samples_per_s=rate,
-            seconds=1.0,
-            worker_peak_bytes=[1 << 20] * workers,
-            total_peak_bytes=(100 << 20) + (1 << 20) * workers,
-        )
+        trial = rate_trial(config, phase, rate)
         if workers == 0:
             trial.run_queue_per_sample_s = 0.4 / rate
         return trial
