@@ -102,7 +102,7 @@ class WorkerWatch:
                     raise PoolFailure(found)
                 finally:
                     receive_error = None  # no reference cycle through its traceback
-            evidence = self.poll(books.workers_status, books.task_info)
+            evidence = stalled()
             if evidence is not None:
                 raise PoolFailure(evidence)
             if time.monotonic() >= deadline:
