@@ -40,7 +40,21 @@ def test_the_restart_check_comes_from_the_picks_last_trial_that_measured_it() ->
     assert restarts(trials, pick) == (0.7, 0.04)
     assert restarts(trials, LoaderConfig.make(8)) == (1.5, 0.06)
     assert restarts(trials[:1], pick) is None
-    assert restarts(trials, LoaderConfig.make(4, 4)) is None
+    assert restarts(trials, LoaderConfig.make(2)) is None
+
+
+def test_without_its_own_the_pick_takes_the_restart_of_its_count_at_another_prefetch() -> None:
+    # the prefetch trials run at the pick's count: the restart rides along with them too
+    def look(config: LoaderConfig, startup: float, restart: float | None) -> Trial:
+        return Trial(config=config, phase="prefetch", startup_s=startup, restart_s=restart)
+
+    deeper = look(LoaderConfig.make(16, 4), 0.5, 0.03)
+    pinned = look(LoaderConfig(16, 2, False, True), 0.6, 0.02)
+    assert restarts([deeper, pinned], LoaderConfig.make(16)) == (0.5, 0.03)
+    # its own, when it has one, wherever it comes
+    own = look(LoaderConfig.make(16), 0.4, 0.05)
+    assert restarts([own, deeper], LoaderConfig.make(16)) == (0.4, 0.05)
+    assert restarts([deeper], LoaderConfig.make(8)) is None
 
 
 @pytest.mark.slow

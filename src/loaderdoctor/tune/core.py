@@ -145,8 +145,9 @@ def _search(
             budget_bytes=budget.memory_bytes,
             worker_guess_bytes=worker_guess,
             decided=decided,
-            # a second look is taken where the pick is decided: the restart check rides along
-            restart=phase == "repeat",
+            # a second look is taken where the pick is decided, and the prefetch trials run at
+            # the pick's count: the restart check rides along with both
+            restart=phase in ("repeat", "prefetch"),
         )
 
     model = MemoryModel()
@@ -169,12 +170,20 @@ def _contention(trials: list[Trial]) -> str | None:
 
 def restarts(trials: list[Trial], pick: LoaderConfig) -> tuple[float, float] | None:
     """(fresh, persistent) epoch start-up of ``pick`` from its last trial that measured both
-    (``measure(restart=True)``: the same loader, its first epoch's start and its second's), or
-    None when none did."""
-    for trial in reversed(trials):
-        if trial.config == pick and trial.ok and trial.restart_s is not None:
-            return trial.startup_s, trial.restart_s
-    return None
+    (``measure(restart=True)``: the same loader, its first epoch's start and its second's), else
+    from the last such trial of its worker count at another prefetch_factor (which changes how
+    many indices go out at an epoch's start, not when the first batch comes), or None."""
+    exact: list[tuple[float, float]] = []
+    same_count: list[tuple[float, float]] = []
+    for trial in trials:
+        if not trial.ok or trial.restart_s is None:
+            continue
+        if trial.config == pick:
+            exact.append((trial.startup_s, trial.restart_s))
+        elif dataclasses.replace(trial.config, prefetch_factor=pick.prefetch_factor) == pick:
+            same_count.append((trial.startup_s, trial.restart_s))
+    found = exact or same_count
+    return found[-1] if found else None
 
 
 def _startup(

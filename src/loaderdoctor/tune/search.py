@@ -437,7 +437,10 @@ class Search:
         # at a latency-bound set's clear winner was a tenth of tune's time, issue 29).
         near = ranked[0][1] * (1 - 2 * MAX_PICK_TOLERANCE)
         contenders = [config for config, rate in ranked[1:] if rate >= near]
-        if not contenders and pick == top:
+        if pick == top and all(c.num_workers == pick.num_workers for c in contenders):
+            # Near it only another prefetch_factor at its count, which ``pick`` takes over
+            # torch's default only past twice the tolerance: a second look at the clear winner
+            # (2.3 s of a latency-bound set's 11 s at 16 workers, issue 29) changes nothing.
             return
         chosen = [top, *contenders[: self.settings.repeats - 1]]
         if pick not in chosen:
