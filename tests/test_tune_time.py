@@ -10,7 +10,7 @@ import pytest
 from loaderdoctor.tune import LoaderConfig, MeasureSettings, Trial
 from loaderdoctor.tune import measure as measure_trial
 from loaderdoctor.tune.core import restarts
-from loaderdoctor.tune.measure import LANE_BATCHES, CyclingSampler
+from loaderdoctor.tune.measure import CyclingSampler
 from test_tune import Counting
 
 
@@ -63,7 +63,7 @@ def test_a_trial_measures_the_restart_with_its_workers_kept() -> None:
     trial = measure_trial(Counting(), LoaderConfig.make(2), settings, restart=True)
     assert trial.ok, trial.note
     assert trial.restart_s is not None and trial.restart_s > 0
-    assert trial.startup_s > 0 and trial.batches >= 2 * LANE_BATCHES - 1  # the window as without it
+    assert trial.startup_s > 0 and trial.batches >= 2 * 2 * 2 - 1  # the window as without it
     assert trial.config == LoaderConfig.make(2)  # the plain configuration, as measured
     plain = measure_trial(Counting(), LoaderConfig.make(2), settings)
     assert plain.ok and plain.restart_s is None

@@ -1,9 +1,9 @@
 """Measure one configuration with the stock ``torch.utils.data.DataLoader``: what the user will run.
 
 Start-up (``iter()`` to the first batch) is timed apart. The steady-state rate is taken from the
-first batch on, as the sum of each worker's own rate (``Arrivals``): the workers start together,
-so when the first batch arrives the others of the first round are nearly done, and a count of all
-batches over the window credits it with work done before it began.
+first batch on, between a pipeline's worth of arrivals at each end (``Arrivals``): the workers
+start together, so when the first batch arrives the others of the first round are nearly done,
+and a count of all batches from the first one credits the window with work done before it began.
 """
 
 from __future__ import annotations
@@ -40,56 +40,46 @@ class MeasureSettings:
 # A trial told what decides it (``Decided``) may end after this share of its window, once its
 # rate so far is clearly on one side: the rest of the window would not change the decision.
 EARLY_SHARE = 0.4
-# Batches each worker delivers in the window (its first included) before the window may end:
-# two intervals of its own. With one, a worker's rate rests on a single gap, which on shared
-# cores (16 workers on 2) swung the sum by up to 30% from a long run's rate.
-LANE_BATCHES = 3
 
 
 class Arrivals:
-    """The window's batches, each to the worker that made it, and the rate as the sum of each
-    worker's own rate between its first and last batch.
+    """The window's batches and when each arrived; the rate between the mean arrival time of
+    the first ``depth`` batches and that of the last ``depth``, where ``depth`` is the batches in
+    flight (num_workers x prefetch_factor).
 
-    torch hands out indices to its workers in turn and, in order, delivers batch ``i`` from
-    worker ``i % num_workers``. Counted over the whole window, a burst of batches finished
-    before it began was credited to it: on a compute-bound set with 13 workers on 2 cores a
-    1 s window read 23-27% above a long run's rate, and with 16 workers at prefetch_factor 4,
-    17-26% below it (the first round's batches all started at once). Each worker's own rate
-    is measured from its first batch, whatever the others had done by then.
+    torch keeps that many batches in flight, sending an index for each batch it hands over, so
+    every batch's time in the pipeline is its arrival less that of the batch ``depth`` before
+    it, and by Little's law the rate is ``depth`` over their mean: the batches between the two
+    blocks over the time between the blocks' mean arrivals. Both ends are then a pipeline's
+    worth of arrivals, not one: the workers start together, the first round comes in a burst,
+    and a count of every batch from the first one credited the window with work done before it
+    began (13 workers on 2 cores, compute-bound: a 1 s window read 23-28% over a long run's
+    rate; 16 at prefetch_factor 4, 15-47% under it; this reads within 5% of both).
     """
 
-    def __init__(self, workers: int) -> None:
-        self.lanes = max(1, workers)
-        self.first: list[float | None] = [None] * self.lanes
-        self.last: list[float] = [0.0] * self.lanes
-        self.batches = [0] * self.lanes  # after the lane's first
-        self.samples = [0] * self.lanes
-        self.count = 0
+    def __init__(self, depth: int) -> None:
+        self.depth = max(1, depth)
+        self.times: list[float] = []
+        self.samples: list[int] = []
 
     def add(self, at: float, samples: int) -> None:
-        lane = self.count % self.lanes
-        self.count += 1
-        if self.first[lane] is None:
-            self.first[lane] = at
-            return
-        self.batches[lane] += 1
-        self.samples[lane] += samples
-        self.last[lane] = at
+        self.times.append(at)
+        self.samples.append(samples)
 
     def complete(self) -> bool:
-        """Every worker delivered ``LANE_BATCHES`` batches."""
-        return min(self.batches) >= LANE_BATCHES - 1
+        """Two pipelines' worth arrived: the blocks do not overlap."""
+        return len(self.times) >= 2 * self.depth
 
     def rates(self) -> tuple[float, float] | None:
-        """(samples/s, batches/s): each worker's own, summed; None until each has an interval."""
-        samples = batches = 0.0
-        for lane, first in enumerate(self.first):
-            span = self.last[lane] - first if first is not None else 0.0
-            if self.batches[lane] == 0 or span <= 0:
-                return None
-            samples += self.samples[lane] / span
-            batches += self.batches[lane] / span
-        return samples, batches
+        """(samples/s, batches/s); None before two batches. A window cut short (an iterable
+        that ended, the longest window) uses blocks of half what arrived."""
+        block = min(self.depth, len(self.times) // 2)
+        if block < 1:
+            return None
+        span = (sum(self.times[-block:]) - sum(self.times[:block])) / block
+        if span <= 0:
+            return None
+        return sum(self.samples[block:]) / span, (len(self.times) - block) / span
 
 
 class CyclingSampler:
@@ -296,10 +286,11 @@ def _steady_window(
     samples_per_batch: int,
     decided: Decided | None = None,
 ) -> None:
-    """Batches after the first for ``window_s`` (until every worker delivered ``LANE_BATCHES``),
-    and their rates (``Arrivals``); from ``EARLY_SHARE`` of the window on, only until
-    ``decided`` has a verdict."""
-    arrivals = Arrivals(trial.config.num_workers)
+    """Batches after the first for ``window_s`` (and until two pipelines' worth arrived), and
+    their rates (``Arrivals``); from ``EARLY_SHARE`` of the window on, only until ``decided``
+    has a verdict."""
+    config = trial.config
+    arrivals = Arrivals(config.num_workers * (config.prefetch_factor or 1))
     arrivals.add(first_at, samples_per_batch)
     batches = samples = 0
     cpu_start = time.thread_time()
@@ -336,7 +327,6 @@ def _steady_window(
     window = now - first_at
     trial.window_s, trial.batches = window, batches
     if trial.ok and batches and window > 0:
-        # a window cut short (an iterable that ended) may leave a worker without an interval
         trial.samples_per_s, trial.batches_per_s = arrivals.rates() or (
             samples / window,
             batches / window,
