@@ -49,7 +49,6 @@ MAX_REFINE = 1
 EDGE_PROBES = 2
 KNEE_MARGIN = 0.10  # scaling this much better than proportional below the pick: a knee between
 MAX_PICK_TOLERANCE = 0.05
-TIGHT_BUDGET = 0.75  # try prefetch_factor=1 when the pick uses this much of the budget
 CONTENDED_SHARE = 0.10  # of the 0-worker trial's time spent waiting for a CPU: shared cores
 # Early stopping (``SearchSettings.early_stop``): a trial's rate over part of its window is off by
 # up to this much on busy cores, so its bars stand this far beyond what decides it.
@@ -402,13 +401,13 @@ class Search:
             )
             return
         workers = base.num_workers
+        # Deeper only: a shallower queue is not faster, and ``pick`` takes another
+        # prefetch_factor only when it beats torch's default by twice the tolerance, so a trial
+        # of prefetch_factor=1 (once run when the pick neared the memory budget) changed no pick
+        # and cost 2.5 s of 13 on a memory-bound set (issue 29).
         more = self.attempt(LoaderConfig.make(workers, 4), "prefetch")
         if more is not None and more.samples_per_s > base_rate * (1 + self.settings.tolerance):
             self.attempt(LoaderConfig.make(workers, 3), "prefetch")
-            return
-        predicted, _shm = self.model.predict(base)
-        if predicted > self.budget.memory_bytes * TIGHT_BUDGET:
-            self.attempt(LoaderConfig.make(workers, 1), "prefetch")
 
     def _single_trial_noise(self) -> float | None:
         """On shared cores, the fitted curve's residual spread when it is larger than
@@ -437,10 +436,12 @@ class Search:
         # at a latency-bound set's clear winner was a tenth of tune's time, issue 29).
         near = ranked[0][1] * (1 - 2 * MAX_PICK_TOLERANCE)
         contenders = [config for config, rate in ranked[1:] if rate >= near]
-        if pick == top and all(c.num_workers == pick.num_workers for c in contenders):
-            # Near it only another prefetch_factor at its count, which ``pick`` takes over
-            # torch's default only past twice the tolerance: a second look at the clear winner
-            # (2.3 s of a latency-bound set's 11 s at 16 workers, issue 29) changes nothing.
+        torchs = pick.prefetch_factor in (None, DEFAULT_PREFETCH)
+        if torchs and all(c.num_workers == pick.num_workers for c in [top, *contenders]):
+            # Near the best only the pick's own count at another prefetch_factor, which ``pick``
+            # takes over torch's default only past twice the tolerance: a second look changes
+            # nothing (2.3 s of 11 s at 16 workers on a latency-bound set, 6 s of 19 at 6 on a
+            # memory-bound one, issue 29).
             return
         chosen = [top, *contenders[: self.settings.repeats - 1]]
         if pick not in chosen:
