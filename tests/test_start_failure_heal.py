@@ -13,6 +13,7 @@ import os
 import signal
 import time
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -104,10 +105,12 @@ def test_a_worker_killed_while_torch_sends_the_first_indices_is_a_death_not_a_st
     # Under load a worker can die while torch's __init__ still sends the first indices; torch's
     # SIGCHLD handler then raised out of __init__ and the death was taken for a start failure
     # (a worker-exit "start failure", now raised; main loaded the epoch in-process). Here the
-    # first send waits for worker 0 to die, which load only sometimes does.
+    # first send waits for worker 0 to die, which load only sometimes does. (torchdata's
+    # iterator waits for every worker's first state before it sends an index, and that wait
+    # is where its watch starts and torch's check stops.)
     real = SupervisedMultiProcessingIter.ld_try_put_index
 
-    def send_then_wait_for_the_death(iterator: SupervisedMultiProcessingIter) -> None:
+    def send_then_wait_for_the_death(iterator: Any) -> None:
         real(iterator)
         workers, _, _ = iterator.ld_processes()
         if iterator.ld_sent == 1:  # task 0 (sample 0) went to worker 0
@@ -117,8 +120,10 @@ def test_a_worker_killed_while_torch_sends_the_first_indices_is_a_death_not_a_st
             assert _dead(workers[0].pid), "worker 0 did not die at sample 0"
             time.sleep(0.2)  # SIGCHLD is handled between two bytecodes of this loop
 
+    # under torch's name, which torch's _reset calls (the hook is bound there once, at class
+    # creation: patching ld_try_put_index alone would leave the race to chance)
     monkeypatch.setattr(
-        SupervisedMultiProcessingIter, "ld_try_put_index", send_then_wait_for_the_death
+        SupervisedMultiProcessingIter, "_try_put_index", send_then_wait_for_the_death
     )
     loader = loaderdoctor.DataLoader(
         KillsItsWorkerAtZero(), batch_size=2, num_workers=2, prefetch_factor=1, heal=True
