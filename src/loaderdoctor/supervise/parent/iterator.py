@@ -116,7 +116,9 @@ class PoolLifetime(torch_compat.MultiProcessingHooks):
             successor._ld_drain()
 
     def ld_shutdown_workers(self) -> None:
-        if torch_compat.interpreter_exiting():
+        # At exit Python may have emptied this module's globals before a loader kept in a
+        # global is collected (persistent workers, torchdata's iterator): torch_compat is None
+        if torch_compat is None or torch_compat.interpreter_exiting():
             return  # torch's own exit handlers stop the workers
         pool = getattr(self, "_ld_pool", None)
         if pool is not None and not pool.owned_here():
