@@ -53,8 +53,10 @@ class Arrivals:
     blocks over the time between the blocks' mean arrivals. Both ends are then a pipeline's
     worth of arrivals, not one: the workers start together, the first round comes in a burst,
     and a count of every batch from the first one credited the window with work done before it
-    began (13 workers on 2 cores, compute-bound: a 1 s window read 23-28% over a long run's
-    rate; 16 at prefetch_factor 4, 15-47% under it; this reads within 5% of both).
+    began. Compute-bound on 2 cores, 1 s windows against a long run's rate: 13 workers read
+    23-28% high, 16 at prefetch_factor 4 15-26% low; this reads 1-5% off for both. 16 at
+    prefetch_factor 2 still read 9% and 26% high in two runs: on 2 cores the main process
+    takes 16 workers' batches in bunches, whenever it gets a CPU.
     """
 
     def __init__(self, depth: int) -> None:
