@@ -10,6 +10,7 @@ import torch
 from loaderdoctor.tune import Budget, LoaderConfig, MeasureSettings, Search, SearchSettings, Trial
 from loaderdoctor.tune import measure as measure_trial
 from loaderdoctor.tune.model import Decided
+from loaderdoctor.tune.search import SearchResult
 from test_tune import MiB, fake_measure, plateau_at_six, rate_trial
 
 GiB = 1 << 30
@@ -105,18 +106,27 @@ def test_a_clear_winner_is_not_measured_again() -> None:
     assert _repeated({0: 100.0, 1: 1000.0, 2: 700.0, 4: 600.0}) == []
 
 
-def test_a_clear_winner_near_only_its_own_other_prefetch_is_not_measured_again() -> None:
-    # 4 workers far ahead of 2; 4 at prefetch_factor 4 measured 2% slower: torch's default stays
+def _deeper_queue_at(
+    factor: float,
+) -> tuple[SearchResult, list[tuple[LoaderConfig, str, Decided | None]]]:
+    """4 workers far ahead of 2, and 4 at prefetch_factor 4 measured ``factor`` times as fast
+    as at torch's default: the search's result and what it measured."""
     log: list[tuple[LoaderConfig, str, Decided | None]] = []
     rates = {0: 100.0, 1: 250.0, 2: 500.0, 4: 1000.0}
+    fake = _fake(rates, log)
 
     def measure(config: LoaderConfig, phase: str, guess: int, decided: Decided | None = None):
-        trial = _fake(rates, log)(config, phase, guess, decided)
+        trial = fake(config, phase, guess, decided)
         if config.prefetch_factor == 4:
-            trial.samples_per_s = rates[config.num_workers] * 0.98  # not _fake's half
+            trial.samples_per_s = rates[config.num_workers] * factor  # not _fake's half
         return trial
 
-    result = Search(measure, Budget(64 * GiB, None, "test"), SearchSettings(4)).run()
+    return Search(measure, Budget(64 * GiB, None, "test"), SearchSettings(4)).run(), log
+
+
+def test_a_clear_winner_near_only_its_own_other_prefetch_is_not_measured_again() -> None:
+    # 4 at prefetch_factor 4 measured 2% slower: torch's default stays
+    result, log = _deeper_queue_at(0.98)
     assert (LoaderConfig.make(4, 4), "prefetch") in [(c, p) for c, p, _bars in log]
     assert [c for c, phase, _bars in log if phase == "repeat"] == []
     assert result.pick == LoaderConfig.make(4)
@@ -125,16 +135,7 @@ def test_a_clear_winner_near_only_its_own_other_prefetch_is_not_measured_again()
 def test_its_own_deeper_queue_a_little_ahead_does_not_earn_the_pick_a_second_look() -> None:
     # 4 at prefetch_factor 4 measured 3% faster than at torch's default: within twice the
     # tolerance, so the default stays the pick, and a second look at both would not change it
-    log: list[tuple[LoaderConfig, str, Decided | None]] = []
-    rates = {0: 100.0, 1: 250.0, 2: 500.0, 4: 1000.0}
-
-    def measure(config: LoaderConfig, phase: str, guess: int, decided: Decided | None = None):
-        trial = _fake(rates, log)(config, phase, guess, decided)
-        if config.prefetch_factor == 4:
-            trial.samples_per_s = rates[config.num_workers] * 1.03  # not _fake's half
-        return trial
-
-    result = Search(measure, Budget(64 * GiB, None, "test"), SearchSettings(4)).run()
+    result, log = _deeper_queue_at(1.03)
     assert [c for c, phase, _bars in log if phase == "repeat"] == []
     assert result.pick == LoaderConfig.make(4)
 
