@@ -3,6 +3,8 @@ pick read off it, and a close contender settled back to back (issue 29)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from loaderdoctor.tune import Budget, LoaderConfig, Search, SearchSettings, Trial
@@ -81,6 +83,21 @@ def shared_machine(
         return trial
 
     return measure
+
+
+def scaled_repeats(inner: Callable[..., Trial], factor: Callable[[int], float]):
+    """``inner`` with its ``n``-th second-look trial (counting from 1) at ``factor(n)`` times
+    its rate, and the worker counts of those trials, in order, as they run."""
+    repeats: list[int] = []
+
+    def measure(config: LoaderConfig, phase: str, guess: int, *_decided: object) -> Trial:
+        trial = inner(config, phase, guess)
+        if phase == "repeat":
+            repeats.append(config.num_workers)
+            trial.samples_per_s *= factor(len(repeats))
+        return trial
+
+    return measure, repeats
 
 
 def interpolated(curve: dict[int, float]) -> dict[int, float]:
@@ -162,17 +179,10 @@ def test_a_close_duel_takes_two_pairs_in_alternating_order() -> None:
     # 0.960, and 16 stays the pick.
     truth = interpolated({0: 100.0, 1: 100.0, 2: 200.0, 4: 400.0, 8: 800.0, 16: 870.0})
     log: list[tuple[int, str]] = []
-    inner = shared_machine(truth, {12: 1.04}, log)
-    repeats: list[int] = []
-
-    def second_is_slow(config: LoaderConfig, phase: str, guess: int, *decided: object) -> Trial:
-        trial = inner(config, phase, guess)
-        if phase == "repeat":
-            repeats.append(config.num_workers)
-            if len(repeats) % 2 == 0:
-                trial.samples_per_s *= 0.94
-        return trial
-
+    # the second of each pair 6% slow
+    second_is_slow, repeats = scaled_repeats(
+        shared_machine(truth, {12: 1.04}, log), lambda n: 0.94 if n % 2 == 0 else 1.0
+    )
     result = Search(second_is_slow, Budget(64 * GiB, None, "t"), SearchSettings(16, 2)).run()
     assert repeats == [12, 16, 16, 12]
     assert result.pick == LoaderConfig.make(16)
@@ -208,17 +218,9 @@ def test_one_lucky_pair_does_not_overturn_the_models_pick() -> None:
     # stays the pick.
     truth = interpolated({0: 180.0, 1: 150.0, 2: 280.0, 4: 500.0, 8: 800.0, 16: 1140.0})
     log: list[tuple[int, str]] = []
-    inner = shared_machine(truth, {8: 1.45, 16: 0.85}, log)
-    repeats: list[int] = []
-
-    def burst(config: LoaderConfig, phase: str, guess: int, *decided: object) -> Trial:
-        trial = inner(config, phase, guess)
-        if phase == "repeat":
-            repeats.append(config.num_workers)
-            if len(repeats) == 1:
-                trial.samples_per_s *= 1.6
-        return trial
-
+    burst, repeats = scaled_repeats(
+        shared_machine(truth, {8: 1.45, 16: 0.85}, log), lambda n: 1.6 if n == 1 else 1.0
+    )
     result = Search(burst, Budget(64 * GiB, None, "t"), SearchSettings(16, 2)).run()
     assert repeats == [8, 16, 16, 8]
     assert result.pick == LoaderConfig.make(16)
