@@ -198,11 +198,8 @@ def back_to_back(
     rate drifts by 10% and more from one second to the next, and neighbours cancel most of the
     drift, while the grid's own figure for its best is the luckiest of 65 short windows (with
     13 or 16 workers on 2 cores a 1 s window read up to 20% off a long run's rate)."""
-    judge = dataclasses.replace(
-        settings,
-        window_s=max(JUDGE_WINDOW_S, settings.window_s),
-        max_window_s=4 * max(JUDGE_WINDOW_S, settings.window_s),
-    )
+    window = max(JUDGE_WINDOW_S, settings.window_s)
+    judge = dataclasses.replace(settings, window_s=window, max_window_s=4 * window)
     if pick == best:
         rate = measure(dataset, pick, judge, phase="compare").samples_per_s
         return rate, rate
