@@ -79,6 +79,11 @@ if kind == "stateful":
     from torchdata.stateful_dataloader import StatefulDataLoader
     loaders = {"torch": StatefulDataLoader, "loaderdoctor": loaderdoctor.StatefulDataLoader}
     keep = {}
+elif kind == "stateful-from-import":  # the name alone: the package module is emptied too
+    from torchdata.stateful_dataloader import StatefulDataLoader as stock
+    from loaderdoctor import StatefulDataLoader as ours
+    loaders = {"torch": stock, "loaderdoctor": ours}
+    keep = {}
 else:
     loaders = {"torch": torch.utils.data.DataLoader, "loaderdoctor": loaderdoctor.DataLoader}
     keep = {"persistent_workers": True}
@@ -90,12 +95,12 @@ print("done", flush=True)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["persistent", "stateful"])
+@pytest.mark.parametrize("kind", ["persistent", "stateful", "stateful-from-import"])
 def test_a_loader_kept_in_a_global_until_exit_leaves_quietly_as_torchs(kind: str) -> None:
     # The loader keeps its iterator (persistent workers; torchdata's, for its state_dict), which
     # is collected while Python empties the modules' globals: our shutdown hook found its own
     # module's torch_compat already None and printed "Exception ignored in ... __del__".
-    if kind == "stateful":
+    if kind.startswith("stateful"):
         pytest.importorskip("torchdata")
     for impl in ("torch", "loaderdoctor"):
         result = run_python(["-W", "ignore", "-c", KEPT_UNTIL_EXIT, kind, impl], timeout=120)

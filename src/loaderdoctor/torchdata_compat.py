@@ -11,11 +11,15 @@ moves one of these names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 try:
     from torchdata.stateful_dataloader import StatefulDataLoader
     from torchdata.stateful_dataloader.stateful import Stateful
+    from torchdata.stateful_dataloader.stateful_dataloader import (
+        _SAMPLER_ITER_YIELDED,
+    )
     from torchdata.stateful_dataloader.stateful_dataloader import (
         _StatefulMultiProcessingDataLoaderIter as StatefulMultiProcessingIter,
     )
@@ -34,7 +38,30 @@ class HookedStatefulIter(
     """torchdata's multiprocessing iterator whose private hooks are loaderdoctor's ``ld_*``
     methods (see ``torch_compat.MultiProcessingHooks``); two take more than torch's:
     ``ld_reset(loader, first_iter=False, prime_prefetch=True)`` and
-    ``ld_process_data(data, worker_id, state_dict)``."""
+    ``ld_process_data(data, worker_id, state_dict)``; one is torchdata's alone:
+    ``ld_restore_main_state(state_dict)``, where a resumed iterator takes its sampler's place."""
+
+    LD_HOOKS = (("_restore_main_state", "ld_restore_main_state"),)  # type: ignore[assignment]
+    ld_restore_main_state: Callable[..., None]
+
+    @property
+    def ld_sampler_yielded(self) -> int:
+        """How many index batches this epoch's sampler iterator has given (torchdata counts)."""
+        return int(self._sampler_iter_yielded)
+
+    @property
+    def ld_snapshot_yielded(self) -> int:
+        """The sampler's count in the snapshot a ``state_dict()`` now would resume from."""
+        main = self._snapshot.get(self._MAIN_SNAPSHOT) if self._snapshot else None
+        return int(main[_SAMPLER_ITER_YIELDED]) if main else 0
+
+    @property
+    def ld_sampler_iter(self) -> Any:
+        return self._sampler_iter
+
+    @ld_sampler_iter.setter
+    def ld_sampler_iter(self, value: Any) -> None:
+        self._sampler_iter = value
 
     @property
     def ld_finished(self) -> bool:

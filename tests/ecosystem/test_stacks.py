@@ -187,6 +187,12 @@ STACKS = {
     ),
     "lightning": Stack("lightning_fit.py", ("lightning",), name=FILES),
     "accelerate": Stack("accelerate_loop.py", ("accelerate",), name=FILES),
+    "accelerate-stateful": Stack(
+        "accelerate_loop.py",
+        ("accelerate", "torchdata"),
+        args=lambda folder: ["stateful"],
+        name=FILES,
+    ),
 }
 
 
@@ -246,6 +252,7 @@ RUN_FAULT = {
     "timm-multi-epochs": "segv",
     "lightning": "segv",
     "accelerate": "raise",
+    "accelerate-stateful": "segv",
 }
 
 

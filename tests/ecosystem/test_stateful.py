@@ -138,6 +138,8 @@ def test_a_healed_loader_state_dict_resumes_the_rest_exactly_once(tmp_path: Path
     assert [str(w.message).split(" -> ")[0] for w in caught if w.category is HealWarning] == [
         f"loaderdoctor healed: {incident.diagnosis.title} [killed-by-signal]"
     ]
+    # at the loop's line (in stop_and_resume), past torchdata's own frames
+    assert {w.filename for w in caught if w.category is HealWarning} == {__file__}
 
 
 def test_a_dropped_supervised_stateful_loader_is_freed_without_the_cyclic_gc() -> None:
@@ -208,6 +210,8 @@ STATEFUL_HOOKS = {
     "_get_data": ["self"],
     "_process_data": ["self", "data", "worker_id", "state_dict"],
     "_next_data": ["self"],
+    "_mark_worker_as_unavailable": ["self", "worker_id", "shutdown"],
+    "_restore_main_state": ["self", "state_dict"],
     "state_dict": ["self"],
     "_shutdown_workers": ["self"],
 }

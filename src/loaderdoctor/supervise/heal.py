@@ -5,6 +5,7 @@ The decisions are in ``heal_policy`` (pure); the iterator carries them out.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import warnings
@@ -26,10 +27,23 @@ class HealWarning(UserWarning):
 warnings.filterwarnings("always", category=HealWarning, append=True)
 
 
-# Frames in these directories are not the user's: a warning points past them.
-_INTERNAL_DIRS = (
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
-    os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+def _package_dir(name: str) -> str | None:
+    """Where an installed package lives, found without importing it (torchdata is optional)."""
+    spec = importlib.util.find_spec(name)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return os.path.abspath(locations[0]) + os.sep if locations else None
+
+
+# Frames in these directories are not the user's: a warning points past them (torchdata's
+# StatefulDataLoader iterates in its own module, between the user's loop and ours).
+_INTERNAL_DIRS = tuple(
+    path
+    for path in (
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+        os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+        _package_dir("torchdata"),
+    )
+    if path is not None
 )
 
 

@@ -75,6 +75,10 @@ class Situation:
     # The culprit is quarantined already: a worker that did not know it yet fetched it
     culprit_quarantined: bool = False
     in_process_allowed: bool = False  # the user's allow_in_process
+    # The loader's own state records num_workers (torchdata's ``StatefulDataLoader``: a state_dict
+    # taken later must load into the same pool shape), and only a pool resumed from that state
+    # can go on: no fewer workers, no plain-torch fall-back.
+    workers_fixed: bool = False
 
 
 def process_killing(cause: str, kind: str) -> bool:
@@ -139,6 +143,10 @@ class HealPolicy:
     """Decides what to do about one failure. Pure: no processes, no I/O, no clock."""
 
     def decide(self, diagnosis: Diagnosis, at: Situation) -> Action:
+        action = self._decide(diagnosis, at)
+        return _within_fixed_workers(action, at) if at.workers_fixed else action
+
+    def _decide(self, diagnosis: Diagnosis, at: Situation) -> Action:
         keep = Action(ActionKind.RESPAWN, at.num_workers, at.prefetch_factor)
         raise_it = replace(keep, kind=ActionKind.RAISE)
         cause = diagnosis.cause
@@ -247,6 +255,27 @@ class HealPolicy:
         return Action(ActionKind.BACK_OFF, lower[0], lower[1], note)
 
 
+def _within_fixed_workers(action: Action, at: Situation) -> Action:
+    """What is left of ``action`` when the loader's state fixes num_workers: a back-off keeps
+    the workers (and lowers prefetch_factor only), and the plain-torch fall-back is a raise."""
+    if action.kind is ActionKind.FALL_BACK:
+        return replace(action, kind=ActionKind.RAISE)
+    if action.kind is not ActionKind.BACK_OFF or action.num_workers == at.num_workers:
+        return action
+    if at.kind == "start":
+        return replace(action, kind=ActionKind.RAISE, num_workers=at.num_workers)
+    return Action(
+        ActionKind.RESPAWN,
+        at.num_workers,
+        at.prefetch_factor,
+        f"the loader's state_dict records num_workers={at.num_workers}: respawned instead of "
+        "backing off",
+    )
+
+
+POLICY = HealPolicy()  # stateless: the one instance every caller asks
+
+
 @dataclass
 class Backoff:
     """Where the loader stands on its ladder, and how long it has been healthy there."""
@@ -303,6 +332,7 @@ __all__ = [
     "CLIMB_AFTER_BATCHES",
     "ENVIRONMENTAL",
     "MAX_RESPAWNS",
+    "POLICY",
     "SAMPLE_DEATHS",
     "Action",
     "ActionKind",

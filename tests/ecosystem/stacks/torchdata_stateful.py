@@ -1,9 +1,12 @@
-"""torchdata's ``StatefulDataLoader``, checkpointed half-way by its ``state_dict``."""
+"""torchdata's ``StatefulDataLoader`` with a ``batch_sampler`` of torch's own (not torchdata's
+stateful samplers: torchdata resumes it by fast-forwarding a new pass), checkpointed half-way
+by its ``state_dict``."""
 
 from __future__ import annotations
 
 import eco_plan
 from eco_plan import record
+from torch.utils.data import BatchSampler, RandomSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 
@@ -13,7 +16,9 @@ class Files(eco_plan.Files):
 
 
 def main() -> None:
-    loader = StatefulDataLoader(Files(), batch_size=8, num_workers=2)
+    dataset = Files()
+    batches = BatchSampler(RandomSampler(dataset), batch_size=8, drop_last=False)
+    loader = StatefulDataLoader(dataset, batch_sampler=batches, num_workers=2)
     for step, idx in enumerate(loader):
         record(idx)
         if step == 4:

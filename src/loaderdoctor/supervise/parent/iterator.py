@@ -25,6 +25,7 @@ import os
 import shutil
 import warnings
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -92,63 +93,20 @@ def _remove_log_dir(path: str, owner_pid: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-class PoolLifetime(torch_compat.MultiProcessingHooks):
-    """The life of a supervised pool's iterator, torch's and torchdata's alike: the folder its
-    workers write in, the events read before a report, and the end of its workers."""
+class SupervisedPool(torch_compat.MultiProcessingHooks):
+    """What torch's and torchdata's supervised multiprocessing iterators share: the pool's
+    parts, the hook bodies and the one place a failure is handed to ``Recovery``. Each adapter
+    (``SupervisedMultiProcessingIter`` here, ``SupervisedStatefulIter`` for torchdata) only
+    translates its library's hooks into these calls: the parameters of ``_reset`` and
+    ``_process_data`` differ, and torchdata resumes a pool from its own state."""
 
     _ld_state: IterState
     _ld_successor: Any
     _ld_events: EventReader
     _ld_log_dir: str
     _ld_cleanup: weakref.finalize[Any, Any]
-
-    def _ld_make_log_dir(self) -> None:
-        """The workers' folder, removed with this iterator (by the process that made it)."""
-        self._ld_log_dir = collect.make_log_dir()
-        self._ld_cleanup = weakref.finalize(self, _remove_log_dir, self._ld_log_dir, os.getpid())
-
-    def _ld_drain(self) -> None:
-        """Read the events written so far (``loader.report`` asks, mid-epoch)."""
-        if self._ld_state is IterState.RUNNING and not self.ld_is_shut_down():
-            self._ld_events.drain()
-        successor = self._ld_successor
-        if isinstance(successor, PoolLifetime):
-            successor._ld_drain()
-
-    def ld_shutdown_workers(self) -> None:
-        # At exit Python may have emptied this module's globals before a loader kept in a
-        # global is collected (persistent workers, torchdata's iterator): torch_compat is None
-        if torch_compat is None or torch_compat.interpreter_exiting():
-            return  # torch's own exit handlers stop the workers
-        pool = getattr(self, "_ld_pool", None)
-        if pool is not None and not pool.owned_here():
-            # A forked child inherited this iterator: its workers are not this process's
-            # children, so there is nothing to stop (and torch's join would raise here).
-            self.ld_mark_shut_down()
-            return
-        successor = getattr(self, "_ld_successor", None)
-        if successor is not None:
-            torch_compat.shut_down(successor)
-        was_shut = self.ld_is_shut_down()
-        super().ld_shutdown_workers()
-        if not was_shut and self.ld_is_shut_down(default=False):
-            self._ld_events.drain()
-            self._ld_cleanup()
-            if self._ld_state is IterState.RUNNING:
-                self._ld_state = IterState.CLOSED
-
-
-class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProcessingIter):
-    def __init__(
-        self,
-        snapshot: LoaderSnapshot,
-        supervision: Supervision,
-        respawns: int = 0,
-        streams: StreamProgress | None = None,
-    ):
-        self._ld_init_state(snapshot, supervision, respawns, streams)
-        if self._ld_start(self._ld_view(snapshot)):
-            self._ld_watch_pool()
+    _ld_watch: WorkerWatch | None
+    _ld_recovery: Recovery
 
     def _ld_init_state(
         self,
@@ -156,6 +114,9 @@ class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProces
         supervision: Supervision,
         respawns: int,
         streams: StreamProgress | None,
+        *,
+        successor: Callable[[Successor], Any],
+        resume_point: Callable[[], Any] | None = None,
     ) -> None:
         self._ld_sup = supervision
         self._ld_snapshot = snapshot  # the user's loader as it was, for successors and probes
@@ -163,15 +124,20 @@ class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProces
         # (message, verdict) of the failure that stopped it; not the exception, whose traceback
         # would hold this iterator in a reference cycle
         self._ld_failure: tuple[str, Diagnosis | None] = ("", None)
-        self._ld_successor: Any = None
+        self._ld_successor = None
         self._ld_epoch = supervision.epoch
         self._ld_ledger = Ledger()
         self._ld_last_index: Any = None
         self._ld_raising: BaseException | None = None
+        self._ld_watch = None
+        # torchdata replays the steps since its last snapshot when it resumes: those batches
+        # were delivered before, and are not counted again
+        self._ld_replaying = False
         self._ld_start_method = start_method_of(snapshot)
         self._ld_context = torch_compat.multiprocessing_context_of(snapshot)
         self._ld_iterable = torch_compat.is_iterable(snapshot)
-        self._ld_make_log_dir()
+        self._ld_log_dir = collect.make_log_dir()
+        self._ld_cleanup = weakref.finalize(self, _remove_log_dir, self._ld_log_dir, os.getpid())
         # IterableDataset: where each worker's stream stands; a re-started pool resumes from it
         progress = streams if streams is not None else new_stream_progress(snapshot)
         self._ld_resuming = streams is not None  # a successor: its workers resume their streams
@@ -197,10 +163,11 @@ class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProces
             respawns=respawns,
             context=self._ld_context,
             probe=probe_batch,
-            successor=successor_of,
+            successor=successor,
             # Replayed by a successor so that its pool draws the same base seed as this one
             # without consuming the user's generator (which would shift every later epoch).
             generator_state=(generator or torch.default_generator).get_state(),
+            resume_point=resume_point,
         )
 
     @property
@@ -238,35 +205,28 @@ class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProces
             ),
         )
 
-    def _ld_start(self, view: LoaderSnapshot) -> bool:
-        """torch's own __init__ starts the workers; False when they could not start."""
-        previous = os.environ.get(BOOTSTRAP_DIR_ENV)
-        os.environ[BOOTSTRAP_DIR_ENV] = self._ld_log_dir
-        try:
-            super().__init__(view)
-        except Exception as error:
-            self._ld_start_failed(error)
-            return False
-        finally:
-            if previous is None:
-                os.environ.pop(BOOTSTRAP_DIR_ENV, None)
-            else:
-                os.environ[BOOTSTRAP_DIR_ENV] = previous
-        # At once: torch's __init__ has already sent the first indices, and a worker that dies
-        # while its pid is still registered makes torch's SIGCHLD handler raise at whatever line
-        # runs then (seen: inside another iterator's __del__, "Exception ignored in").
-        torch_compat.stop_sigchld_checks(self)
-        return True
+    def _ld_bootstrapping(self) -> _BootstrapDir:
+        """While torch's (or torchdata's) ``__init__`` starts the workers: a spawned worker that
+        re-runs the main script finds this pool's folder (``BOOTSTRAP_DIR_ENV``)."""
+        return _BootstrapDir(self._ld_log_dir)
 
-    def _ld_watch_pool(self) -> None:
+    def _ld_watching(self) -> WorkerWatch:
+        """The watch on the pool, made once torch's ``__init__`` has started the workers (at
+        once for torch's iterator; at the first wait for torchdata's, whose ``__init__`` waits
+        for its workers' first state before it returns)."""
+        if self._ld_watch is not None:
+            return self._ld_watch
+        # A dead worker must never make torch's SIGCHLD handler raise at a random line.
+        torch_compat.stop_sigchld_checks(self)
         snapshot = self._ld_snapshot
-        self._ld_pool = Pool(*self.ld_processes(), self._ld_log_dir)
-        self._ld_pool.first_for_oom_killer(self._ld_sup.oom_score_adj)
-        self._ld_sup.oom_notes.extend(self._ld_pool.oom_notes)
-        self._ld_sup.worker_pids |= self._ld_pool.pids()
-        self._ld_recovery.pool = self._ld_pool
+        pool = Pool(*self.ld_processes(), self._ld_log_dir)
+        self._ld_pool = pool
+        pool.first_for_oom_killer(self._ld_sup.oom_score_adj)
+        self._ld_sup.oom_notes.extend(pool.oom_notes)
+        self._ld_sup.worker_pids |= pool.pids()
+        self._ld_recovery.pool = pool
         self._ld_watch = WorkerWatch(
-            self._ld_pool,
+            pool,
             self._ld_recorder,
             self._ld_ledger,
             dataset=snapshot.dataset,
@@ -280,34 +240,9 @@ class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProces
                 ("worker_init_fn", snapshot.worker_init_fn),
             ),
         )
-
-    # --- start-up failure -------------------------------------------------------------------
-    def _ld_start_failed(self, error: Exception) -> None:
-        torch_compat.stop_sigchld_checks(self)  # workers torch registered before it failed
-        Pool(self.ld_started_workers(), [], None, self._ld_log_dir).kill_all()
-        self.ld_mark_shut_down()
-        self._ld_cleanup()
-        sup = self._ld_sup
-        diagnosis = start_diagnosis(error, self._ld_snapshot, self._ld_start_method)
-        if not loads_in_process(sup, diagnosis):
-            sup.record(diagnosis, "raised")
-            try:
-                raise start_error(error, diagnosis)
-            finally:
-                error = None  # type: ignore[assignment]  # no cycle through the traceback
-        self._ld_successor = SupervisedSingleProcessIter(
-            self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
-            sup,
-        )
-        self._ld_state = IterState.HANDED_OVER
+        return self._ld_watch
 
     # --- bookkeeping of what each batch holds -------------------------------------------------
-    def ld_next_index(self) -> Any:
-        next_index = super().ld_next_index
-        index = self._ld_recovery.leave_out_new_quarantine(next_index(), next_index)
-        self._ld_last_index = index
-        return index
-
     def ld_try_put_index(self) -> None:
         sent = self.ld_sent
         super().ld_try_put_index()
@@ -316,36 +251,19 @@ class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProces
             self._ld_ledger.owe(sent, self._ld_last_index, recovery.pending_skips)
             recovery.pending_skips = 0
 
-    def ld_reset(self, loader: Any, first_iter: bool = False) -> None:
-        if not first_iter:
-            self._ld_epoch = self._ld_watch.epoch = self._ld_sup.epoch
-            recovery = self._ld_recovery
-            streams = recovery.streams
-            recovery.new_epoch(None if streams is None else new_stream_progress(self._ld_snapshot))
-            failure: PoolFailure | None = None
-            recovery.phase = Phase.RESETTING
-            try:
-                super().ld_reset(loader, first_iter)
-            except PoolFailure as caught:  # a persistent worker died between epochs
-                failure = caught
-            finally:
-                recovery.phase = Phase.RUNNING
-            if failure is not None:
-                try:
-                    self._ld_carry_out(recovery.handle(failure))
-                finally:
-                    failure = None  # no reference cycle through its traceback
-            return
-        # torch registered the new workers' pids for its SIGCHLD handler just before this first
-        # reset, which sends their first indices: a worker killed meanwhile (load is normal)
-        # must reach WorkerWatch as a death, not raise out of torch's __init__ as a start failure.
-        torch_compat.stop_sigchld_checks(self)
-        super().ld_reset(loader, first_iter)
+    def _ld_new_epoch(self) -> None:
+        """torch's ``_reset`` of persistent workers starts another epoch on this pool."""
+        self._ld_epoch = self._ld_sup.epoch
+        if self._ld_watch is not None:
+            self._ld_watch.epoch = self._ld_epoch
+        recovery = self._ld_recovery
+        streams = recovery.streams
+        recovery.new_epoch(None if streams is None else new_stream_progress(self._ld_snapshot))
 
     # --- waiting for data, watching the workers -------------------------------------------
     def ld_try_get_data(self, timeout: float = torch_compat.MP_STATUS_CHECK_INTERVAL) -> Any:
         try:
-            return self._ld_watch.wait(self, self._ld_books, timeout)
+            return self._ld_watching().wait(self, self._ld_books, timeout)
         except HalfMessage as stalled:
             half = stalled.evidence
         self._ld_recovery.queue_poisoned = True  # never read again: the pool is rebuilt
@@ -359,43 +277,47 @@ class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProces
                 return data
             books = self._ld_books
             raise PoolFailure(
-                self._ld_watch.timed_out(self.ld_task_in_turn, books.task_info, timeout)
+                self._ld_watching().timed_out(self.ld_task_in_turn, books.task_info, timeout)
             )
         return super().ld_get_data()
 
-    def ld_process_data(self, data: Any, worker_idx: int) -> Any:
+    def _ld_received(self, data: Any, worker_id: int) -> Any:
+        """A batch torch is about to hand over: counted, unwrapped, or its worker's exception
+        raised (for healing, a ``PoolFailure`` when the batch is still owed)."""
         task, indices, skipped = self._ld_ledger.settle_handed_over(self._ld_books.task_info)
-        self._ld_sup.counts.skipped += skipped
+        sup = self._ld_sup
+        sup.counts.skipped += skipped
         self._ld_events.drain_if_new(self._ld_recorder.total(Field.EVENTS))
         if torch_compat.is_exception_wrapper(data):
-            self.ld_task_done(worker_idx)
+            self.ld_task_done(worker_id)
             self.ld_try_put_index()
-            ev = self._ld_watch.base("exception", worker_idx)
+            ev = self._ld_watching().base("exception", worker_id)
             ev.batch = task
             error, diagnosis = worker_exception(data, ev, indices, self._ld_snapshot.dataset)
-            healable = owed_again(diagnosis)
             try:
-                if self._ld_sup.settings.heal and healable and task is not None:
-                    self._ld_sup.counts.skipped -= skipped
+                if sup.settings.heal and owed_again(diagnosis) and task is not None:
+                    sup.counts.skipped -= skipped
                     self._ld_ledger.owe(task, indices, skipped)  # still owed to the user
                     raise PoolFailure(ev, error, diagnosis)
-                self._ld_sup.record(diagnosis, "raised")
+                sup.record(diagnosis, "raised")
                 self._ld_raising = error  # raised on purpose: the user's, not an internal error
                 raise error
             finally:
                 error = None  # type: ignore[assignment]  # no cycle via its traceback
+        if self._ld_replaying:  # delivered before the state this pool resumed from
+            return data.batch if isinstance(data, HealedBatch) else data
         if isinstance(data, StreamBatch):
-            data = self._ld_stream_delivered(data, indices, counted=task is not None)
-        elif isinstance(data, SkippedBatch):
+            return self._ld_stream_delivered(data, indices, counted=task is not None)
+        if isinstance(data, SkippedBatch):
             if task is not None:
-                self._ld_sup.take_events(data.events)
+                sup.take_events(data.events)
         elif task is not None:
-            data = self._ld_sup.delivered_batch(indices, data)
-            if self._ld_sup.backoff is not None:
-                self._ld_sup.backoff.delivered()
+            data = sup.delivered_batch(indices, data)
+            if sup.backoff is not None:
+                sup.backoff.delivered()
         elif isinstance(data, HealedBatch):
             data = data.batch
-        return super().ld_process_data(data, worker_idx)
+        return data
 
     # --- the decision point ---------------------------------------------------------------
     def ld_next_data(self) -> Any:
@@ -503,6 +425,139 @@ class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProces
             self._ld_streams.ended(worker_id)  # its stream ended: a re-started one stays ended
         super().ld_mark_worker_as_unavailable(worker_id, shutdown)
 
+    # --- the end ----------------------------------------------------------------------------
+    def _ld_drain(self) -> None:
+        """Read the events written so far (``loader.report`` asks, mid-epoch)."""
+        if self._ld_state is IterState.RUNNING and not self.ld_is_shut_down():
+            self._ld_events.drain()
+        successor = self._ld_successor
+        if isinstance(successor, SupervisedPool):
+            successor._ld_drain()
+
+    def ld_shutdown_workers(self) -> None:
+        # At exit Python may have emptied this module's globals, or torch_compat's, before a
+        # loader kept in a global is collected (persistent workers, torchdata's iterator): then
+        # torch_compat, or its function, is None
+        exiting = None if torch_compat is None else torch_compat.interpreter_exiting
+        if exiting is None or exiting():
+            return  # torch's own exit handlers stop the workers
+        pool = getattr(self, "_ld_pool", None)
+        if pool is not None and not pool.owned_here():
+            # A forked child inherited this iterator: its workers are not this process's
+            # children, so there is nothing to stop (and torch's join would raise here).
+            self.ld_mark_shut_down()
+            return
+        successor = getattr(self, "_ld_successor", None)
+        if successor is not None:
+            torch_compat.shut_down(successor)
+        was_shut = self.ld_is_shut_down()
+        super().ld_shutdown_workers()
+        if not was_shut and self.ld_is_shut_down(default=False):
+            self._ld_events.drain()
+            self._ld_cleanup()
+            if self._ld_state is IterState.RUNNING:
+                self._ld_state = IterState.CLOSED
+
+
+class _BootstrapDir:
+    """``BOOTSTRAP_DIR_ENV`` set to a pool's folder for a ``with`` block, then restored."""
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self.previous: str | None = None
+
+    def __enter__(self) -> None:
+        self.previous = os.environ.get(BOOTSTRAP_DIR_ENV)
+        os.environ[BOOTSTRAP_DIR_ENV] = self.log_dir
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is None:
+            os.environ.pop(BOOTSTRAP_DIR_ENV, None)
+        else:
+            os.environ[BOOTSTRAP_DIR_ENV] = self.previous
+
+
+class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProcessingIter):
+    """torch's multiprocessing iterator with a watch on every worker."""
+
+    def __init__(
+        self,
+        snapshot: LoaderSnapshot,
+        supervision: Supervision,
+        respawns: int = 0,
+        streams: StreamProgress | None = None,
+    ):
+        self._ld_init_state(snapshot, supervision, respawns, streams, successor=successor_of)
+        if self._ld_start(self._ld_view(snapshot)):
+            self._ld_watching()
+
+    def _ld_start(self, view: LoaderSnapshot) -> bool:
+        """torch's own __init__ starts the workers; False when they could not start."""
+        try:
+            with self._ld_bootstrapping():
+                super().__init__(view)
+        except Exception as error:
+            self._ld_start_failed(error)
+            return False
+        # At once: torch's __init__ has already sent the first indices, and a worker that dies
+        # while its pid is still registered makes torch's SIGCHLD handler raise at whatever line
+        # runs then (seen: inside another iterator's __del__, "Exception ignored in").
+        torch_compat.stop_sigchld_checks(self)
+        return True
+
+    def _ld_start_failed(self, error: Exception) -> None:
+        torch_compat.stop_sigchld_checks(self)  # workers torch registered before it failed
+        Pool(self.ld_started_workers(), [], None, self._ld_log_dir).kill_all()
+        self.ld_mark_shut_down()
+        self._ld_cleanup()
+        sup = self._ld_sup
+        diagnosis = start_diagnosis(error, self._ld_snapshot, self._ld_start_method)
+        if not loads_in_process(sup, diagnosis):
+            sup.record(diagnosis, "raised")
+            try:
+                raise start_error(error, diagnosis)
+            finally:
+                error = None  # type: ignore[assignment]  # no cycle through the traceback
+        self._ld_successor = SupervisedSingleProcessIter(
+            self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
+            sup,
+        )
+        self._ld_state = IterState.HANDED_OVER
+
+    def ld_next_index(self) -> Any:
+        next_index = super().ld_next_index
+        index = self._ld_recovery.leave_out_new_quarantine(next_index(), next_index)
+        self._ld_last_index = index
+        return index
+
+    def ld_reset(self, loader: Any, first_iter: bool = False) -> None:
+        if first_iter:
+            # torch registered the new workers' pids for its SIGCHLD handler just before this
+            # first reset, which sends their first indices: a worker killed meanwhile (load is
+            # normal) must reach WorkerWatch as a death, not raise out of torch's __init__ as a
+            # start failure.
+            torch_compat.stop_sigchld_checks(self)
+            super().ld_reset(loader, first_iter)
+            return
+        self._ld_new_epoch()
+        recovery = self._ld_recovery
+        failure: PoolFailure | None = None
+        recovery.phase = Phase.RESETTING
+        try:
+            super().ld_reset(loader, first_iter)
+        except PoolFailure as caught:  # a persistent worker died between epochs
+            failure = caught
+        finally:
+            recovery.phase = Phase.RUNNING
+        if failure is not None:
+            try:
+                self._ld_carry_out(recovery.handle(failure))
+            finally:
+                failure = None  # no reference cycle through its traceback
+
+    def ld_process_data(self, data: Any, worker_idx: int) -> Any:
+        return super().ld_process_data(self._ld_received(data, worker_idx), worker_idx)
+
 
 def successor_of(plan: Successor) -> Any:
     """The iterator that serves a stopped pool's owed batches and the rest of the epoch."""
@@ -573,8 +628,8 @@ def _fails_at(diagnosis: Diagnosis, index: Any) -> bool:
 
 __all__ = [
     "POLL_S",
-    "PoolLifetime",
     "SupervisedMultiProcessingIter",
+    "SupervisedPool",
     "probe_batch",
     "start_method_of",
     "successor_of",

@@ -37,9 +37,9 @@ from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.errors import WorkerDiedError, WorkerHangError, attach
 from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of, user_stacklevel
 from loaderdoctor.supervise.heal_policy import (
+    POLICY,
     Action,
     ActionKind,
-    HealPolicy,
     Situation,
     memory_suspect,
     replaces_one_worker,
@@ -59,7 +59,6 @@ from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
 # (held by a worker killed mid-write); a healthy writer holds it for one batch's write.
 RESULT_LOCK_WAIT_S = 5.0
 MAX_SETTLED_RESULTS = 100_000
-POLICY = HealPolicy()
 
 
 class PoolFailure(Exception):
@@ -112,6 +111,10 @@ class Successor:
     plain: bool  # plain torch, unsupervised (loaderdoctor's own machinery failed)
     respawns: int
     streams: StreamProgress | None
+    # Where a loader that resumes from its own state goes on (``Recovery(resume_point=...)``):
+    # what that callable returned when this pool stopped; None for torch's DataLoader, whose
+    # successor reads the owed batches and the rest of the sampler from ``snapshot``.
+    resume_point: Any = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,7 @@ class Recovery:
         probe: Callable[[LoaderSnapshot, list[Any]], Any],
         successor: Callable[[Successor], Any],
         generator_state: torch.Tensor,
+        resume_point: Callable[[], Any] | None = None,
     ) -> None:
         self.books = books
         self.snapshot = snapshot
@@ -160,6 +164,11 @@ class Recovery:
         self.probe_batch = probe
         self.build_successor = successor
         self.generator_state = generator_state
+        # A loader whose own state records its pool (torchdata's StatefulDataLoader): a stopped
+        # pool is resumed from that state (``resume_point()``, taken before the pool stops), never
+        # with fewer workers, and one worker is never replaced alone (its worker loop is not
+        # torch's).
+        self.resume_point = resume_point
         self.pool: Pool | None = None  # once torch's __init__ started the workers
         self.iterable = torch_compat.is_iterable(snapshot)
         self.phase = Phase.RUNNING
@@ -253,6 +262,11 @@ class Recovery:
         stream = self._stream_culprit(ev, diagnosis) if self.streams is not None else None
         return self._heal(diagnosis, action, at, ev, replacement, stream)
 
+    def give_up(self, failure: PoolFailure) -> Raise:
+        """Raise the failure with its verdict, healing or not: a pool that failed while its
+        iterator was still being built has nothing to resume from."""
+        return self._raise(failure, failure.diagnosis or diagnose(failure.evidence))
+
     def _situation(self, ev: Evidence, found_alone: bool) -> Situation:
         sup = self.sup
         at = Situation(
@@ -267,6 +281,7 @@ class Recovery:
             culprit=ev.in_flight_index,
             culprit_quarantined=_quarantined(ev.in_flight_index, sup.quarantine),
             in_process_allowed=sup.settings.allow_in_process,
+            workers_fixed=self.resume_point is not None,
         )
         if self.iterable:
             at = replace(at, culprit=ev.iterable_position)
@@ -446,6 +461,7 @@ class Recovery:
         """The policy replaces one worker, and this pool can do it now."""
         return (
             replaces_one_worker(action, at)
+            and self.resume_point is None
             and ev.worker_id is not None
             and self.pool is not None
             and self.phase is Phase.RUNNING  # torch's _reset counts its workers' resume replies
@@ -622,6 +638,13 @@ class Recovery:
             # buffer (the end marker is read as it comes): its stream has not ended for the user.
             for worker_id, _ in self.books.buffered():
                 self.streams.not_ended(worker_id)
+        if self.resume_point is not None:
+            resume_point = self.resume_point()  # before the stop: the state at the last delivery
+            self.stop()
+            self.ledger.clear()
+            snapshot = self.snapshot.with_overrides(prefetch_factor=prefetch_factor)
+            plan = Successor(snapshot, self.sup, plain, self.respawns + 1, None, resume_point)
+            return HandOver(self.build_successor(plan))
         remaining = self.books.sampler_iter
         length = length_of(self.books.index_sampler)
         self.stop()
@@ -683,7 +706,6 @@ def _quarantined(index: Any, quarantine: Any) -> bool:
 
 __all__ = [
     "MAX_SETTLED_RESULTS",
-    "POLICY",
     "RESULT_LOCK_WAIT_S",
     "HandOver",
     "Outcome",

@@ -11,10 +11,8 @@ from loaderdoctor.forensics.origin import format_traceback
 from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise.errors import WorkerStartError, attach
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
-from loaderdoctor.supervise.heal_policy import ActionKind, HealPolicy, Situation
+from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, Situation
 from loaderdoctor.system.process_limits import process_limits
-
-POLICY = HealPolicy()
 
 
 def start_diagnosis(error: BaseException, loader: Any, start_method: str) -> Diagnosis:

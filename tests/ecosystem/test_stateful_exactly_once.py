@@ -1,0 +1,121 @@
+"""A healed ``StatefulDataLoader`` delivers every healthy sample exactly once on every sampler
+shape: torchdata's own stateful sampler (``shuffle=True``), and torch's samplers, which torchdata
+resumes by fast-forwarding a new pass (for a random one, another order): a resumed pool draws on
+from the stopped one's pass instead. Checked against a ledger of what the loop received, with and
+without a ``state_dict()`` taken mid-epoch, for a worker SIGKILLed once and a real segfault."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, RandomSampler
+
+pytest.importorskip("torchdata", reason="the eco extra installs torchdata")
+from torchdata.stateful_dataloader import StatefulDataLoader as StockStatefulDataLoader
+
+import loaderdoctor
+from ld_datasets import quiet_result_queue
+from loaderdoctor.supervise.heal import HealWarning
+
+pytestmark = [pytest.mark.slow, pytest.mark.ecosystem]
+SAMPLES, BATCH = 96, 8
+
+
+class Faulty(torch.utils.data.Dataset[int]):
+    """Sample ``kill`` SIGKILLs its worker once; sample ``segv`` segfaults it every time."""
+
+    def __init__(self, flags: Path, kill: int | None = None, segv: int | None = None) -> None:
+        self.flags, self.kill, self.segv = flags, kill, segv
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, index: int) -> int:
+        if index == self.kill and not (self.flags / "killed").exists():
+            (self.flags / "killed").touch()
+            quiet_result_queue()
+            os.kill(os.getpid(), signal.SIGKILL)
+        if index == self.segv:
+            quiet_result_queue()
+            ctypes.string_at(0)  # a real SIGSEGV
+        return index
+
+
+def sampling(shape: str, dataset: Any) -> dict[str, Any]:
+    if shape == "batch_sampler":
+        return {"batch_sampler": BatchSampler(RandomSampler(dataset), BATCH, drop_last=False)}
+    if shape == "sampler":
+        return {"sampler": RandomSampler(dataset), "batch_size": BATCH}
+    return {"shuffle": True, "batch_size": BATCH}
+
+
+@pytest.mark.parametrize(
+    ("shape", "fault", "checkpoint"),
+    [
+        ("batch_sampler", "kill", False),
+        ("batch_sampler", "segv", True),
+        ("sampler", "kill", True),
+        ("sampler", "segv", False),
+        ("shuffle", "kill", True),
+        ("shuffle", "segv", False),
+    ],
+)
+def test_every_healthy_sample_arrives_once(
+    shape: str, fault: str, checkpoint: bool, tmp_path: Path
+) -> None:
+    culprit = 37
+    dataset = Faulty(tmp_path, **{fault: culprit})
+    loader = loaderdoctor.StatefulDataLoader(
+        dataset, num_workers=2, heal=True, **sampling(shape, dataset)
+    )
+    received: list[int] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        for step, batch in enumerate(loader):
+            received += batch.tolist()
+            if checkpoint and step == 3:
+                loader.state_dict()
+    healthy = set(range(SAMPLES)) - ({culprit} if fault == "segv" else set())
+    assert Counter(received) == Counter(healthy)
+    report = loader.report
+    assert report.status == "healed"
+    assert report.counts["samples"] == len(healthy)
+    assert [i.diagnosis.indices for i in loader.incidents] == [[culprit]]
+    assert report.quarantine == ([culprit] if fault == "segv" else [])
+
+
+def test_a_state_dict_after_a_heal_still_loads_into_stock_torchdata(tmp_path: Path) -> None:
+    """After a heal on torch's own sampler, the state keeps torchdata's format and counts: a
+    stock loader loads it and delivers the rest of an epoch (a new pass, as stock's own resume
+    of such a sampler does) without error."""
+
+    def batches() -> BatchSampler:
+        seeded = RandomSampler(range(SAMPLES), generator=torch.Generator().manual_seed(0))
+        return BatchSampler(seeded, BATCH, drop_last=False)
+
+    dataset = Faulty(tmp_path, kill=list(batches())[2][3])  # killed before the state is taken
+    loader = loaderdoctor.StatefulDataLoader(
+        dataset, batch_sampler=batches(), num_workers=2, heal=True
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        iterator = iter(loader)
+        before = [i for _ in range(6) for i in next(iterator).tolist()]
+        state = loader.state_dict()
+    assert (tmp_path / "killed").exists() and len(set(before)) == 6 * BATCH
+    stock = StockStatefulDataLoader(
+        Faulty(tmp_path),
+        batch_sampler=batches(),
+        num_workers=2,
+    )
+    stock.load_state_dict(state)
+    rest = [i for batch in stock for i in batch.tolist()]
+    assert len(rest) == SAMPLES - 6 * BATCH
