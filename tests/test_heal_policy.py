@@ -78,6 +78,14 @@ TABLE = [
     ("worker-exit", {"reached_worker_init": False}, (R, 4, 2)),
     ("worker-hang", {"kind": "hang", "culprit": 7}, (Q, 4, 2)),
     ("worker-hang", {"kind": "hang"}, (S, 4, 2)),
+    # num_workers fixed by the loader's own state (torchdata's StatefulDataLoader): prefetch may
+    # step down, the workers never; no plain-torch fall-back; in-process loading is refused
+    ("oom-killed", {"culprit": 3, "probe_failed_again": False, "workers_fixed": True}, (B, 4, 1)),
+    ("oom-killed", {"prefetch_factor": 1, "workers_fixed": True}, (S, 4, 1)),
+    ("batch-lost", {"kind": "exception", "stage": "send", "workers_fixed": True}, (S, 4, 2)),
+    ("internal-error", {"workers_fixed": True}, (R, 4, 2)),
+    ("unpicklable", {"kind": "start", "workers_fixed": True}, (R, 4, 2)),
+    ("native-crash", {"culprit": 3, "probe_failed_again": True, "workers_fixed": True}, (Q, 4, 2)),
     ("internal-error", {"kind": "exception"}, (F, 4, 2)),
     ("internal-error", {"kind": "exception", "heal": False}, (R, 4, 2)),
     ("internal-error", {"kind": "exception", "iterable": True}, (R, 4, 2)),

@@ -262,8 +262,8 @@ def _within_fixed_workers(action: Action, at: Situation) -> Action:
         return replace(action, kind=ActionKind.RAISE)
     if action.kind is not ActionKind.BACK_OFF or action.num_workers == at.num_workers:
         return action
-    if at.kind == "start":
-        return replace(action, kind=ActionKind.RAISE, num_workers=at.num_workers)
+    if at.kind == "start":  # workers that cannot start: in-process loading is the only way
+        return Action(ActionKind.RAISE, at.num_workers, at.prefetch_factor)
     return Action(
         ActionKind.RESPAWN,
         at.num_workers,
