@@ -21,6 +21,7 @@ from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.recovery import PoolFailure
 from loaderdoctor.supervise.parent.watch import WorkerWatch
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress
+from loaderdoctor.torch_compat import WorkerLists
 
 
 # --- Ledger ---------------------------------------------------------------------------------------
@@ -88,7 +89,7 @@ class FakeContext:
 
 def test_the_pool_says_how_each_worker_ended() -> None:
     workers = [FakeProcess(101), FakeProcess(102, exitcode=-11), FakeProcess(103, exitcode=3)]
-    pool = Pool(workers, [FakeQueue() for _ in workers], None, tempfile.mkdtemp())
+    pool = Pool(WorkerLists(workers, [FakeQueue() for _ in workers], None), tempfile.mkdtemp())
     assert (len(pool), pool.pids(), pool.pid(1)) == (3, {101, 102, 103}, 102)
     assert [pool.is_alive(w) for w in range(3)] == [True, False, False]
     assert [pool.how_it_ended(w) for w in range(3)] == [
@@ -104,7 +105,7 @@ def test_a_respawn_replaces_one_worker_in_torchs_own_lists() -> None:
     workers = [FakeProcess(101), FakeProcess(102, exitcode=-9)]
     queues = [FakeQueue(), FakeQueue()]
     old_queue = queues[1]
-    pool = Pool(workers, queues, None, tempfile.mkdtemp())
+    pool = Pool(WorkerLists(workers, queues, None), tempfile.mkdtemp())
     FakeContext.started.clear()
     old_pid, new_pid = pool.respawn(1, FakeContext(), lambda index_queue: ("args", index_queue))
     assert (old_pid, new_pid) == (102, 901)
@@ -122,7 +123,7 @@ def _watch(
 ) -> tuple[WorkerWatch, FlightRecorder, Ledger]:
     recorder = FlightRecorder(len(workers))
     ledger = Ledger()
-    pool = Pool(workers, [FakeQueue() for _ in workers], None, tempfile.mkdtemp())
+    pool = Pool(WorkerLists(workers, [FakeQueue() for _ in workers], None), tempfile.mkdtemp())
     watch = WorkerWatch(
         pool,
         recorder,
@@ -300,3 +301,25 @@ def test_both_supervised_loaders_refuse_a_bad_setting_in_one_line(
         with pytest.raises(ValueError) as raised:
             loader(list(range(4)), **keywords)
         assert str(raised.value) == message, loader
+
+
+def test_a_quarantined_samples_substitute_is_said_on_the_incident_that_quarantined_it() -> None:
+    """Under torch.distributed a skip becomes a replacement: the quarantined sample's place is
+    filled by another sample, which so arrives twice; the incident that quarantined it says so."""
+    from loaderdoctor.forensics import Diagnosis
+    from loaderdoctor.supervise.parent.supervision import Settings, Supervision
+
+    settings = Settings.from_keywords(None, True, "replace", None, None, False)
+    supervision = Supervision(settings, list(range(50)), lambda: None)
+    supervision.log.quiet = True
+    crash = Diagnosis("native-crash", "crashed", 0.9, 1, 4242, "SIGSEGV", None, [37], [], [])
+    supervision.record(crash, "quarantined")
+    supervision.epoch = 0
+    supervision.take_event(
+        {"index": 37, "stage": "quarantined", "action": "replaced", "substitute": 38}
+    )
+    assert crash.evidence == [
+        "its place in a batch of epoch 0 was filled by sample 38, which so arrives twice"
+    ]
+    assert supervision.counts.replaced == 1
+    assert [i.action for i in supervision.log] == ["quarantined"]

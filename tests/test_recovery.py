@@ -149,7 +149,7 @@ def _setup(
         successor=lambda plan: ("successor", plan),
         generator_state=torch.default_generator.get_state(),
     )
-    recovery.pool = pool  # type: ignore[assignment]
+    recovery.watches(pool)  # type: ignore[arg-type]
     return recovery, books, pool, sup, probed
 
 
@@ -213,7 +213,7 @@ def test_without_healing_the_death_is_raised_and_the_pool_stopped() -> None:
 
 def test_a_result_queue_left_unusable_rebuilds_the_pool_with_every_owed_batch() -> None:
     recovery, books, pool, sup, _ = _setup(probe_finds=None)
-    recovery.queue_poisoned = True
+    recovery.result_queue_unreadable()
     with pytest.warns(HealWarning):
         outcome = recovery.handle(_death())
     assert isinstance(outcome, HandOver)

@@ -576,22 +576,14 @@ COMPAT_MODULES = {"torch_compat.py", "torchdata_compat.py"}
 def torch_privates_in(source: str, torch_names: set[str]) -> list[str]:
     """Every reach into torch's privates in ``source``: an import of a private torch module or
     name, any import of torchdata, and an attribute access by one of torch's (or torchdata's)
-    private names. In a class that does not derive from one of torch's, ``self.<name>`` is the
-    class's own attribute, not torch's."""
+    private names, ``self.<name>`` of a class of our own included: an attribute of ours under a
+    name of torch's is where an alias of torch's own state hides."""
     tree = ast.parse(source)
     found: list[str] = []
-    own_self: set[int] = set()  # ids of ``self.x`` nodes inside classes of our own
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
             bases = " ".join(ast.unparse(base) for base in node.bases)
             if not re.search(r"torch|DataLoader|Iter\b", bases):
-                for inner in ast.walk(node):
-                    if (
-                        isinstance(inner, ast.Attribute)
-                        and isinstance(inner.value, ast.Name)
-                        and inner.value.id in {"self", "cls"}
-                    ):
-                        own_self.add(id(inner))
                 continue
             for inner in node.body:  # an override of torch's hook by torch's name
                 if isinstance(inner, ast.FunctionDef) and inner.name in torch_names:
@@ -607,11 +599,7 @@ def torch_privates_in(source: str, torch_names: set[str]) -> list[str]:
             private = [a.name for a in node.names if a.name.startswith("_")]
             if root == "torchdata" or (root == "torch" and ("._" in node.module or private)):
                 found.append(f"line {node.lineno}: from {node.module} import {private or '...'}")
-        elif (
-            isinstance(node, ast.Attribute)
-            and node.attr in torch_names
-            and id(node) not in own_self
-        ):
+        elif isinstance(node, ast.Attribute) and node.attr in torch_names:
             found.append(f"line {node.lineno}: .{node.attr}")
         elif isinstance(node, ast.keyword) and node.arg in torch_names:
             found.append(f"line {node.lineno}: {node.arg}=")  # an override of a loader's private
@@ -650,9 +638,9 @@ def test_the_scan_finds_a_planted_reach_into_torch(planted: str) -> None:
     assert len(found) == 1 and found[0].startswith(PLANTED[planted]), found
 
 
-def test_the_scan_leaves_a_classes_own_attributes_alone() -> None:
+def test_the_scan_finds_an_alias_of_torchs_state_under_torchs_name() -> None:
     own = "class Pool:\n    def f(self):\n        return self._workers\n"
-    assert torch_privates_in(own, {"_workers"}) == []
+    assert torch_privates_in(own, {"_workers"}) == ["line 3: ._workers"]
     assert (
         torch_privates_in("class Visitor:\n    def _workers(self):\n        pass\n", {"_workers"})
         == []

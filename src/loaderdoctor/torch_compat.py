@@ -343,6 +343,30 @@ def _bind_hooks(cls: type) -> dict[str, str]:
     return aliases
 
 
+class WorkerLists:
+    """torch's lists of one iterator's worker processes and their index queues (torch appends to
+    them, never rebinds them), and its done event: a worker is replaced in place, here alone."""
+
+    __slots__ = ("_index_queues", "_workers", "done_event")
+
+    def __init__(self, workers: list[Any], index_queues: list[Any], done_event: Any) -> None:
+        self._workers, self._index_queues, self.done_event = workers, index_queues, done_event
+
+    @property
+    def processes(self) -> list[Any]:
+        return self._workers
+
+    @property
+    def index_queues(self) -> list[Any]:
+        return self._index_queues
+
+    def put_index_queue(self, worker_id: int, index_queue: Any) -> None:
+        self._index_queues[worker_id] = index_queue
+
+    def put_process(self, worker_id: int, process: Any) -> None:
+        self._workers[worker_id] = process
+
+
 class IteratorState:
     """What a supervised multiprocessing iterator reads of torch's state (torch's iterator and
     torchdata's copy of it keep it under the same names)."""
@@ -387,9 +411,9 @@ class IteratorState:
         """One message from the queue the main thread reads."""
         return self._data_queue.get(timeout=timeout)
 
-    def ld_processes(self) -> tuple[list[Any], list[Any], Any]:
-        """(the worker processes, their index queues, the done event): torch's own lists."""
-        return self._workers, self._index_queues, self._workers_done_event
+    def ld_processes(self) -> WorkerLists:
+        """The worker processes, their index queues and the done event: torch's own."""
+        return WorkerLists(self._workers, self._index_queues, self._workers_done_event)
 
     def ld_task_done(self, worker_id: int) -> None:
         """A task of ``worker_id`` came back (an exception): it has one task fewer."""
@@ -683,6 +707,7 @@ __all__ = [
     "MultiProcessingIter",
     "ResumeIteration",
     "SingleProcessIter",
+    "WorkerLists",
     "dataset_kind",
     "interpreter_exiting",
     "is_exception_wrapper",

@@ -249,7 +249,7 @@ class ModuleModel:
             else:
                 workers, workers_text = Workers.ZERO, "0 (the default)"
         else:
-            workers, workers_text = self._workers(workers_node)
+            workers, workers_text = self._workers_given(workers_node)
         context = arguments.get("multiprocessing_context")
         zero_by_default = (
             workers_node is not None
@@ -296,7 +296,7 @@ class ModuleModel:
             return not value.args and all(k.arg is not None for k in value.keywords)
         return False
 
-    def _workers(self, node: ast.expr) -> tuple[Workers, str]:
+    def _workers_given(self, node: ast.expr) -> tuple[Workers, str]:
         value = self.scopes.evaluate(node)
         text = self.segment(node) or "?"
         if is_positive(value):

@@ -208,11 +208,12 @@ def _records_changed(record: LoaderRecord, supervision: Any, moment: str) -> Non
     _write_state(force=moment != "delivered")
 
 
-# A stream's culprit is named by its key only once the stream resumed and read it again, after the
-# incident's line was written: such incidents are kept, and written again in the state, with the
-# key, once it is known (issue 23: the WebDataset __key__ was null in report.json).
+# An incident can learn more after its line was written: a stream's culprit is named by its key
+# only once the stream resumed and read it again; a quarantined sample's place filled by a
+# substitute later (torch.distributed) is said on the incident that quarantined it. Every
+# incident is kept with what its line said, and written again in the state once it says more.
 _incidents_sunk = 0
-_keyless_stream_incidents: list[tuple[int, Any]] = []
+_sunk_incidents: list[tuple[int, Any, dict[str, Any]]] = []
 
 
 def _incident_sink(loader: Any, incident: Any) -> None:
@@ -221,22 +222,18 @@ def _incident_sink(loader: Any, incident: Any) -> None:
     if isinstance(pid, int) and pid != os.getpid():  # a worker that died before being seen
         with _lock:
             _incident_pids.add(pid)
+    written = incident.to_dict()
     with _lock:
         sequence = _incidents_sunk
         _incidents_sunk += 1
-        diagnosis = getattr(incident, "diagnosis", None)
-        if (
-            getattr(diagnosis, "position", None) is not None
-            and getattr(diagnosis, "key", 0) is None
-        ):
-            _keyless_stream_incidents.append((sequence, incident))
+        _sunk_incidents.append((sequence, incident, written))
     record = {
         "time": time.time(),
         "pid": os.getpid(),
         "image": _image,
         "sequence": sequence,
         "rank": current_rank(),
-        "incident": incident.to_dict(),
+        "incident": written,
     }
     protocol.append_incident(incidents_dir(), os.getpid(), record)
     _write_state(force=True)
@@ -274,9 +271,9 @@ def _write_state(force: bool) -> None:
                 [("", r.oom_protection) for r in _records if r.oom_protection is not None]
             ),
             "amended_incidents": {
-                str(sequence): incident.to_dict()
-                for sequence, incident in _keyless_stream_incidents
-                if incident.diagnosis.key is not None
+                str(sequence): now
+                for sequence, incident, written in _sunk_incidents
+                if (now := incident.to_dict()) != written
             },
             "unsupervised_loaders": subclasses.unsupervised_loaders(),
         }

@@ -16,6 +16,7 @@ from loaderdoctor.supervise.parent.incidents import (
     IncidentLog,
     LoaderReport,
 )
+from loaderdoctor.supervise.parent.iterator import SupervisedMultiProcessingIter, SupervisedPool
 from loaderdoctor.supervise.parent.supervision import (
     IterState,
     LoaderSnapshot,
@@ -138,7 +139,6 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             # fails as under stock torch, and the parent, told by the marker, gives the verdict.
             worker_hooks.write_bootstrap_marker()
             return super().ld_get_iterator()
-        from loaderdoctor.supervise.parent.iterator import SupervisedMultiProcessingIter
         from loaderdoctor.supervise.parent.single_process import SupervisedSingleProcessIter
 
         workers, prefetch = self.num_workers, self.prefetch_factor
@@ -165,7 +165,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             return super().__iter__()
         climbed = _announce(sup.climb_at_epoch_start())
         current = self.ld_iterator
-        state = getattr(current, "_ld_state", IterState.RUNNING)
+        state = current._ld_state if isinstance(current, SupervisedPool) else IterState.RUNNING
         if current is not None and (climbed or state is not IterState.RUNNING):
             # Persistent workers died with the last epoch, healing moved loading elsewhere, or
             # the loader climbs back up: start afresh, never resume such an iterator (stock
@@ -180,9 +180,8 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
     @property
     def report(self) -> LoaderReport:
         """What this loader saw and did: incidents with their actions, quarantine, counts."""
-        drain = getattr(self.ld_iterator, "_ld_drain", None)
-        if drain is not None:
-            drain()
+        if isinstance(self.ld_iterator, SupervisedPool):
+            self.ld_iterator._ld_drain()
         self._ld.take_in_process_events()
         return self._ld.report()
 

@@ -116,7 +116,7 @@ class TrialSampler:
     over_budget: threading.Event = field(default_factory=threading.Event)
     reason: str | None = None
     failure: str | None = None  # why sampling stopped early (a bug of ours), if it did
-    _workers: dict[int, _Worker] = field(default_factory=dict)
+    _by_pid: dict[int, _Worker] = field(default_factory=dict)
     _main_start: int = 0
     _main_peak: int = 0
     _shm_start: int = 0
@@ -146,7 +146,7 @@ class TrialSampler:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.tick(read_all_uss=True)
-        ordered = sorted(self._workers.values(), key=lambda w: w.pid)
+        ordered = sorted(self._by_pid.values(), key=lambda w: w.pid)
         return MemoryPeaks(
             main_start_bytes=self._main_start,
             main_peak_bytes=self._main_peak,
@@ -211,9 +211,9 @@ class TrialSampler:
                 continue
             if rss == 0:
                 continue  # exiting
-            worker = self._workers.get(child.pid)
+            worker = self._by_pid.get(child.pid)
             if worker is None:
-                worker = self._workers[child.pid] = _Worker(child.pid, rss)
+                worker = self._by_pid[child.pid] = _Worker(child.pid, rss)
             live.append((worker, rss))
             resident = read_resident(child.pid)
             shm += resident.shmem if resident is not None else 0

@@ -42,11 +42,10 @@ from loaderdoctor.supervise.heal_policy import owed_again
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.events import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
-from loaderdoctor.supervise.parent.pool import Pool
+from loaderdoctor.supervise.parent.pool import Pool, kill_all
 from loaderdoctor.supervise.parent.recovery import (
     HandOver,
     Outcome,
-    Phase,
     PoolFailure,
     Raise,
     Recovery,
@@ -101,7 +100,9 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
     ``_process_data`` differ, and torchdata resumes a pool from its own state."""
 
     _ld_state: IterState
-    _ld_successor: Any
+    # Class defaults: torch's __del__ shuts a pool down even when its __init__ failed early
+    _ld_successor: Any = None
+    _ld_pool: Pool | None = None
     _ld_events: EventReader
     _ld_log_dir: str
     _ld_cleanup: weakref.finalize[Any, Any]
@@ -179,11 +180,8 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         """The loader as the workers see it: the dataset, collate_fn and init wrapped."""
         supervision = self._ld_sup
         policy = supervision.sample_policy(snapshot.drop_last)
-        # With on_error="replace" only a worker finds a quarantined sample's substitute, so such
-        # a sample cannot simply be left out in the main process (see ``_next_index``).
-        self._ld_recovery.replacing = policy is not None and policy.on_error == "replace"
         dataset = wrap_dataset(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy)
-        self._ld_recovery.learns(dataset)
+        self._ld_recovery.learns(dataset, policy is not None and policy.on_error == "replace")
         collate = SupervisedCollate(snapshot.collate_fn, heal=policy is not None)
         return snapshot.with_overrides(
             dataset=dataset,
@@ -219,12 +217,12 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         # A dead worker must never make torch's SIGCHLD handler raise at a random line.
         torch_compat.stop_sigchld_checks(self)
         snapshot = self._ld_snapshot
-        pool = Pool(*self.ld_processes(), self._ld_log_dir)
+        pool = Pool(self.ld_processes(), self._ld_log_dir)
         self._ld_pool = pool
         pool.first_for_oom_killer(self._ld_sup.oom_score_adj)
         self._ld_sup.oom_notes.extend(pool.oom_notes)
         self._ld_sup.worker_pids |= pool.pids()
-        self._ld_recovery.pool = pool
+        self._ld_recovery.watches(pool)
         self._ld_watch = WorkerWatch(
             pool,
             self._ld_recorder,
@@ -247,9 +245,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         sent = self.ld_sent
         super().ld_try_put_index()
         if self.ld_sent != sent:
-            recovery = self._ld_recovery
-            self._ld_ledger.owe(sent, self._ld_last_index, recovery.pending_skips)
-            recovery.pending_skips = 0
+            self._ld_recovery.owe(sent, self._ld_last_index)
 
     def _ld_new_epoch(self) -> None:
         """torch's ``_reset`` of persistent workers starts another epoch on this pool."""
@@ -266,7 +262,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
             return self._ld_watching().wait(self, self._ld_books, timeout)
         except HalfMessage as stalled:
             half = stalled.evidence
-        self._ld_recovery.queue_poisoned = True  # never read again: the pool is rebuilt
+        self._ld_recovery.result_queue_unreadable()
         raise PoolFailure(half)
 
     def ld_get_data(self) -> Any:
@@ -388,7 +384,10 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         finally:
             # A successor that handed over in turn: follow the chain to the live one.
             # (detached first: a dropped iterator shuts its successor down with it).
-            while getattr(successor, "_ld_state", None) is IterState.HANDED_OVER:
+            while (
+                isinstance(successor, SupervisedPool)
+                and successor._ld_state is IterState.HANDED_OVER
+            ):
                 successor._ld_successor, successor = None, successor._ld_successor
             self._ld_successor = successor
         return data
@@ -441,13 +440,13 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         exiting = None if torch_compat is None else torch_compat.interpreter_exiting
         if exiting is None or exiting():
             return  # torch's own exit handlers stop the workers
-        pool = getattr(self, "_ld_pool", None)
+        pool = self._ld_pool
         if pool is not None and not pool.owned_here():
             # A forked child inherited this iterator: its workers are not this process's
             # children, so there is nothing to stop (and torch's join would raise here).
             self.ld_mark_shut_down()
             return
-        successor = getattr(self, "_ld_successor", None)
+        successor = self._ld_successor
         if successor is not None:
             torch_compat.shut_down(successor)
         was_shut = self.ld_is_shut_down()
@@ -507,7 +506,7 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
 
     def _ld_start_failed(self, error: Exception) -> None:
         torch_compat.stop_sigchld_checks(self)  # workers torch registered before it failed
-        Pool(self.ld_started_workers(), [], None, self._ld_log_dir).kill_all()
+        kill_all(self.ld_started_workers())
         self.ld_mark_shut_down()
         self._ld_cleanup()
         sup = self._ld_sup
@@ -542,13 +541,11 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
         self._ld_new_epoch()
         recovery = self._ld_recovery
         failure: PoolFailure | None = None
-        recovery.phase = Phase.RESETTING
         try:
-            super().ld_reset(loader, first_iter)
+            with recovery.resetting():
+                super().ld_reset(loader, first_iter)
         except PoolFailure as caught:  # a persistent worker died between epochs
             failure = caught
-        finally:
-            recovery.phase = Phase.RUNNING
         if failure is not None:
             try:
                 self._ld_carry_out(recovery.handle(failure))

@@ -23,11 +23,8 @@ SHUTDOWN_GRACE_S = 2.0
 
 
 class Pool:
-    def __init__(self, workers: list[Any], index_queues: list[Any], done_event: Any, log_dir: str):
-        # The very lists torch's iterator keeps (torch appends to them, never rebinds them).
-        self._workers = workers
-        self._index_queues = index_queues
-        self._done_event = done_event
+    def __init__(self, lists: torch_compat.WorkerLists, log_dir: str):
+        self.lists = lists  # torch's own, written only through torch_compat
         self.log_dir = log_dir
         self.owner_pid = os.getpid()
         self.oom_score_adj: int | None = None  # set by ``first_for_oom_killer``
@@ -37,7 +34,7 @@ class Pool:
         """Make every worker, and each replacement from now on, the OOM killer's choice before
         the training process (``system.oom_priority``)."""
         self.oom_score_adj = value
-        for process in self._workers:
+        for process in self.lists.processes:
             self._rank_for_oom_killer(process.pid)
 
     def _rank_for_oom_killer(self, pid: int | None) -> None:
@@ -48,30 +45,30 @@ class Pool:
             self.oom_notes.append(why_not)
 
     def __len__(self) -> int:
-        return len(self._workers)
+        return len(self.lists.processes)
 
     def owned_here(self) -> bool:
         """False in a forked child that inherited this object: its workers are not its children."""
         return os.getpid() == self.owner_pid
 
     def pid(self, worker_id: int) -> int | None:
-        return self._workers[worker_id].pid
+        return self.lists.processes[worker_id].pid
 
     def pids(self) -> set[int]:
-        return {process.pid for process in self._workers if process.pid}
+        return {process.pid for process in self.lists.processes if process.pid}
 
     def is_alive(self, worker_id: int) -> bool:
-        return bool(self._workers[worker_id].is_alive())
+        return bool(self.lists.processes[worker_id].is_alive())
 
     def how_it_ended(self, worker_id: int) -> tuple[str | None, int | None]:
         """(signal name, None) for a killed worker, (None, exit code) for one that exited."""
-        code = self._workers[worker_id].exitcode
+        code = self.lists.processes[worker_id].exitcode
         if code is not None and code < 0:
             return collect.signal_name(-code), None
         return None, code
 
     def kill(self, worker_id: int) -> None:
-        process = self._workers[worker_id]
+        process = self.lists.processes[worker_id]
         if process.is_alive():
             process.kill()
         process.join(timeout=5)
@@ -86,27 +83,27 @@ class Pool:
         are updated in place, so every other worker keeps running untouched. Returns
         ``(old pid, new pid)``.
         """
-        old = self._workers[worker_id]
+        old = self.lists.processes[worker_id]
         old_pid = old.pid
         self.kill(worker_id)
-        old_queue = self._index_queues[worker_id]
+        old_queue = self.lists.index_queues[worker_id]
         old_queue.cancel_join_thread()
         old_queue.close()
         index_queue = context.Queue()
         index_queue.cancel_join_thread()  # as torch does: a dead reader must not block exit
         # In place before the start: should it fail, torch's shutdown still finds an open queue.
-        self._index_queues[worker_id] = index_queue
+        self.lists.put_index_queue(worker_id, index_queue)
         process = context.Process(target=torch_compat.WORKER_LOOP, args=make_args(index_queue))
         process.daemon = True
         process.start()
         self._rank_for_oom_killer(process.pid)
-        self._workers[worker_id] = process
+        self.lists.put_process(worker_id, process)
         if old_pid is not None:
             self.remove_temp_dirs(old_pid)  # the others' are in use (their fd-passing sockets)
         return old_pid, process.pid
 
     def index_queue(self, worker_id: int) -> Any:
-        return self._index_queues[worker_id]
+        return self.lists.index_queues[worker_id]
 
     def stop(self, busy: list[bool], grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Stop every worker within ``grace_s``, healthy ones cleanly, stuck ones by force.
@@ -116,30 +113,21 @@ class Pool:
         """
         if not self.owned_here():
             return
-        self._done_event.set()
-        for worker_id, index_queue in enumerate(self._index_queues):
+        self.lists.done_event.set()
+        for worker_id, index_queue in enumerate(self.lists.index_queues):
             if worker_id < len(busy) and busy[worker_id]:
                 try:
                     index_queue.put(None)
                 except (OSError, ValueError):
                     pass
         deadline = time.monotonic() + grace_s
-        for process in self._workers:
+        for process in self.lists.processes:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
-        for process in self._workers:
+        for process in self.lists.processes:
             if process.is_alive():
                 process.kill()
                 process.join(timeout=5)
         self.remove_temp_dirs()
-
-    def kill_all(self) -> None:
-        """Workers that did start when the pool as a whole could not: kill and reap them."""
-        if not self.owned_here():
-            return
-        for process in self._workers:
-            if process.is_alive():
-                process.kill()
-            process.join(timeout=5)
 
     def remove_temp_dirs(self, pid: int | None = None) -> None:
         """A killed worker leaves its multiprocessing temp dir behind; remove those that remain
@@ -158,4 +146,12 @@ class Pool:
                 shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-__all__ = ["SHUTDOWN_GRACE_S", "Pool"]
+def kill_all(processes: list[Any]) -> None:
+    """Workers that did start when the pool as a whole could not: kill and reap them."""
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+        process.join(timeout=5)
+
+
+__all__ = ["SHUTDOWN_GRACE_S", "Pool", "kill_all"]

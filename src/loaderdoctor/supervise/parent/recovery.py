@@ -19,11 +19,12 @@ rebuilt instead (issue 14).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import enum
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -187,11 +188,39 @@ class Recovery:
         self.pending_skips = 0  # left out of batches not sent yet (``leave_out_new_quarantine``)
 
     # --- what the workers know ---------------------------------------------------------------
-    def learns(self, dataset: Any) -> None:
-        """The pool's workers load ``dataset`` (a view with the sample policy)."""
+    def learns(self, dataset: Any, replacing: bool | None = None) -> None:
+        """The pool's workers load ``dataset`` (a view with the sample policy; ``replacing``:
+        with on_error="replace", whose substitutes only a worker finds)."""
+        if replacing is not None:
+            self.replacing = replacing
         batched = isinstance(dataset, SupervisedBatchedMapDataset)
         num_workers = self.snapshot.num_workers
         self.batched_workers = set(range(num_workers)) if batched else set()
+
+    def watches(self, pool: Pool) -> None:
+        """torch's ``__init__`` started the workers: from now on ``pool`` owns them."""
+        self.pool = pool
+
+    def result_queue_unreadable(self) -> None:
+        """Half a message is left in the result queue: no worker is replaced alone from now on
+        (its replacement would share the queue); the whole pool is rebuilt instead."""
+        self.queue_poisoned = True
+
+    @contextlib.contextmanager
+    def resetting(self) -> Iterator[None]:
+        """While torch's ``_reset`` waits for its persistent workers' resume replies, which it
+        counts: a worker replaced alone then would never send one."""
+        self.phase = Phase.RESETTING
+        try:
+            yield
+        finally:
+            self.phase = Phase.RUNNING
+
+    def owe(self, task: int, indices: Any) -> None:
+        """Task ``task`` (``indices``) was sent to a worker: owed until delivered, with the
+        samples left out of it here (``leave_out_new_quarantine``)."""
+        self.ledger.owe(task, indices, self.pending_skips)
+        self.pending_skips = 0
 
     def without_new_quarantine(self, index: Any) -> tuple[Any, int]:
         """(the batch without samples quarantined since this pool started, or None when none is

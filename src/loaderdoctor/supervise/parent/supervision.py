@@ -253,7 +253,10 @@ class Supervision:
         else:
             counts.skipped += 1
         if event.get("stage") == "quarantined":
-            return  # known bad from an earlier incident or the quarantine file: no new verdict
+            # known bad from an earlier incident or the quarantine file: no new verdict
+            if action == "replaced":
+                self._note_substitute(event.get("index"), event.get("substitute"))
+            return
         index = event.get("index")
         ev = Evidence(
             kind="exception",
@@ -287,6 +290,22 @@ class Supervision:
         warn_sample_action(diagnosis.title, diagnosis.cause, action, event, self.sample_actions)
         self.sample_actions += 1
         self.quarantine_add(index, diagnosis)
+
+    def _note_substitute(self, index: Any, substitute: Any) -> None:
+        """A quarantined sample's place was filled by a substitute (on_error="replace", which
+        torch.distributed makes of a skip so that every rank yields as many batches): the
+        incident that quarantined it says so, since the substitute arrives twice."""
+        for incident in reversed(self.log):
+            try:
+                named = index in incident.diagnosis.indices
+            except (TypeError, ValueError):  # an index that does not compare (an array)
+                named = False
+            if named:
+                incident.diagnosis.evidence.append(
+                    f"its place in a batch of epoch {self.epoch} was filled by sample "
+                    f"{substitute!r}, which so arrives twice"
+                )
+                return
 
     def take_in_process_events(self) -> None:
         """The events this loader's in-process iterators sent alone (``in_process_events``)."""
