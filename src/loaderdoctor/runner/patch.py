@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import inspect
 import os
 import sys
 import threading
@@ -26,7 +25,7 @@ import torch.utils.data
 import torch.utils.data.dataloader
 
 from loaderdoctor.runner import lifeline, protocol, subclasses
-from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, HEAL_WARNED_NAME, RUN_DIR_ENV
+from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, RUN_DIR_ENV
 from loaderdoctor.supervise import loader as supervised
 
 STATE_EVERY_S = 1.0
@@ -59,24 +58,6 @@ def _settings() -> tuple[float | None, bool]:
 
 
 HANG_TIMEOUT, HEAL = _settings()
-HEAL_AVAILABLE = "heal" in inspect.signature(supervised.DataLoader.__init__).parameters
-
-
-def _warn_heal_unavailable_once() -> None:
-    """One warning per run, not one per rank: the first process to create the marker says it."""
-    try:
-        fd = os.open(
-            os.path.join(incidents_dir(), HEAL_WARNED_NAME), os.O_CREAT | os.O_EXCL | os.O_WRONLY
-        )
-    except OSError:
-        return
-    os.close(fd)
-    sys.stderr.write(
-        "loaderdoctor run: --heal: this loaderdoctor's DataLoader cannot heal yet; "
-        "failures are diagnosed and raised\n"
-    )
-
-
 _T_co = TypeVar("_T_co", covariant=True)
 
 
@@ -93,10 +74,7 @@ class RunDataLoader(supervised.DataLoader[_T_co]):
         if HANG_TIMEOUT is not None:
             kwargs.setdefault("hang_timeout", HANG_TIMEOUT)
         if HEAL:
-            if HEAL_AVAILABLE:
-                kwargs.setdefault("heal", True)
-            else:
-                _warn_heal_unavailable_once()
+            kwargs.setdefault("heal", True)
         super().__init__(*args, **kwargs)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -265,7 +243,6 @@ def _write_state(force: bool) -> None:
             "image": _image,
             "started": _started,
             "rank": current_rank(),
-            "heal": HEAL_AVAILABLE,
             "worker_pids": sorted(worker_pids),
             "oom_protection": protocol.weakest_protection(
                 [("", r.oom_protection) for r in _records if r.oom_protection is not None]

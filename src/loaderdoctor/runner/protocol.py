@@ -37,7 +37,6 @@ INCIDENTS_DIRNAME = ".incidents"
 RUN_RECORD_NAME = "run.json"
 INCIDENTS_SUFFIX = ".jsonl"
 STATE_SUFFIX = ".state.json"
-HEAL_WARNED_NAME = "heal-unavailable"  # created by the first process that warned about --heal
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 
 

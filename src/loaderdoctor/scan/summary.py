@@ -85,11 +85,6 @@ def _reset_peak_rss() -> int:
     return peak_rss_bytes() or 0
 
 
-def keep_summary(summary: Any) -> Any:
-    """The collate_fn: the summary is already small and plain; torch must not convert it."""
-    return summary
-
-
 def describe(sample: Any) -> str:
     """The structure that ``default_collate`` cares about: types, and shapes/dtypes of arrays."""
     import torch

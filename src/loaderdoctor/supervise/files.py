@@ -15,12 +15,28 @@ and the parent reads what they leave, alive or dead:
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 BOOTSTRAP_DIR_ENV = "LOADERDOCTOR_BOOTSTRAP_DIR"
 EVENTS_PREFIX = "events-"
 TEMPDIR_PREFIX = "tempdir-"
 BOOTSTRAP_PREFIX = "bootstrap-"
+
+
+@contextlib.contextmanager
+def bootstrap_dir(log_dir: str) -> Iterator[None]:
+    """``BOOTSTRAP_DIR_ENV`` names ``log_dir`` for the block (a pool starting), then as before."""
+    previous = os.environ.get(BOOTSTRAP_DIR_ENV)
+    os.environ[BOOTSTRAP_DIR_ENV] = log_dir
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(BOOTSTRAP_DIR_ENV, None)
+        else:
+            os.environ[BOOTSTRAP_DIR_ENV] = previous
 
 
 def stack_log(log_dir: str, worker_id: int, pid: int | None) -> str:

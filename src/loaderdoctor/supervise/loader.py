@@ -16,13 +16,14 @@ from loaderdoctor.supervise.parent.incidents import (
     IncidentLog,
     LoaderReport,
 )
-from loaderdoctor.supervise.parent.iterator import SupervisedMultiProcessingIter, SupervisedPool
+from loaderdoctor.supervise.parent.iterator import SupervisedMultiProcessingIter
 from loaderdoctor.supervise.parent.supervision import (
     IterState,
     LoaderSnapshot,
     Settings,
     Supervision,
 )
+from loaderdoctor.supervise.parent.supervisor import SupervisedPool
 
 if TYPE_CHECKING:  # a default (PEP 696) lets `loader = DataLoader(obj)` infer DataLoader[Any]
     from typing_extensions import TypeVar as _TypeVar
@@ -193,12 +194,12 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
     guard each worker would run the training itself; or the loader's parts need a class of a
     ``__main__`` with no file (a notebook), which no worker can import (issue 24)."""
     from loaderdoctor.supervise.parent import collect
-    from loaderdoctor.supervise.parent.iterator import start_method_of
     from loaderdoctor.supervise.parent.start_failure import (
         fileless_main_diagnosis,
         loads_in_process,
         unguarded_diagnosis,
     )
+    from loaderdoctor.supervise.parent.supervisor import start_method_of
 
     method = start_method_of(loader)
     if method == "fork":

@@ -22,7 +22,6 @@ A clean run takes torchdata's code path unchanged: same batches, same order, sam
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import weakref
 from collections import deque
@@ -36,9 +35,11 @@ from loaderdoctor.supervise.loader import (
     _unsupervised_reason,
     _warn_once,
 )
-from loaderdoctor.supervise.parent.iterator import SupervisedPool
+from loaderdoctor.supervise.parent.iterator import probe_batch
 from loaderdoctor.supervise.parent.recovery import PoolFailure, Successor
+from loaderdoctor.supervise.parent.sampler_tail import SamplerTail
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
+from loaderdoctor.supervise.parent.supervisor import SupervisedPool
 
 
 class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
@@ -140,6 +141,7 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
             respawns,
             None,
             successor=_successor,
+            probe=probe_batch,
             resume_point=functools.partial(_resume_point, weakref.ref(self)),
         )
         self._ld_sampler_tail = sampler_tail
@@ -197,49 +199,6 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
         return super().state_dict()
 
 
-class SamplerTail:
-    """A stopped pool's sampler, for a pool resumed from its state: the index batches it drew
-    after the state's snapshot, then the rest of its own sampler iterator (the same pass)."""
-
-    def __init__(self, drawn: list[tuple[int, Any]], rest: Any) -> None:
-        self.drawn, self.rest = drawn, rest
-
-    def after(self, yielded: int, restored: Any) -> Any:
-        """The resumed pool's sampler iterator: the same pass from draw ``yielded`` on, keeping
-        torchdata's ``restored`` iterator in step for the state a later ``state_dict()`` saves."""
-        pending = itertools.chain([index for n, index in self.drawn if n > yielded], self.rest)
-        kind = _StatefulInStep if isinstance(restored, torchdata_compat.Stateful) else _InStep
-        return kind(pending, restored)
-
-
-class _InStep:
-    """Draws from ``pending``; advances ``restored`` (torchdata's own resumed sampler iterator,
-    a new pass that only fast-forwards to the same count) in step, so that its state, which a
-    ``state_dict()`` saves, counts what was drawn."""
-
-    def __init__(self, pending: Any, restored: Any) -> None:
-        self.pending, self.restored = pending, restored
-
-    def __iter__(self) -> Any:
-        return self
-
-    def __next__(self) -> Any:
-        index = next(self.pending)
-        try:
-            next(self.restored)
-        except StopIteration:  # the same pass: both end together, or the restored one first
-            pass
-        return index
-
-
-class _StatefulInStep(_InStep):
-    def state_dict(self) -> Any:
-        return self.restored.state_dict()
-
-    def load_state_dict(self, state: Any) -> None:
-        self.restored.load_state_dict(state)
-
-
 def _resume_point(ref: weakref.ref[SupervisedStatefulIter]) -> tuple[Any, SamplerTail]:
     """Where a stopped stateful pool goes on: torchdata's state at the last batch delivered,
     and its sampler's tail."""
@@ -253,4 +212,4 @@ def _successor(plan: Successor) -> SupervisedStatefulIter:
     return SupervisedStatefulIter(plan.snapshot, state, plan.supervision, plan.respawns, tail)
 
 
-__all__ = ["SamplerTail", "StatefulDataLoader", "SupervisedStateful", "SupervisedStatefulIter"]
+__all__ = ["StatefulDataLoader", "SupervisedStateful", "SupervisedStatefulIter"]

@@ -84,7 +84,7 @@ class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
                 self._ld_sup.backoff.epoch_finished()
             self._ld_sup.tell_watchers("epoch-end")
             raise
-        except Exception as error:
+        except Exception as error:  # the user's dataset in this process: any exception
             notes = list(getattr(error, "__notes__", []))
             tags = read_tags("\n".join(notes))
             if not tags:

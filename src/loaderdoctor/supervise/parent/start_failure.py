@@ -110,7 +110,7 @@ def unpicklable_parts(loader: Any) -> list[str]:
             continue
         try:
             ForkingPickler.dumps(value)
-        except Exception as error:
+        except Exception as error:  # a user's __reduce__ may raise anything: each names a part
             parts.append(f"{name} ({type(error).__name__}: {error})")
     return parts
 

@@ -90,7 +90,7 @@ class WorkerWatch:
                 pass
             except HalfMessage:
                 raise
-            except Exception as error:
+            except Exception as error:  # unpickling a batch runs the user's classes: any error
                 receive_error = error
             if receive_error is not None:
                 # Outside the except block: the verdict must not arrive chained under the

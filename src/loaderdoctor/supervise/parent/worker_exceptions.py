@@ -33,7 +33,7 @@ def build_exception(exc_type: type[BaseException], message: str) -> BaseExceptio
     if getattr(exc_type, "message", None):
         try:
             return exc_type(message=message)  # type: ignore[call-arg]
-        except Exception:
+        except Exception:  # the user's exception class may refuse its own message
             return LoaderError(message)
     try:
         return exc_type(message)
