@@ -17,7 +17,14 @@ from conftest import run_python
 from loaderdoctor.forensics import CAUSES
 from loaderdoctor.forensics.explain import explain_lines, explain_text
 from loaderdoctor.forensics.log_messages import MAX_LINE, read_log_lines
-from loaderdoctor.forensics.symptoms import FRAME_TAGS, PAGING_TEXTS, PRIORS, SYMPTOMS, TELLS
+from loaderdoctor.forensics.symptoms import (
+    CTRL_C,
+    FRAME_TAGS,
+    PAGING_TEXTS,
+    PRIORS,
+    SYMPTOMS,
+    TELLS,
+)
 from loaderdoctor.report.explain import format_json, format_text
 
 KILLED = "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed."
@@ -248,11 +255,11 @@ def test_json_lists_the_matched_lines_per_cause() -> None:
 
 
 def test_every_row_names_catalog_causes_and_compiles() -> None:
-    tags = {tag.tag for tag in FRAME_TAGS}
+    tags = {tag.tag for tag in FRAME_TAGS} | {CTRL_C}
     for symptom in SYMPTOMS:
         re.compile(symptom.pattern)
         assert symptom.causes and all(cause in CAUSES for cause, _ in symptom.causes), symptom.id
-        assert symptom.where in {"error", "text"}, symptom.id
+        assert symptom.where in {"error", "text", "cut"}, symptom.id
         assert not symptom.needs or symptom.needs in tags, symptom.id
         # A text row names the words that let the per-line filter keep its lines.
         assert (symptom.where == "text") == bool(symptom.words), symptom.id

@@ -22,12 +22,15 @@ RERUN = "Rerun it under `loaderdoctor run -- COMMAND`: the report names the caus
 SCRIPT = "SCRIPT"  # replaced by the script the log names, or by `your_script.py`
 UNKNOWN_SCRIPT = "your_script.py"
 TINY_PID = 1000  # below this, a worker's pid means a PID namespace: a container
+CTRL_C = "ctrl-c"  # a tag of a traceback echoed after `^C`, as a terminal shows Ctrl-C
 
 
 @dataclass(frozen=True)
 class Symptom:
     id: str
-    where: str  # "error": an error's text, anchored; "text": any line but frames and source
+    # "error": an error's text, anchored; "text": any line but frames and source; "cut": the
+    # innermost frame of a traceback that stops before its error line (a paste cut short)
+    where: str
     pattern: str  # a regular expression, case-insensitive, ^ and $ per line
     causes: tuple[tuple[str, float], ...]  # (cause id, weight 0..1)
     note: str
@@ -46,6 +49,10 @@ class FrameTag:
     tag: str
     pattern: str  # matched against "path :: function :: source" of one frame
     stage: bool  # a DataLoader stage: only the innermost stage frame of a traceback counts
+    # Counts only in a worker's own traceback ("Original Traceback", a `_worker_loop` frame) and
+    # only when no other stage does: `__iter__` is a stream's stage there, and the main
+    # process's loop (tqdm, the DataLoader's own `__iter__`) everywhere else.
+    worker_fallback: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,11 +67,14 @@ FRAME_TAGS: tuple[FrameTag, ...] = (
     FrameTag("getitem", r":: __getitems?__ ::|self\.dataset\[|self\.dataset\.__getitems__", True),
     FrameTag("collate", r":: \w*collate\w* ::|[\\/]collate\.py ::|self\.collate_fn\(", True),
     FrameTag("init", r":: \w*(?:worker_init\w*|seed_worker) ::|init_fn\(worker_id\)", True),
+    FrameTag("stream", r"next\(self\.dataset_iter\)|self\.dataset_iter = iter\(", True),
+    FrameTag("stream", r":: __(?:iter|next)__ ::", True, worker_fallback=True),
     FrameTag("loaderdoctor", r"[\\/]loaderdoctor[\\/]", True),
     FrameTag("spawn-unpickle", r"pickle\.load\(from_parent\)|_ForkingPickler\.loads\(", False),
     FrameTag("semlock", r"synchronize\.py :: __init__|SemLock|:: (?:Queue|SimpleQueue) ::", False),
     FrameTag("feeder", r"queues\.py :: _feed ::", False),
     FrameTag("waiting", r":: _try_get_(?:data|batch) ::|data_queue\.get\(", False),
+    FrameTag("sharer", r"resource_sharer\.py|:: rebuild_storage_fd ::", False),
     FrameTag("fork", r"popen_fork\.py|os\.fork\(\)", False),
 )
 
@@ -101,9 +111,21 @@ SYMPTOMS: tuple[Symptom, ...] = (
         words=("memory", "kill", "oom", "oomkilled"),
     ),
     Symptom(
+        "scheduler-oom",
+        "text",
+        r"^srun: error: .*\bOut Of Memory\b|\bTERM_MEMLIMIT\b|PBS: job killed: (?:v?mem|pvmem)"
+        r"|\bExceeded (?:job )?memory limit\b|exceeded (?:its |the )?memory limit"
+        r"|killed by the cgroup out-of-memory handler",
+        (("oom-killed", 0.9),),
+        "The batch scheduler (Slurm, LSF, PBS) killed the job for going over its memory limit: "
+        "the workers' memory counts against the job's.",
+        words=("srun", "memlimit", "pbs", "exceeded", "handler"),
+    ),
+    Symptom(
         "shell-killed",
         "text",
-        r"^\s*(?:Killed|已杀死|已終止)\s*$|^\S*\s*Signal 9 \(SIGKILL\) received|exit code:? 137\b",
+        r"^\s*(?:Killed|已杀死|已終止)\s*$|^\S*\s*Signal 9 \(SIGKILL\) received|exit code:? 137\b"
+        r"|exited with (?:exit )?code 137\b|Exited \(137\)|exit status 137\b",
         (("oom-killed", 0.6), ("killed-by-signal", 0.35)),
         "The shell or the launcher reports the process killed by SIGKILL (exit status 137).",
         words=("killed", "sigkill", "code"),
@@ -289,6 +311,41 @@ SYMPTOMS: tuple[Symptom, ...] = (
         needs="loaderdoctor",
     ),
     Symptom(
+        "in-stream",
+        "error",
+        r"",
+        (("sample-error", 0.75),),
+        "Raised while an IterableDataset produced its next item (the stream's `__iter__`): a "
+        "sample error, named by its position in the worker's stream.",
+        needs="stream",
+    ),
+    Symptom(
+        "collate-none",
+        "error",
+        r"NoneType|\bNone\b",
+        (("collate-error", 0.85),),
+        "A sample of this batch is None: `__getitem__` returned None (often from an except "
+        "branch or a missing return) and the collate step cannot merge it.",
+        needs="collate",
+    ),
+    Symptom(
+        "collate-found-none",
+        "error",
+        ERR + r"TypeError: default_collate: batch must contain .*NoneType",
+        (("collate-error", 0.85),),
+        "default_collate found None where a sample should be: `__getitem__` returned None.",
+    ),
+    Symptom(
+        "sharer-gone",
+        "error",
+        ERR + r"(?:FileNotFoundError|ConnectionRefusedError|ConnectionResetError)\b",
+        (("worker-exit", 0.7), ("oom-killed", 0.25)),
+        "The worker that sent this batch was gone when the main process came for its file "
+        "descriptors: it ended without an error torch could see (sys.exit(0) or os._exit(0) in "
+        "the worker prints nothing; a kill by a signal would have been named).",
+        needs="sharer",
+    ),
+    Symptom(
         "bad-image",
         "error",
         ERR + r"(?:OSError|IOError|UnidentifiedImageError|DecompressionBombError|SyntaxError"
@@ -402,6 +459,25 @@ SYMPTOMS: tuple[Symptom, ...] = (
         (("worker-hang", 0.7),),
         "Interrupted while the main process waited for a batch: no worker delivered one.",
         needs="waiting",
+    ),
+    Symptom(
+        "cut-after-ctrl-c",
+        "cut",
+        r":: _try_get_(?:data|batch) ::|data_queue\.get\(|:: (?:recv_bytes|_recv_bytes|_recv|recv"
+        r"|get|wait|poll|_poll|select|acquire) ::",
+        (("worker-hang", 0.7),),
+        "Ctrl-C on a run waiting for its next batch (the paste stops before KeyboardInterrupt): "
+        "no worker delivered one.",
+        needs=CTRL_C,
+    ),
+    Symptom(
+        "cut-while-waiting",
+        "cut",
+        r":: _try_get_(?:data|batch) ::|data_queue\.get\(|:: (?:recv_bytes|_recv_bytes|_recv"
+        r"|wait) ::",
+        (("worker-hang", 0.4),),
+        "The paste stops inside the main process's wait for a batch, before the error: a stuck "
+        "worker, unless the lines after it name another cause.",
     ),
     # macOS.
     Symptom(
