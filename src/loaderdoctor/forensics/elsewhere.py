@@ -41,7 +41,7 @@ ELSEWHERE: tuple[Elsewhere, ...] = (
         ("device", "cuda"),
     ),
     Elsewhere(
-        "illegal-memory-access",
+        "cuda-kernel",
         r"an illegal memory access was encountered|CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR)"
         r"|no kernel image is available for execution",
         "a CUDA kernel failure on the GPU (an illegal access, a cuDNN failure, or a build "

@@ -29,7 +29,7 @@ PREFIX = re.compile(
 )
 TRACEBACK = re.compile(r"^\s*(?:\^C)?(?:Original )?Traceback \(most recent call last\):\s*$")
 ERROR = re.compile(
-    r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Bomb\w*)"
+    r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Bomb\w*|Iteration)"
     r"(?::|\s*$)|^\s*(?:[A-Za-z_]\w*\.)+error:"  # struct.error, socket.error
 )
 FRAMES = (

@@ -125,10 +125,10 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "shell-killed",
         "text",
         r"^\s*(?:Killed|已杀死|已終止)\s*$|^\S*\s*Signal 9 \(SIGKILL\) received|exit code:? 137\b"
-        r"|exited with (?:exit )?code 137\b|Exited \(137\)|exit status 137\b",
+        r"|exited with (?:exit )?code 137\b|Exited \(137\)|(?:exit|status) (?:status|code) 137\b",
         (("oom-killed", 0.6), ("killed-by-signal", 0.35)),
         "The shell or the launcher reports the process killed by SIGKILL (exit status 137).",
-        words=("killed", "sigkill", "code"),
+        words=("killed", "sigkill", "code", "exited", "status"),
     ),
     Symptom(
         "shm-bus-error",
@@ -523,6 +523,14 @@ SYMPTOMS: tuple[Symptom, ...] = (
             "stopped",
             "never",
         ),
+    ),
+    Symptom(
+        "prose-oom",
+        "text",
+        r"(?<![/\w-])oom[- ]?killer\b|\bkilled by (?:the )?oom\b",
+        (("oom-killed", 0.6),),
+        "The report says the OOM killer acted (a message the paste does not show).",
+        words=("oom",),
     ),
     Symptom(
         "prose-silent",
