@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -99,8 +100,8 @@ def test_a_ctrl_c_paste_cut_in_the_wait_is_a_partial_hang() -> None:
         "     - Rerun it under `loaderdoctor run -- COMMAND`: the report names the cause and the "
         "sample.",
         "   more: loaderdoctor explain --cause worker-hang",
-        "partial: the log stops inside a traceback at line 7, before its error line; the causes "
-        "above are what the lines before it support.",
+        "partial: the log stops inside a traceback at line 7, before its error line: the answer "
+        "above is what the lines before it support.",
         "  to settle it: paste the lines after line 7 (`buf = self._recv_bytes(maxlength)`): the "
         "error line that ends this traceback decides",
     ]
@@ -134,10 +135,23 @@ def test_a_worker_that_exits_zero_is_read_from_stock_torchs_log() -> None:
     log = (FIXTURES / "corpus" / "stock-worker-sys-exit.log").read_text().split("# ---\n")[1]
     guesses = explain_text(log).causes
     assert [(g.cause, g.likelihood) for g in guesses] == [
-        ("worker-exit", 0.7),
+        ("worker-exit", 0.6),
         ("oom-killed", 0.25),
     ]
     assert guesses[0].lines[0].line == "FileNotFoundError: [Errno 2] No such file or directory"
+
+
+def test_a_timed_out_wait_for_a_gone_worker_points_at_its_own_exit_on_posix_only() -> None:
+    log = (FIXTURES / "corpus" / "stock-worker-sys-exit-queue-empty.log").read_text()
+    body = log.split("# ---\n")[1]
+    assert [(g.cause, g.likelihood) for g in explain_text(body).causes][:2] == [
+        ("worker-exit", 0.56),
+        ("oom-killed", 0.35),
+    ]
+    # Windows has no SIGCHLD: every worker death reads this way there, so the path decides.
+    windows = re.sub(r'File "/\S+/', r'File "C:\\Python311\\Lib\\', body)
+    assert "C:\\Python311" in windows
+    assert top(windows)[:3] == ["oom-killed", "shm-exhausted", "native-crash"]
 
 
 def test_a_none_sample_is_named_in_a_collate_error() -> None:

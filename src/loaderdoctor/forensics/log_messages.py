@@ -29,8 +29,9 @@ PREFIX = re.compile(
 )
 TRACEBACK = re.compile(r"^\s*(?:\^C)?(?:Original )?Traceback \(most recent call last\):\s*$")
 ERROR = re.compile(
-    r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Bomb\w*|Iteration)"
-    r"(?::|\s*$)|^\s*(?:[A-Za-z_]\w*\.)+error:"  # struct.error, socket.error
+    r"^\s*(?:(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Bomb\w*"
+    r"|Iteration)|_?queue\.(?:Empty|Full))(?::|\s*$)"
+    r"|^\s*(?:[A-Za-z_]\w*\.)+error:"  # struct.error, socket.error
 )
 FRAMES = (
     re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)'),  # CPython

@@ -75,6 +75,9 @@ FRAME_TAGS: tuple[FrameTag, ...] = (
     FrameTag("feeder", r"queues\.py :: _feed ::", False),
     FrameTag("waiting", r":: _try_get_(?:data|batch) ::|data_queue\.get\(", False),
     FrameTag("sharer", r"resource_sharer\.py|:: rebuild_storage_fd ::", False),
+    # torch's wait for a batch, on a POSIX path: there a worker killed by a signal, or exiting
+    # with a status other than 0, is named by the SIGCHLD handler before the queue times out.
+    FrameTag("posix-wait", r"^/\S* :: _try_get_data ::", False),
     FrameTag("fork", r"popen_fork\.py|os\.fork\(\)", False),
 )
 
@@ -339,7 +342,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "sharer-gone",
         "error",
         ERR + r"(?:FileNotFoundError|ConnectionRefusedError|ConnectionResetError)\b",
-        (("worker-exit", 0.7), ("oom-killed", 0.25)),
+        (("worker-exit", 0.6), ("oom-killed", 0.25)),
         "The worker that sent this batch was gone when the main process came for its file "
         "descriptors: it ended without an error torch could see (sys.exit(0) or os._exit(0) in "
         "the worker prints nothing; a kill by a signal would have been named).",
@@ -459,6 +462,16 @@ SYMPTOMS: tuple[Symptom, ...] = (
         (("worker-hang", 0.7),),
         "Interrupted while the main process waited for a batch: no worker delivered one.",
         needs="waiting",
+    ),
+    Symptom(
+        "empty-queue-exit",
+        "error",
+        r"^\s*_?queue\.Empty\s*$",
+        (("worker-exit", 0.45),),
+        "The main process's wait for a batch timed out and found the worker gone, with no signal "
+        "and no exit status named: the worker ended itself with status 0 (sys.exit(0), "
+        "os._exit(0)), or the loader ran outside the main thread, where torch sees no signal.",
+        needs="posix-wait",
     ),
     Symptom(
         "cut-after-ctrl-c",

@@ -75,7 +75,7 @@ def _partial(explanation: Explanation) -> list[str]:
         return []
     return [
         f"partial: the log stops inside a traceback at line {partial.line_number}, before its "
-        "error line; the causes above are what the lines before it support.",
+        "error line: the answer above is what the lines before it support.",
         f"  to settle it: {partial.settle}",
     ]
 
