@@ -85,6 +85,28 @@ def test_a_container_or_ide_exit_status_137_is_a_sigkill(line: str) -> None:
     assert top(line) == ["oom-killed", "killed-by-signal"]
 
 
+@pytest.mark.parametrize(
+    ("line", "causes"),
+    [
+        ("段错误 (核心已转储)", ["native-crash"]),
+        ("Speicherzugriffsfehler (Speicherabzug geschrieben)", ["native-crash"]),
+        ("Erreur de segmentation (core dumped)", ["native-crash"]),
+        ("セグメンテーション違反です (コアダンプ)", ["native-crash"]),
+        ("总线错误 (核心已转储)", ["shm-exhausted", "native-crash"]),
+        ("Bus-Zugriffsfehler (Speicherabzug geschrieben)", ["shm-exhausted", "native-crash"]),
+        ("已杀死", ["oom-killed", "killed-by-signal"]),
+        ("Getötet", ["oom-killed", "killed-by-signal"]),
+        (
+            "/bin/bash: line 27:   318 Killed                  sh start.sh",
+            ["oom-killed", "killed-by-signal"],
+        ),
+        ("好像设置num_worker就会抛出double free的错误", ["native-crash"]),
+    ],
+)
+def test_the_shells_words_for_a_signal_in_other_languages(line: str, causes: list[str]) -> None:
+    assert top(line) == causes
+
+
 def test_a_ctrl_c_paste_cut_in_the_wait_is_a_partial_hang() -> None:
     assert format_text(explain_text(CTRL_C_IN_THE_WAIT)).splitlines() == [
         "loaderdoctor explain: most likely causes, from the message alone (partial: the log is "

@@ -94,6 +94,40 @@ PAGING_TEXTS = (  # WinError 1455 in Windows' display languages: the message oft
     "arquivo de paginação é muito pequeno",
 )
 
+# The shell's words for a signal (glibc's strsignal, in the user's locale), as a job or a script
+# that died of it prints them: the English text and its common translations.
+KILLED_TEXTS = ("Killed", "已杀死", "已終止", "Getötet", "Processus arrêté", "強制終了", "Убито")
+SEGV_TEXTS = (
+    "Segmentation fault",
+    "段错误",
+    "程式記憶體區段錯誤",
+    "Speicherzugriffsfehler",
+    "Erreur de segmentation",
+    "Violación de segmento",
+    "セグメンテーション違反です",
+    "Ошибка сегментирования",
+    "Falha de segmentação",
+)
+BUS_TEXTS = (
+    "Bus error",
+    "总线错误",
+    "匯流排錯誤",
+    "Bus-Zugriffsfehler",
+    "Erreur du bus",
+    "Error del bus",
+    "バスエラー",
+    "Ошибка шины",
+    "Erro de barramento",
+)
+CORE = r"(?:\s*\([^)]*\))?"  # "(core dumped)", "(核心已转储)", "(Speicherabzug geschrieben)"
+
+
+def shell_line(texts: tuple[str, ...]) -> str:
+    """A line that is the signal's text alone, or a shell's job line naming it."""
+    names = "|".join(texts)
+    return rf"^\s*(?:{names}){CORE}\s*$|^(?:.*: line \d+: +)?\d+ +(?:{names})\b"
+
+
 SYMPTOMS: tuple[Symptom, ...] = (
     # Signals, as torch's main process reports them.
     Symptom(
@@ -127,7 +161,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
     Symptom(
         "shell-killed",
         "text",
-        r"^\s*(?:Killed|已杀死|已終止)\s*$|^\S*\s*Signal 9 \(SIGKILL\) received|exit code:? 137\b"
+        shell_line(KILLED_TEXTS) + r"|^\S*\s*Signal 9 \(SIGKILL\) received|exit code:? 137\b"
         r"|exited with (?:exit )?code 137\b|Exited \(137\)|(?:exit|status) (?:status|code) 137\b",
         (("oom-killed", 0.6), ("killed-by-signal", 0.35)),
         "The shell or the launcher reports the process killed by SIGKILL (exit status 137).",
@@ -145,11 +179,10 @@ SYMPTOMS: tuple[Symptom, ...] = (
     Symptom(
         "bus-error",
         "text",
-        r"killed by signal: Bus error|^\s*Bus error(?: \(core dumped\))?\s*$"
-        r"|Fatal Python error: Bus error",
+        r"killed by signal: Bus error|Fatal Python error: Bus error|" + shell_line(BUS_TEXTS),
         (("shm-exhausted", 0.8), ("native-crash", 0.2)),
         "SIGBUS: almost always a full /dev/shm; rarely a crash in native code.",
-        words=("bus",),
+        words=("bus", "zugriffsfehler"),
     ),
     Symptom(
         "shm-enospc",
@@ -181,10 +214,10 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "segfault",
         "text",
         r"killed by signal: Segmentation fault|segmentation fault encountered in worker"
-        r"|^\s*Segmentation fault(?: \(core dumped\))?\s*$|Fatal Python error: Segmentation fault",
+        r"|Fatal Python error: Segmentation fault|" + shell_line(SEGV_TEXTS),
         (("native-crash", 0.85),),
         "A crash in native code (a decoder, an extension, a library not fork-safe).",
-        words=("segmentation",),
+        words=("segmentation", "speicherzugriffsfehler"),
     ),
     Symptom(
         "abort",
@@ -540,10 +573,20 @@ SYMPTOMS: tuple[Symptom, ...] = (
     Symptom(
         "prose-oom",
         "text",
-        r"(?<![/\w-])oom[- ]?killer\b|\bkilled by (?:the )?oom\b",
+        r"(?<![/A-Za-z0-9_-])oom[- ]?killer(?![A-Za-z0-9_])|\bkilled by (?:the )?oom\b",
         (("oom-killed", 0.6),),
         "The report says the OOM killer acted (a message the paste does not show).",
         words=("oom",),
+    ),
+    Symptom(
+        "prose-native",
+        "text",
+        # ASCII word edges: a CJK sentence runs straight into "double free"
+        r"(?<![/A-Za-z0-9_-])(?:double free|segfault|segmentation fault)(?![A-Za-z0-9_])"
+        r"|段错误|段錯誤",
+        (("native-crash", 0.6),),
+        "The report names a crash in native code (a message the paste does not show).",
+        words=("double", "segfault", "segmentation"),
     ),
     Symptom(
         "prose-silent",
