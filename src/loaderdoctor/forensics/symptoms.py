@@ -194,6 +194,15 @@ SYMPTOMS: tuple[Symptom, ...] = (
         words=("unable", "space"),
     ),
     Symptom(
+        "shm-open-failed",
+        "text",
+        r"unable to open shared memory object <?/?torch_",
+        (("shm-exhausted", 0.6), ("fd-exhausted", 0.45)),
+        "shm_open failed for a batch's shared memory: /dev/shm is full or the process is out of "
+        "file descriptors (the errno, where torch prints it, says which).",
+        words=("unable",),
+    ),
+    Symptom(
         "semlock-enospc",
         "error",
         ERR + r"OSError: \[Errno 28\]|No space left on device",
