@@ -196,7 +196,8 @@ SYMPTOMS: tuple[Symptom, ...] = (
     Symptom(
         "shm-open-failed",
         "text",
-        r"unable to open shared memory object <?/?torch_",
+        # Without torch's errno: with one, "Too many open files (24)" or "(28)" decides alone.
+        r"unable to open shared memory object <?/?torch_\S* in read-write mode(?!.*\(\d+\))",
         (("shm-exhausted", 0.6), ("fd-exhausted", 0.45)),
         "shm_open failed for a batch's shared memory: /dev/shm is full or the process is out of "
         "file descriptors (the errno, where torch prints it, says which).",
