@@ -129,6 +129,17 @@ def test_a_ctrl_c_paste_cut_in_the_wait_is_a_partial_hang() -> None:
     ]
 
 
+def test_json_says_where_a_cut_paste_stops() -> None:
+    data = json.loads(format_json(explain_text(CTRL_C_IN_THE_WAIT)))
+    assert data["partial"] == {
+        "line_number": 7,
+        "line": "buf = self._recv_bytes(maxlength)",
+        "settle": "paste the lines after line 7 (`buf = self._recv_bytes(maxlength)`): the error "
+        "line that ends this traceback decides",
+    }
+    assert json.loads(format_json(explain_text(KILLED)))["partial"] is None
+
+
 def test_a_cut_paste_without_ctrl_c_is_a_weaker_hang() -> None:
     cut = CTRL_C_IN_THE_WAIT.removeprefix("^C")
     guesses = explain_text(cut).causes
