@@ -79,6 +79,7 @@ FRAME_TAGS: tuple[FrameTag, ...] = (
     # with a status other than 0, is named by the SIGCHLD handler before the queue times out.
     FrameTag("posix-wait", r"^/\S* :: _try_get_data ::", False),
     FrameTag("fork", r"popen_fork\.py|os\.fork\(\)", False),
+    FrameTag("rerun-main", r":: _fixup_main_from_(?:path|name) ::", False),
 )
 
 PAGING_TEXTS = (  # WinError 1455 in Windows' display languages: the message often has no code
@@ -534,6 +535,15 @@ SYMPTOMS: tuple[Symptom, ...] = (
         (("worker-hang", 0.4),),
         "The paste stops inside the main process's wait for a batch, before the error: a stuck "
         "worker, unless the lines after it name another cause.",
+    ),
+    Symptom(
+        "cut-rerunning-main",
+        "cut",
+        r"runpy\.py ::|:: _fixup_main_from_(?:path|name) ::|:: <module> ::",
+        (("main-guard-missing", 0.5),),
+        "The paste stops while a spawned worker re-runs the script's top level (Windows, macOS): "
+        "without a main guard that code starts the workers again; the error line below it says.",
+        needs="rerun-main",
     ),
     # macOS.
     Symptom(
