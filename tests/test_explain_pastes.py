@@ -79,6 +79,8 @@ def test_a_schedulers_memory_kill_is_an_oom_kill(line: str) -> None:
         "4f2a           train   Exited (137) 2 minutes ago   trainer",
         "Training task exit with status code 137",
         "Process finished with exit code 137 (interrupted by signal 9: SIGKILL)",
+        "ERROR: Service 'web' failed to build : The command '/bin/sh -c pip3 install -r "
+        "requirements.txt' returned a non-zero code: 137",
     ],
 )
 def test_a_container_or_ide_exit_status_137_is_a_sigkill(line: str) -> None:

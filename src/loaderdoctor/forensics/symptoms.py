@@ -163,7 +163,8 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "shell-killed",
         "text",
         shell_line(KILLED_TEXTS) + r"|^\S*\s*Signal 9 \(SIGKILL\) received|exit code:? 137\b"
-        r"|exited with (?:exit )?code 137\b|Exited \(137\)|(?:exit|status) (?:status|code) 137\b",
+        r"|exited with (?:exit )?code 137\b|Exited \(137\)|(?:exit|status) (?:status|code) 137\b"
+        r"|returned a non-zero code: 137\b",
         (("oom-killed", 0.6), ("killed-by-signal", 0.35)),
         "The shell or the launcher reports the process killed by SIGKILL (exit status 137).",
         words=("killed", "sigkill", "code", "exited", "status"),
