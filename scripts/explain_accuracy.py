@@ -71,6 +71,11 @@ def _share(cases: list[Scored], rank: int) -> float:
     return sum(case.right_within(rank) for case in cases) / len(cases) if cases else 1.0
 
 
+def _count(cases: list[Scored], rank: int, label: str) -> str:
+    right = sum(case.right_within(rank) for case in cases)
+    return f"{label} {right}/{len(cases)} ({_share(cases, rank):.0%})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--misses", action="store_true", help="list the cases not named first")
@@ -82,15 +87,13 @@ def main() -> int:
         ("all", {"yes", "no"}),
     ):
         cases = [case for case in scored if case.meta["held-out"] in held]
-        top1 = sum(case.right_within(1) for case in cases)
-        top3 = sum(case.right_within(3) for case in cases)
         print(
-            f"{label:>24}: {len(cases):3} cases, top-1 {top1}/{len(cases)}, top-3 {top3}/{len(cases)}"
+            f"{label:>24}: {len(cases):3} cases, {_count(cases, 1, 'top-1')}, {_count(cases, 3, 'top-3')}"
         )
     controls = [case for case in scored if case.control]
-    hits = sum(case.right_within(1) for case in controls)
     print(
-        f"{'controls':>24}: {len(controls):3} cases, named as not a DataLoader failure {hits}/{len(controls)}"
+        f"{'controls':>24}: {len(controls):3} cases, "
+        f"{_count(controls, 1, 'named as not a DataLoader failure')}"
     )
     if options.misses:
         for case in scored:
