@@ -1,20 +1,42 @@
 """Top-1 and top-3 accuracy of ``loaderdoctor explain`` on its corpus of public log shapes.
 
 Run: ``python scripts/explain_accuracy.py [--misses]``. Reads tests/fixtures/explain/corpus (one
-file per case: a header of ``# key: value`` lines up to ``# ---``, naming the source thread, the
-established cause and whether the case was held out while the rules were written) and prints the
-accuracy for the held-out cases, the others, and all of them.
+file per case: a header of ``# key: value`` lines up to ``# ---``, naming the source thread (or
+the stock-torch run that printed it), the established cause and whether the case was held out
+while the rules were written) and prints the accuracy for the held-out cases, the others, and
+all of them. A control (``cause: none``, ``control: KIND``) is a log that shows no DataLoader
+failure: it is right when explain names no cause and names KIND as what failed instead
+(forensics/elsewhere.py); controls count in top-1 and top-3 as well.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from loaderdoctor.forensics.explain import explain_text
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "explain" / "corpus"
+NO_CAUSE = "none"
+
+
+@dataclass(frozen=True)
+class Scored:
+    name: str
+    meta: dict[str, str]
+    causes: list[str]  # as explain ranks them
+    elsewhere: list[str]  # the kinds of failure it names that are not the DataLoader's
+
+    @property
+    def control(self) -> bool:
+        return self.meta["cause"] == NO_CAUSE
+
+    def right_within(self, rank: int) -> bool:
+        if self.control:
+            return not self.causes and self.elsewhere[:1] == [self.meta["control"]]
+        return self.meta["cause"] in self.causes[:rank]
 
 
 def load_corpus() -> list[tuple[str, dict[str, str], str]]:
@@ -26,29 +48,60 @@ def load_corpus() -> list[tuple[str, dict[str, str], str]]:
     return cases
 
 
+def score_corpus() -> list[Scored]:
+    scored = []
+    for name, meta, body in load_corpus():
+        explanation = explain_text(body)
+        causes = [guess.cause for guess in explanation.causes]
+        scored.append(Scored(name, meta, causes, [o.kind for o in explanation.elsewhere]))
+    return scored
+
+
+def rates(scored: list[Scored]) -> dict[str, float]:
+    """Top-1, top-3 and the control hit rate, each 0..1 (1.0 for an empty set)."""
+    controls = [case for case in scored if case.control]
+    return {
+        "top1": _share(scored, 1),
+        "top3": _share(scored, 3),
+        "controls": _share(controls, 1),
+    }
+
+
+def _share(cases: list[Scored], rank: int) -> float:
+    return sum(case.right_within(rank) for case in cases) / len(cases) if cases else 1.0
+
+
+def _count(cases: list[Scored], rank: int, label: str) -> str:
+    right = sum(case.right_within(rank) for case in cases)
+    return f"{label} {right}/{len(cases)} ({_share(cases, rank):.0%})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--misses", action="store_true", help="list the cases not named first")
     options = parser.parse_args()
-    ranked = [
-        (name, meta, [g.cause for g in explain_text(body).causes])
-        for name, meta, body in load_corpus()
-    ]
+    scored = score_corpus()
     for label, held in (
         ("held out", {"yes"}),
         ("written with the rules", {"no"}),
         ("all", {"yes", "no"}),
     ):
-        cases = [(meta["cause"], causes) for _, meta, causes in ranked if meta["held-out"] in held]
-        top1 = sum(causes[:1] == [cause] for cause, causes in cases)
-        top3 = sum(cause in causes[:3] for cause, causes in cases)
+        cases = [case for case in scored if case.meta["held-out"] in held]
         print(
-            f"{label:>24}: {len(cases):3} cases, top-1 {top1}/{len(cases)}, top-3 {top3}/{len(cases)}"
+            f"{label:>24}: {len(cases):3} cases, {_count(cases, 1, 'top-1')}, {_count(cases, 3, 'top-3')}"
         )
+    controls = [case for case in scored if case.control]
+    print(
+        f"{'controls':>24}: {len(controls):3} cases, "
+        f"{_count(controls, 1, 'named as not a DataLoader failure')}"
+    )
     if options.misses:
-        for name, meta, causes in ranked:
-            if causes[:1] != [meta["cause"]]:
-                print(f"  miss: {name}: expected {meta['cause']}, got {causes[:3]}")
+        for case in scored:
+            if not case.right_within(1):
+                expected = case.meta.get("control", case.meta["cause"])
+                print(
+                    f"  miss: {case.name}: expected {expected}, got {case.causes[:3] or case.elsewhere}"
+                )
     return 0
 
 

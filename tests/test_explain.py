@@ -15,9 +15,17 @@ import pytest
 
 from conftest import run_python
 from loaderdoctor.forensics import CAUSES
+from loaderdoctor.forensics.elsewhere import ELSEWHERE
 from loaderdoctor.forensics.explain import explain_lines, explain_text
 from loaderdoctor.forensics.log_messages import MAX_LINE, read_log_lines
-from loaderdoctor.forensics.symptoms import FRAME_TAGS, PAGING_TEXTS, PRIORS, SYMPTOMS, TELLS
+from loaderdoctor.forensics.symptoms import (
+    CTRL_C,
+    FRAME_TAGS,
+    PAGING_TEXTS,
+    PRIORS,
+    SYMPTOMS,
+    TELLS,
+)
 from loaderdoctor.report.explain import format_json, format_text
 
 KILLED = "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed."
@@ -248,11 +256,11 @@ def test_json_lists_the_matched_lines_per_cause() -> None:
 
 
 def test_every_row_names_catalog_causes_and_compiles() -> None:
-    tags = {tag.tag for tag in FRAME_TAGS}
+    tags = {tag.tag for tag in FRAME_TAGS} | {CTRL_C}
     for symptom in SYMPTOMS:
         re.compile(symptom.pattern)
         assert symptom.causes and all(cause in CAUSES for cause, _ in symptom.causes), symptom.id
-        assert symptom.where in {"error", "text"}, symptom.id
+        assert symptom.where in {"error", "text", "cut"}, symptom.id
         assert not symptom.needs or symptom.needs in tags, symptom.id
         # A text row names the words that let the per-line filter keep its lines.
         assert (symptom.where == "text") == bool(symptom.words), symptom.id
@@ -299,21 +307,32 @@ def _corpus() -> list[tuple[str, dict[str, str], str]]:
 
 @pytest.mark.parametrize(("name", "meta", "body"), _corpus(), ids=[c[0] for c in _corpus()])
 def test_corpus_case_is_named_first(name: str, meta: dict[str, str], body: str) -> None:
-    assert top(body)[:1] == [meta["cause"]]
+    explanation = explain_text(body)
+    if meta["cause"] == "none":  # a control: no DataLoader cause, and what failed instead
+        assert top(body) == []
+        assert [other.kind for other in explanation.elsewhere][:1] == [meta["control"]]
+    else:
+        assert top(body)[:1] == [meta["cause"]]
     # The per-line filter only skips lines no row could match.
-    unfiltered = [g.cause for g in explain_lines(body.splitlines(), prefilter=False).causes]
-    assert top(body) == unfiltered
+    unfiltered = explain_lines(body.splitlines(), prefilter=False)
+    assert top(body) == [g.cause for g in unfiltered.causes]
+    assert explanation.elsewhere == unfiltered.elsewhere
 
 
 def test_corpus_covers_the_shapes_users_paste() -> None:
     cases = _corpus()
-    assert len(cases) >= 40
+    assert len(cases) >= 60
+    kinds = {other.id for other in ELSEWHERE}
     for name, meta, body in cases:
-        assert meta["source"].startswith("https://github.com/"), name
-        assert meta["cause"] in CAUSES and meta["established"] and meta["held-out"] in {"yes", "no"}
+        source = meta["source"]
+        assert source.startswith(("https://github.com/", "stock torch ")), name
+        assert meta["cause"] in CAUSES or meta["control"] in kinds, name
+        assert meta["established"] and meta["held-out"] in {"yes", "no"}
         assert len(body.splitlines()) <= 20, name  # a shape, not a copied log
+    assert sum(meta["cause"] == "none" for _, meta, _ in cases) >= 8
+    assert sum(not body.isascii() for _, _, body in cases) >= 4  # system messages not in English
     platforms = {meta["platform"].split("-")[0] for _, meta, _ in cases}
-    assert {"linux", "windows", "macos", "colab", "slurm"} <= platforms
+    assert {"linux", "windows", "macos", "colab", "slurm", "lsf", "k8s"} <= platforms
     assert sum("container" in meta["platform"] for _, meta, _ in cases) >= 5
     versions = {meta["python"] for _, meta, _ in cases}
     assert {"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14"} <= versions

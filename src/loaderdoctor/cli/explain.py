@@ -20,7 +20,12 @@ The log is read as it streams (a 100 MB log in seconds, in constant memory), UTF
 (PowerShell's `>`). A cause is named from the messages torch, Python and the kernel print, and
 from the traceback's frames (a pattern is never matched in a path or an attribute name alone).
 When the log cannot tell two causes apart, the answer says so and gives the one command that
-decides; the report of `loaderdoctor run -- COMMAND` always can.
+decides; the report of `loaderdoctor run -- COMMAND` always can. A log that stops inside a
+traceback (a paste cut short, a Ctrl-C echoed as ^C) is answered from the lines it has, marked
+partial, with the line after which the rest would settle it. Schedulers' and containers' words
+for a memory kill (Slurm, LSF, PBS, Kubernetes OOMKilled, exit code 137) read as an OOM kill. A
+failure that is not the DataLoader's (a GPU out-of-memory error, a device-side assert) is named
+as such: exit status 1, like a log with no failure.
 
 exit status:
   0  a cause was named (one, or several ranked; "ambiguous" when the log cannot decide)

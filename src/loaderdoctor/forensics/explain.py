@@ -7,6 +7,12 @@ rows pointing at one cause combine as independent evidence (1 - prod(1 - w)). to
 ``exited unexpectedly`` is explained away when another row names a cause at EXPLAINED_AT or more.
 Causes the log cannot tell apart (within AMBIGUITY_MARGIN of the best) are ordered by PRIORS and
 reported as ambiguous, with the one check that decides between them.
+
+Two more facts come back beside the causes. A failure that is not the DataLoader's (a GPU
+out-of-memory error, a device-side assert: forensics/elsewhere.py) is named, so that a log with
+no DataLoader cause says what it shows instead. A log whose last traceback stops before its
+error line (a paste cut short, a Ctrl-C echoed as ``^C``) is marked partial: its causes are what
+the surviving lines support, and the answer names the line after which the rest would settle it.
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from loaderdoctor.forensics.catalog import CAUSES
+from loaderdoctor.forensics.elsewhere import ELSEWHERE, Elsewhere
 from loaderdoctor.forensics.log_messages import Message, MessageSplitter, split_messages
 from loaderdoctor.forensics.symptoms import (
+    CTRL_C,
     FRAME_TAGS,
     NEXT_CHECKS,
     PRIORS,
@@ -64,12 +72,34 @@ class Tie:
 
 
 @dataclass
+class OtherFailure:
+    """A failure the log shows that is not a DataLoader failure (forensics/elsewhere.py)."""
+
+    kind: str
+    title: str
+    line_number: int
+    line: str
+    note: str
+
+
+@dataclass
+class Partial:
+    """The log stops inside a traceback, before the error line that would end it."""
+
+    line_number: int  # the last line of the cut traceback
+    line: str
+    settle: str  # what to paste to decide
+
+
+@dataclass
 class Explanation:
     causes: list[CauseGuess] = field(default_factory=list)
     ambiguous: list[Tie] = field(default_factory=list)  # 2+ causes the log cannot tell apart
     deciding_check: str = ""  # the one command to run first when ambiguous
     script: str = ""  # the user's script, where the log names it
     lines_read: int = 0
+    elsewhere: list[OtherFailure] = field(default_factory=list)  # failures not the loader's
+    partial: Partial | None = None  # set when the log is cut short inside a traceback
 
 
 @dataclass(frozen=True)
@@ -98,10 +128,14 @@ class _Evidence:
 
 ROWS = tuple(_Row(symptom, re.compile(symptom.pattern, FLAGS)) for symptom in SYMPTOMS)
 TAGS = tuple((tag, re.compile(tag.pattern, FLAGS)) for tag in FRAME_TAGS)
+OTHERS = tuple((other, re.compile(other.pattern, FLAGS)) for other in ELSEWHERE)
 # A log line that no "text" row can match is dropped before any regex runs: a 100 MB log of
 # progress lines costs one word split and one set lookup per line.
 WORD = re.compile(r"[a-z]+")
-TRIGGERS = frozenset(word for row in ROWS for word in row.symptom.words)
+TRIGGERS = frozenset(
+    [word for row in ROWS for word in row.symptom.words]
+    + [word for other in ELSEWHERE for word in other.words]
+)
 
 
 def may_match(line: str) -> bool:
@@ -116,27 +150,62 @@ def explain_lines(lines: Iterable[str], prefilter: bool = True) -> Explanation:
     """Every cause the log points at, ranked, with the lines that point at it (streaming)."""
     evidence = _Evidence()
     splitter = MessageSplitter(keep_line=may_match if prefilter else lambda line: True)
+    others: dict[str, OtherFailure] = {}
+    last_traceback: Message | None = None
     for message in split_messages(lines, splitter):
         _score(message, evidence)
+        _note_elsewhere(message, others)
+        if message.frames:
+            last_traceback = message
     script = splitter.script or splitter.command_script
     explanation = Explanation(script=script, lines_read=splitter.lines_read)
     explanation.causes = _rank(evidence, script or UNKNOWN_SCRIPT)
     _mark_ties(explanation, script or UNKNOWN_SCRIPT)
+    explanation.elsewhere = list(others.values())
+    if last_traceback is not None and not last_traceback.error:
+        explanation.partial = _partial(last_traceback)
     return explanation
+
+
+def _note_elsewhere(message: Message, others: dict[str, OtherFailure]) -> None:
+    for other, regex in OTHERS:
+        if other.id in others:
+            continue
+        for number, text in message.texts():
+            if regex.search(text):
+                others[other.id] = _other_failure(other, number, text)
+                break
+
+
+def _other_failure(other: Elsewhere, number: int, text: str) -> OtherFailure:
+    return OtherFailure(other.id, other.title, number, text[:300], other.note)
+
+
+def _partial(message: Message) -> Partial:
+    number, text = message.last
+    return Partial(
+        number,
+        text[:300],
+        f"paste the lines after line {number} (`{text[:80]}`): the error line that ends this "
+        "traceback decides",
+    )
 
 
 def _frame_tags(message: Message) -> tuple[set[str], str]:
     """The tags of the message's frames, and its innermost DataLoader stage ("" if none)."""
-    tags: set[str] = set()
-    stage = ""
+    tags: set[str] = {CTRL_C} if message.interrupted else set()
+    stage = fallback = ""
+    worker = message.worker_side or any(frame.func == "_worker_loop" for frame in message.frames)
     for frame in message.frames:
         text = frame.text()
         for tag, regex in TAGS:
-            if regex.search(text):
+            if (worker or not tag.worker_fallback) and regex.search(text):
                 tags.add(tag.tag)
-                if tag.stage:
+                if tag.worker_fallback:
+                    fallback = tag.tag
+                elif tag.stage:
                     stage = tag.tag
-    return tags, stage
+    return tags, stage or fallback
 
 
 def _score(message: Message, evidence: _Evidence) -> None:
@@ -171,6 +240,12 @@ def _has_tag(needed: str, tags: set[str], stage: str) -> bool:
 
 def _match(row: _Row, message: Message) -> MatchedLine | None:
     symptom = row.symptom
+    if symptom.where == "cut":
+        cut = not message.error and bool(message.frames)
+        if not cut or not row.regex.search(message.frames[-1].text()):
+            return None
+        number, text = message.last
+        return MatchedLine(number, text[:300], symptom.id, symptom.note)
     if symptom.where == "error":
         if not message.error:
             return None

@@ -29,8 +29,9 @@ PREFIX = re.compile(
 )
 TRACEBACK = re.compile(r"^\s*(?:\^C)?(?:Original )?Traceback \(most recent call last\):\s*$")
 ERROR = re.compile(
-    r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Bomb\w*)"
-    r"(?::|\s*$)|^\s*(?:[A-Za-z_]\w*\.)+error:"  # struct.error, socket.error
+    r"^\s*(?:(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Bomb\w*"
+    r"|Iteration)|_?queue\.(?:Empty|Full))(?::|\s*$)"
+    r"|^\s*(?:[A-Za-z_]\w*\.)+error:"  # struct.error, socket.error
 )
 FRAMES = (
     re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)'),  # CPython
@@ -63,6 +64,9 @@ class Message:
     error: list[tuple[int, str]] = field(default_factory=list)  # (line number, text)
     lines: list[tuple[int, str]] = field(default_factory=list)  # a line that is not a traceback
     header: list[tuple[int, str]] = field(default_factory=list)  # "Caught X in DataLoader ..."
+    interrupted: bool = False  # the traceback starts with `^C`: the user pressed Ctrl-C
+    last: tuple[int, str] = (0, "")  # the traceback's last frame or source line kept
+    worker_side: bool = False  # a worker's own traceback: torch's "Original Traceback"
 
     @property
     def error_text(self) -> str:
@@ -138,6 +142,9 @@ class MessageSplitter:
         self.current = Message(number, header=carried)
         if not TRACEBACK.match(line):
             self.current.header.append((number, line.strip()))
+        opening = line.lstrip()
+        self.current.interrupted = opening.startswith("^C")
+        self.current.worker_side = bool(carried) or opening.startswith("Original Traceback")
         self.in_traceback = True
         self.base_indent = _indent(line)
 
@@ -146,6 +153,7 @@ class MessageSplitter:
         frame = parse_frame(line)
         if frame:
             self.current.add_frame(frame)
+            self.current.last = (number, line.strip())
             self._note_script(frame)
         elif ERROR.match(line) and _indent(line) <= self.base_indent:
             self._start_error(number, line)
@@ -153,6 +161,7 @@ class MessageSplitter:
             return
         elif _indent(line) > self.base_indent or IPYTHON_SOURCE.match(line):
             self._add_source(line)
+            self.current.last = (number, line.strip())
         else:  # an unindented line that is no error: the traceback was cut off
             yield from self.flush()
             yield from self._plain_line(number, line)
@@ -196,7 +205,7 @@ class MessageSplitter:
             if command:
                 self.command_script = re.split(r"[\\/]", command.group(1))[-1]
         if frame:  # a traceback pasted without its first line
-            self.current = Message(number)
+            self.current = Message(number, last=(number, line.strip()))
             self.in_traceback = True
             self.base_indent = max(0, _indent(line) - 2)
             self.current.add_frame(frame)

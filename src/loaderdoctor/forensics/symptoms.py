@@ -22,12 +22,15 @@ RERUN = "Rerun it under `loaderdoctor run -- COMMAND`: the report names the caus
 SCRIPT = "SCRIPT"  # replaced by the script the log names, or by `your_script.py`
 UNKNOWN_SCRIPT = "your_script.py"
 TINY_PID = 1000  # below this, a worker's pid means a PID namespace: a container
+CTRL_C = "ctrl-c"  # a tag of a traceback echoed after `^C`, as a terminal shows Ctrl-C
 
 
 @dataclass(frozen=True)
 class Symptom:
     id: str
-    where: str  # "error": an error's text, anchored; "text": any line but frames and source
+    # "error": an error's text, anchored; "text": any line but frames and source; "cut": the
+    # innermost frame of a traceback that stops before its error line (a paste cut short)
+    where: str
     pattern: str  # a regular expression, case-insensitive, ^ and $ per line
     causes: tuple[tuple[str, float], ...]  # (cause id, weight 0..1)
     note: str
@@ -46,6 +49,10 @@ class FrameTag:
     tag: str
     pattern: str  # matched against "path :: function :: source" of one frame
     stage: bool  # a DataLoader stage: only the innermost stage frame of a traceback counts
+    # Counts only in a worker's own traceback ("Original Traceback", a `_worker_loop` frame) and
+    # only when no other stage does: `__iter__` is a stream's stage there, and the main
+    # process's loop (tqdm, the DataLoader's own `__iter__`) everywhere else.
+    worker_fallback: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,12 +67,19 @@ FRAME_TAGS: tuple[FrameTag, ...] = (
     FrameTag("getitem", r":: __getitems?__ ::|self\.dataset\[|self\.dataset\.__getitems__", True),
     FrameTag("collate", r":: \w*collate\w* ::|[\\/]collate\.py ::|self\.collate_fn\(", True),
     FrameTag("init", r":: \w*(?:worker_init\w*|seed_worker) ::|init_fn\(worker_id\)", True),
+    FrameTag("stream", r"next\(self\.dataset_iter\)|self\.dataset_iter = iter\(", True),
+    FrameTag("stream", r":: __(?:iter|next)__ ::", True, worker_fallback=True),
     FrameTag("loaderdoctor", r"[\\/]loaderdoctor[\\/]", True),
     FrameTag("spawn-unpickle", r"pickle\.load\(from_parent\)|_ForkingPickler\.loads\(", False),
     FrameTag("semlock", r"synchronize\.py :: __init__|SemLock|:: (?:Queue|SimpleQueue) ::", False),
     FrameTag("feeder", r"queues\.py :: _feed ::", False),
     FrameTag("waiting", r":: _try_get_(?:data|batch) ::|data_queue\.get\(", False),
+    FrameTag("sharer", r"resource_sharer\.py|:: rebuild_storage_fd ::", False),
+    # torch's wait for a batch, on a POSIX path: there a worker killed by a signal, or exiting
+    # with a status other than 0, is named by the SIGCHLD handler before the queue times out.
+    FrameTag("posix-wait", r"^/\S* :: _try_get_data ::", False),
     FrameTag("fork", r"popen_fork\.py|os\.fork\(\)", False),
+    FrameTag("rerun-main", r":: _fixup_main_from_(?:path|name) ::", False),
 )
 
 PAGING_TEXTS = (  # WinError 1455 in Windows' display languages: the message often has no code
@@ -80,6 +94,40 @@ PAGING_TEXTS = (  # WinError 1455 in Windows' display languages: the message oft
     "Файл подкачки слишком мал",
     "arquivo de paginação é muito pequeno",
 )
+
+# The shell's words for a signal (glibc's strsignal, in the user's locale), as a job or a script
+# that died of it prints them: the English text and its common translations.
+KILLED_TEXTS = ("Killed", "已杀死", "已終止", "Getötet", "Processus arrêté", "強制終了", "Убито")
+SEGV_TEXTS = (
+    "Segmentation fault",
+    "段错误",
+    "程式記憶體區段錯誤",
+    "Speicherzugriffsfehler",
+    "Erreur de segmentation",
+    "Violación de segmento",
+    "セグメンテーション違反です",
+    "Ошибка сегментирования",
+    "Falha de segmentação",
+)
+BUS_TEXTS = (
+    "Bus error",
+    "总线错误",
+    "匯流排錯誤",
+    "Bus-Zugriffsfehler",
+    "Erreur du bus",
+    "Error del bus",
+    "バスエラー",
+    "Ошибка шины",
+    "Erro de barramento",
+)
+CORE = r"(?:\s*\([^)]*\))?"  # "(core dumped)", "(核心已转储)", "(Speicherabzug geschrieben)"
+
+
+def shell_line(texts: tuple[str, ...]) -> str:
+    """A line that is the signal's text alone, or a shell's job line naming it."""
+    names = "|".join(texts)
+    return rf"^\s*(?:{names}){CORE}\s*$|^(?:.*: line \d+: +)?\d+ +(?:{names})\b"
+
 
 SYMPTOMS: tuple[Symptom, ...] = (
     # Signals, as torch's main process reports them.
@@ -101,12 +149,25 @@ SYMPTOMS: tuple[Symptom, ...] = (
         words=("memory", "kill", "oom", "oomkilled"),
     ),
     Symptom(
+        "scheduler-oom",
+        "text",
+        r"^srun: error: .*\bOut Of Memory\b|\bTERM_MEMLIMIT\b|PBS: job killed: (?:v?mem|pvmem)"
+        r"|\bExceeded (?:job )?memory limit\b|exceeded (?:its |the )?memory limit"
+        r"|killed by the cgroup out-of-memory handler",
+        (("oom-killed", 0.9),),
+        "The batch scheduler (Slurm, LSF, PBS) killed the job for going over its memory limit: "
+        "the workers' memory counts against the job's.",
+        words=("srun", "memlimit", "pbs", "exceeded", "handler"),
+    ),
+    Symptom(
         "shell-killed",
         "text",
-        r"^\s*(?:Killed|已杀死|已終止)\s*$|^\S*\s*Signal 9 \(SIGKILL\) received|exit code:? 137\b",
+        shell_line(KILLED_TEXTS) + r"|^\S*\s*Signal 9 \(SIGKILL\) received|exit code:? 137\b"
+        r"|exited with (?:exit )?code 137\b|Exited \(137\)|(?:exit|status) (?:status|code) 137\b"
+        r"|returned a non-zero code: 137\b",
         (("oom-killed", 0.6), ("killed-by-signal", 0.35)),
         "The shell or the launcher reports the process killed by SIGKILL (exit status 137).",
-        words=("killed", "sigkill", "code"),
+        words=("killed", "sigkill", "code", "exited", "status"),
     ),
     Symptom(
         "shm-bus-error",
@@ -120,11 +181,10 @@ SYMPTOMS: tuple[Symptom, ...] = (
     Symptom(
         "bus-error",
         "text",
-        r"killed by signal: Bus error|^\s*Bus error(?: \(core dumped\))?\s*$"
-        r"|Fatal Python error: Bus error",
+        r"killed by signal: Bus error|Fatal Python error: Bus error|" + shell_line(BUS_TEXTS),
         (("shm-exhausted", 0.8), ("native-crash", 0.2)),
         "SIGBUS: almost always a full /dev/shm; rarely a crash in native code.",
-        words=("bus",),
+        words=("bus", "zugriffsfehler"),
     ),
     Symptom(
         "shm-enospc",
@@ -134,6 +194,16 @@ SYMPTOMS: tuple[Symptom, ...] = (
         (("shm-exhausted", 0.9),),
         "torch could not allocate the shared memory of a batch in /dev/shm.",
         words=("unable", "space"),
+    ),
+    Symptom(
+        "shm-open-failed",
+        "text",
+        # Without torch's errno: with one, "Too many open files (24)" or "(28)" decides alone.
+        r"unable to open shared memory object <?/?torch_\S* in read-write mode(?!.*\(\d+\))",
+        (("shm-exhausted", 0.6), ("fd-exhausted", 0.45)),
+        "shm_open failed for a batch's shared memory: /dev/shm is full or the process is out of "
+        "file descriptors (the errno, where torch prints it, says which).",
+        words=("unable",),
     ),
     Symptom(
         "semlock-enospc",
@@ -156,10 +226,10 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "segfault",
         "text",
         r"killed by signal: Segmentation fault|segmentation fault encountered in worker"
-        r"|^\s*Segmentation fault(?: \(core dumped\))?\s*$|Fatal Python error: Segmentation fault",
+        r"|Fatal Python error: Segmentation fault|" + shell_line(SEGV_TEXTS),
         (("native-crash", 0.85),),
         "A crash in native code (a decoder, an extension, a library not fork-safe).",
-        words=("segmentation",),
+        words=("segmentation", "speicherzugriffsfehler"),
     ),
     Symptom(
         "abort",
@@ -289,6 +359,41 @@ SYMPTOMS: tuple[Symptom, ...] = (
         needs="loaderdoctor",
     ),
     Symptom(
+        "in-stream",
+        "error",
+        r"",
+        (("sample-error", 0.75),),
+        "Raised while an IterableDataset produced its next item (the stream's `__iter__`): a "
+        "sample error, named by its position in the worker's stream.",
+        needs="stream",
+    ),
+    Symptom(
+        "collate-none",
+        "error",
+        r"NoneType|\bNone\b",
+        (("collate-error", 0.85),),
+        "A sample of this batch is None: `__getitem__` returned None (often from an except "
+        "branch or a missing return) and the collate step cannot merge it.",
+        needs="collate",
+    ),
+    Symptom(
+        "collate-found-none",
+        "error",
+        ERR + r"TypeError: default_collate: batch must contain .*NoneType",
+        (("collate-error", 0.85),),
+        "default_collate found None where a sample should be: `__getitem__` returned None.",
+    ),
+    Symptom(
+        "sharer-gone",
+        "error",
+        ERR + r"(?:FileNotFoundError|ConnectionRefusedError|ConnectionResetError)\b",
+        (("worker-exit", 0.6), ("oom-killed", 0.25)),
+        "The worker that sent this batch was gone when the main process came for its file "
+        "descriptors: it ended without an error torch could see (sys.exit(0) or os._exit(0) in "
+        "the worker prints nothing; a kill by a signal would have been named).",
+        needs="sharer",
+    ),
+    Symptom(
         "bad-image",
         "error",
         ERR + r"(?:OSError|IOError|UnidentifiedImageError|DecompressionBombError|SyntaxError"
@@ -403,6 +508,44 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "Interrupted while the main process waited for a batch: no worker delivered one.",
         needs="waiting",
     ),
+    Symptom(
+        "empty-queue-exit",
+        "error",
+        r"^\s*_?queue\.Empty\s*$",
+        (("worker-exit", 0.45),),
+        "The main process's wait for a batch timed out and found the worker gone, with no signal "
+        "and no exit status named: the worker ended itself with status 0 (sys.exit(0), "
+        "os._exit(0)), or the loader ran outside the main thread, where torch sees no signal.",
+        needs="posix-wait",
+    ),
+    Symptom(
+        "cut-after-ctrl-c",
+        "cut",
+        r":: _try_get_(?:data|batch) ::|data_queue\.get\(|:: (?:recv_bytes|_recv_bytes|_recv|recv"
+        r"|get|wait|poll|_poll|select|acquire) ::",
+        (("worker-hang", 0.7),),
+        "Ctrl-C on a run waiting for its next batch (the paste stops before KeyboardInterrupt): "
+        "no worker delivered one.",
+        needs=CTRL_C,
+    ),
+    Symptom(
+        "cut-while-waiting",
+        "cut",
+        r":: _try_get_(?:data|batch) ::|data_queue\.get\(|:: (?:recv_bytes|_recv_bytes|_recv"
+        r"|wait) ::",
+        (("worker-hang", 0.4),),
+        "The paste stops inside the main process's wait for a batch, before the error: a stuck "
+        "worker, unless the lines after it name another cause.",
+    ),
+    Symptom(
+        "cut-rerunning-main",
+        "cut",
+        r"runpy\.py ::|:: _fixup_main_from_(?:path|name) ::|:: <module> ::",
+        (("main-guard-missing", 0.5),),
+        "The paste stops while a spawned worker re-runs the script's top level (Windows, macOS): "
+        "without a main guard that code starts the workers again; the error line below it says.",
+        needs="rerun-main",
+    ),
     # macOS.
     Symptom(
         "objc-fork",
@@ -447,6 +590,24 @@ SYMPTOMS: tuple[Symptom, ...] = (
             "stopped",
             "never",
         ),
+    ),
+    Symptom(
+        "prose-oom",
+        "text",
+        r"(?<![/A-Za-z0-9_-])oom[- ]?killer(?![A-Za-z0-9_])|\bkilled by (?:the )?oom\b",
+        (("oom-killed", 0.6),),
+        "The report says the OOM killer acted (a message the paste does not show).",
+        words=("oom",),
+    ),
+    Symptom(
+        "prose-native",
+        "text",
+        # ASCII word edges: a CJK sentence runs straight into "double free"
+        r"(?<![/A-Za-z0-9_-])(?:double free|segfault|segmentation fault)(?![A-Za-z0-9_])"
+        r"|段错误|段錯誤",
+        (("native-crash", 0.6),),
+        "The report names a crash in native code (a message the paste does not show).",
+        words=("double", "segfault", "segmentation"),
     ),
     Symptom(
         "prose-silent",

@@ -33,15 +33,12 @@ def format_text(explanation: Explanation) -> str:
 
 def _text(explanation: Explanation) -> str:
     if not explanation.causes:
-        count = explanation.lines_read
-        return (
-            f"loaderdoctor explain: no known DataLoader failure in "
-            f"{'this line' if count == 1 else f'these {count} lines'}.\n"
-            "  Rerun the command under `loaderdoctor run -- COMMAND` to catch the next failure."
-        )
+        return "\n".join(_nothing(explanation) + _partial(explanation))
     lines = _ambiguity(explanation)
     if not lines:
         lines = ["loaderdoctor explain: most likely causes, from the message alone"]
+    if explanation.partial is not None:
+        lines[0] += " (partial: the log is cut short)"
     for rank, guess in enumerate(explanation.causes[:MAX_CAUSES], start=1):
         lines.extend(_cause(rank, guess))
     others = explanation.causes[MAX_CAUSES:]
@@ -49,7 +46,38 @@ def _text(explanation: Explanation) -> str:
         lines.append(
             "also possible: " + ", ".join(f"{g.cause} ({g.likelihood:.0%})" for g in others)
         )
-    return "\n".join(lines)
+    lines.extend(
+        f"also in the log, not a DataLoader failure: {other.title} (line {other.line_number})"
+        for other in explanation.elsewhere
+    )
+    return "\n".join(lines + _partial(explanation))
+
+
+def _nothing(explanation: Explanation) -> list[str]:
+    if explanation.elsewhere:
+        lines = []
+        for other in explanation.elsewhere:
+            lines.append(f"loaderdoctor explain: not a DataLoader failure: {other.title}.")
+            lines.append(f"  line {other.line_number}: {other.line}")
+            lines.append(f"  {other.note}")
+        return lines
+    count = explanation.lines_read
+    return [
+        f"loaderdoctor explain: no known DataLoader failure in "
+        f"{'this line' if count == 1 else f'these {count} lines'}.",
+        "  Rerun the command under `loaderdoctor run -- COMMAND` to catch the next failure.",
+    ]
+
+
+def _partial(explanation: Explanation) -> list[str]:
+    partial = explanation.partial
+    if partial is None:
+        return []
+    return [
+        f"partial: the log stops inside a traceback at line {partial.line_number}, before its "
+        "error line: the answer above is what the lines before it support.",
+        f"  to settle it: {partial.settle}",
+    ]
 
 
 def _ambiguity(explanation: Explanation) -> list[str]:
