@@ -22,7 +22,7 @@ from loaderdoctor.forensics import Evidence
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.errors import WorkerDiedError
 from loaderdoctor.supervise.heal import HealWarning
-from loaderdoctor.supervise.parent.events import EventReader
+from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.recovery import (
     HandOver,

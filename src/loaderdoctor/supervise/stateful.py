@@ -37,9 +37,9 @@ from loaderdoctor.supervise.loader import (
 )
 from loaderdoctor.supervise.parent.iterator import probe_batch
 from loaderdoctor.supervise.parent.recovery import PoolFailure, Successor
-from loaderdoctor.supervise.parent.sampler_tail import SamplerTail
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
 from loaderdoctor.supervise.parent.supervisor import SupervisedPool
+from loaderdoctor.supervise.sampler_tail import SamplerTail
 
 
 class SupervisedStateful(torchdata_compat.HookedStatefulLoader):

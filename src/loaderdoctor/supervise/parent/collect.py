@@ -1,9 +1,11 @@
-"""Collect the evidence about a failed worker: the recorder, the kernel, cgroups, /dev/shm, stacks."""
+"""Collect the evidence about a failed worker: the recorder, the kernel, cgroups, /dev/shm, stacks;
+and read the skip/replace events workers write (one JSON line each)."""
 
 from __future__ import annotations
 
 import ast
 import io
+import json
 import logging
 import os
 import pickle
@@ -12,7 +14,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FunctionType
 from typing import Any
@@ -341,3 +343,42 @@ def facts_from_tags(ev: Evidence, tags: dict[str, Any]) -> None:
         ev.stream_key = tags["record_key"]
     if tags.get("record_url") and ev.sample_file is None:
         ev.sample_file = str(tags["record_url"])
+
+
+class EventReader:
+    """Reads each worker's event file from where it stopped last time; a partial line waits."""
+
+    def __init__(self, log_dir: str, take: Callable[[dict[str, Any]], None]) -> None:
+        self.log_dir = log_dir
+        self.take = take
+        self._offsets: dict[str, int] = {}
+        self._seen = 0
+
+    def drain_if_new(self, total: int) -> None:
+        """``total`` is the recorder's event counter: read only when it moved."""
+        if total != self._seen:
+            self._seen = total
+            self.drain()
+
+    def drain(self) -> None:
+        try:
+            names = files.names_of(self.log_dir, files.EVENTS_PREFIX)
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(self.log_dir, name)
+            offset = self._offsets.get(name, 0)
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    handle.seek(offset)
+                    text = handle.read()
+            except OSError:
+                continue
+            complete = text[: text.rfind("\n") + 1]
+            self._offsets[name] = offset + len(complete.encode("utf-8"))
+            for line in complete.splitlines():
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                self.take(event)

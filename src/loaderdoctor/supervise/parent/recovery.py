@@ -46,7 +46,7 @@ from loaderdoctor.supervise.heal_policy import (
     replaces_one_worker,
 )
 from loaderdoctor.supervise.parent import hangs
-from loaderdoctor.supervise.parent.events import EventReader
+from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision

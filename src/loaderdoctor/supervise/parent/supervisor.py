@@ -40,7 +40,7 @@ from loaderdoctor.supervise.errors import LoaderError
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 from loaderdoctor.supervise.heal_policy import owed_again
 from loaderdoctor.supervise.parent import collect
-from loaderdoctor.supervise.parent.events import EventReader
+from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.recovery import (
@@ -73,6 +73,12 @@ def start_method_of(loader: Any) -> str:
     context = loader.multiprocessing_context or multiprocessing
     method = context.get_start_method(allow_none=True)
     return method or multiprocessing.get_all_start_methods()[0]
+
+
+def _generator_state(snapshot: LoaderSnapshot) -> torch.Tensor:
+    """Replayed by a successor so that its pool draws the same base seed as this one without
+    consuming the user's generator (which would shift every later epoch)."""
+    return (snapshot.generator or torch.default_generator).get_state()
 
 
 def _remove_log_dir(path: str, owner_pid: int) -> None:
@@ -137,7 +143,6 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
             if progress is None
             else progress.take_events(supervision.take_event),
         )
-        generator = snapshot.generator if snapshot.generator is not None else None
         self._ld_recorder = FlightRecorder(snapshot.num_workers)
         for worker_id in range(snapshot.num_workers):
             self._ld_recorder.reset_slot(worker_id)
@@ -154,9 +159,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
             context=self._ld_context,
             probe=probe,
             successor=successor,
-            # Replayed by a successor so that its pool draws the same base seed as this one
-            # without consuming the user's generator (which would shift every later epoch).
-            generator_state=(generator or torch.default_generator).get_state(),
+            generator_state=_generator_state(snapshot),
             resume_point=resume_point,
         )
 
