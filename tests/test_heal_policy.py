@@ -86,6 +86,9 @@ TABLE = [
     ("internal-error", {"workers_fixed": True}, (R, 4, 2)),
     ("unpicklable", {"kind": "start", "workers_fixed": True}, (R, 4, 2)),
     ("native-crash", {"culprit": 3, "probe_failed_again": True, "workers_fixed": True}, (Q, 4, 2)),
+    # a pool that cannot be resumed exactly (torchdata's state with in_order=False): raised
+    ("native-crash", {"culprit": 3, "resumes_exactly": False}, (R, 4, 2)),
+    ("oom-killed", {"culprit": 3, "probe_failed_again": False, "resumes_exactly": False}, (R, 4, 2)),
     ("internal-error", {"kind": "exception"}, (F, 4, 2)),
     ("internal-error", {"kind": "exception", "heal": False}, (R, 4, 2)),
     ("internal-error", {"kind": "exception", "iterable": True}, (R, 4, 2)),

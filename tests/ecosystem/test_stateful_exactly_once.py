@@ -23,6 +23,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader as StockStatefulDat
 
 import loaderdoctor
 from ld_datasets import quiet_result_queue
+from loaderdoctor.supervise import heal_policy
 from loaderdoctor.supervise.heal import HealWarning
 
 pytestmark = [pytest.mark.slow, pytest.mark.ecosystem]
@@ -119,3 +120,29 @@ def test_a_state_dict_after_a_heal_still_loads_into_stock_torchdata(tmp_path: Pa
     stock.load_state_dict(state)
     rest = [i for batch in stock for i in batch.tolist()]
     assert len(rest) == SAMPLES - 6 * BATCH
+
+
+def test_in_order_false_is_supervised_and_a_death_is_raised_not_resumed(tmp_path: Path) -> None:
+    """``in_order=False``: torchdata's state cannot resume a new pool exactly (its own warning
+    says it gives no guarantees), so a death under heal is raised with its verdict and the
+    reason, never healed into lost or doubled samples; a clean pass is stock's."""
+    stock = StockStatefulDataLoader(
+        Faulty(tmp_path), batch_size=BATCH, num_workers=2, in_order=False
+    )
+    clean = loaderdoctor.StatefulDataLoader(
+        Faulty(tmp_path), batch_size=BATCH, num_workers=2, in_order=False, heal=True
+    )
+    assert sorted(i for b in clean for i in b.tolist()) == sorted(
+        i for b in stock for i in b.tolist()
+    )
+    assert type(clean._iterator).__name__ == "SupervisedStatefulIter"
+    loader = loaderdoctor.StatefulDataLoader(
+        Faulty(tmp_path, segv=37), batch_size=BATCH, num_workers=2, in_order=False, heal=True
+    )
+    with pytest.raises(loaderdoctor.WorkerDiedError) as raised:
+        for _ in loader:
+            pass
+    diagnosis = raised.value.diagnosis
+    assert (diagnosis.cause, diagnosis.indices) == ("native-crash", [37])
+    assert diagnosis.evidence[-1] == heal_policy.NOT_EXACT_NOTE
+    assert [i.action for i in loader.incidents] == ["raised"]

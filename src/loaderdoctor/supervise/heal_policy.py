@@ -33,6 +33,10 @@ PROCESS_KILLING = causes_that(catalog.PROCESS_KILLING)
 START_FAILURES = causes_that(catalog.START_FAILURE)
 MAX_RESPAWNS = 8
 IN_PROCESS_NOTE = "the epoch loads in the main process instead (num_workers=0)"
+NOT_EXACT_NOTE = (
+    "not healed: this loader's state cannot resume a new pool with every healthy sample once "
+    "(torchdata's StatefulDataLoader with in_order=False)"
+)
 # A rung is climbed back after this many batches delivered without an environmental failure, or
 # at the start of an epoch when the whole previous epoch was healthy, whichever comes first.
 CLIMB_AFTER_BATCHES = 1000
@@ -79,6 +83,9 @@ class Situation:
     # taken later must load into the same pool shape), and only a pool resumed from that state
     # can go on: no fewer workers, no plain-torch fall-back.
     workers_fixed: bool = False
+    # A pool stopped now can be resumed with every healthy sample once (not so from torchdata's
+    # state with in_order=False: batches arrive out of order, and its snapshots lag behind).
+    resumes_exactly: bool = True
 
 
 def process_killing(cause: str, kind: str) -> bool:
@@ -144,6 +151,8 @@ class HealPolicy:
 
     def decide(self, diagnosis: Diagnosis, at: Situation) -> Action:
         action = self._decide(diagnosis, at)
+        if not at.resumes_exactly and action.kind is not ActionKind.RAISE:
+            return Action(ActionKind.RAISE, at.num_workers, at.prefetch_factor, NOT_EXACT_NOTE)
         return _within_fixed_workers(action, at) if at.workers_fixed else action
 
     def _decide(self, diagnosis: Diagnosis, at: Situation) -> Action:

@@ -106,11 +106,6 @@ def _unsupported_reason(loader: Any) -> str | None:
             "loaderdoctor supervises a StatefulDataLoader of a map-style dataset; this one's "
             "dataset is iterable: it runs as plain torchdata, unsupervised."
         )
-    if not loader.in_order:
-        return (
-            "loaderdoctor supervises a StatefulDataLoader with in_order=True; this one runs as "
-            "plain torchdata, unsupervised."
-        )
     return None
 
 

@@ -287,6 +287,8 @@ class Recovery:
         if self.sup.backoff is not None:
             self.sup.backoff.failed()
         if action.kind is ActionKind.RAISE:
+            if action.note:
+                diagnosis.evidence.append(action.note)
             return self._raise(failure, diagnosis)
         stream = self._stream_culprit(ev, diagnosis) if self.streams is not None else None
         return self._heal(diagnosis, action, at, ev, replacement, stream)
@@ -311,6 +313,7 @@ class Recovery:
             culprit_quarantined=_quarantined(ev.in_flight_index, sup.quarantine),
             in_process_allowed=sup.settings.allow_in_process,
             workers_fixed=self.resume_point is not None,
+            resumes_exactly=self.resume_point is None or bool(self.snapshot.in_order),
         )
         if self.iterable:
             at = replace(at, culprit=ev.iterable_position)
