@@ -88,7 +88,11 @@ TABLE = [
     ("native-crash", {"culprit": 3, "probe_failed_again": True, "workers_fixed": True}, (Q, 4, 2)),
     # a pool that cannot be resumed exactly (torchdata's state with in_order=False): raised
     ("native-crash", {"culprit": 3, "resumes_exactly": False}, (R, 4, 2)),
-    ("oom-killed", {"culprit": 3, "probe_failed_again": False, "resumes_exactly": False}, (R, 4, 2)),
+    (
+        "oom-killed",
+        {"culprit": 3, "probe_failed_again": False, "resumes_exactly": False},
+        (R, 4, 2),
+    ),
     ("internal-error", {"kind": "exception"}, (F, 4, 2)),
     ("internal-error", {"kind": "exception", "heal": False}, (R, 4, 2)),
     ("internal-error", {"kind": "exception", "iterable": True}, (R, 4, 2)),

@@ -308,9 +308,12 @@ def test_with_on_error_replace_the_replacement_knows_the_quarantine() -> None:
     assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
         ("native-crash", "quarantined")
     ]
-    assert fnmatch.fnmatchcase(
-        loader.incidents[0].diagnosis.evidence[-1],
-        RESPAWNED_LINE.format(old=started[VICTIM_WORKER]),
+    *_, respawned, substituted = loader.incidents[0].diagnosis.evidence
+    assert fnmatch.fnmatchcase(respawned, RESPAWNED_LINE.format(old=started[VICTIM_WORKER]))
+    # said once, for the first epoch's substitute (a duplicate the user asked for)
+    [twice] = [i for i, n in Counter(int(s["index"]) for s in epochs[0]).items() if n == 2]
+    assert substituted == (
+        f"its place in a batch of epoch 0 was filled by sample {twice}, which so arrives twice"
     )
     # epoch 2: every worker started afresh, with the quarantine
     assert not set(counters_by_pid(epochs[1])) & set(counters_by_pid(epochs[0]))

@@ -16,14 +16,12 @@ from loaderdoctor.supervise.parent.incidents import (
     IncidentLog,
     LoaderReport,
 )
-from loaderdoctor.supervise.parent.iterator import SupervisedMultiProcessingIter
 from loaderdoctor.supervise.parent.supervision import (
     IterState,
     LoaderSnapshot,
     Settings,
     Supervision,
 )
-from loaderdoctor.supervise.parent.supervisor import SupervisedPool
 
 if TYPE_CHECKING:  # a default (PEP 696) lets `loader = DataLoader(obj)` infer DataLoader[Any]
     from typing_extensions import TypeVar as _TypeVar
@@ -140,6 +138,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             # fails as under stock torch, and the parent, told by the marker, gives the verdict.
             worker_hooks.write_bootstrap_marker()
             return super().ld_get_iterator()
+        from loaderdoctor.supervise.parent.iterator import SupervisedMultiProcessingIter
         from loaderdoctor.supervise.parent.single_process import SupervisedSingleProcessIter
 
         workers, prefetch = self.num_workers, self.prefetch_factor
@@ -166,6 +165,8 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             return super().__iter__()
         climbed = _announce(sup.climb_at_epoch_start())
         current = self.ld_iterator
+        from loaderdoctor.supervise.parent.supervisor import SupervisedPool  # psutil: lazily
+
         state = current._ld_state if isinstance(current, SupervisedPool) else IterState.RUNNING
         if current is not None and (climbed or state is not IterState.RUNNING):
             # Persistent workers died with the last epoch, healing moved loading elsewhere, or
@@ -181,6 +182,8 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
     @property
     def report(self) -> LoaderReport:
         """What this loader saw and did: incidents with their actions, quarantine, counts."""
+        from loaderdoctor.supervise.parent.supervisor import SupervisedPool
+
         if isinstance(self.ld_iterator, SupervisedPool):
             self.ld_iterator._ld_drain()
         self._ld.take_in_process_events()

@@ -42,6 +42,8 @@ from loaderdoctor.system.oom_priority import (
     oom_protection,
 )
 
+SUBSTITUTE_NOTE = "its place in a batch of epoch"
+
 
 class IterState(enum.Enum):
     """Where a supervised multiprocessing iterator stands (replaces a handful of flags)."""
@@ -301,10 +303,14 @@ class Supervision:
             except (TypeError, ValueError):  # an index that does not compare (an array)
                 named = False
             if named:
-                incident.diagnosis.evidence.append(
-                    f"its place in a batch of epoch {self.epoch} was filled by sample "
-                    f"{substitute!r}, which so arrives twice"
-                )
+                said = incident.diagnosis.evidence
+                if not any(
+                    line.startswith(SUBSTITUTE_NOTE) for line in said
+                ):  # once, not per epoch
+                    said.append(
+                        f"{SUBSTITUTE_NOTE} {self.epoch} was filled by sample {substitute!r}, "
+                        "which so arrives twice"
+                    )
                 return
 
     def take_in_process_events(self) -> None:
