@@ -20,6 +20,17 @@ HEAL_KINDS = frozenset({ENVIRONMENTAL, SAMPLE_DEATH, PROCESS_KILLING, START_FAIL
 
 
 @dataclass(frozen=True)
+class FittedFix:
+    """A fix that facts of the failure select (``forensics.facts``): shown before the cause's own
+    fixes, its ``{fact}`` placeholders filled in from the evidence."""
+
+    when: tuple[str, ...]  # every one of these facts holds
+    text: str
+    replaces: tuple[int, ...] = ()  # positions in ``Cause.fixes`` it makes moot
+    unless: tuple[str, ...] = ()  # none of these facts holds
+
+
+@dataclass(frozen=True)
 class Cause:
     id: str
     title: str
@@ -32,6 +43,8 @@ class Cause:
     # How healing treats it (``HEAL_KINDS``; empty: the user's to see). None: not declared, which
     # ``tests/test_catalog.py`` refuses.
     heals: frozenset[str] | None = None
+    # Fixes that facts of this failure select and put first (``facts.choose_fixes``).
+    fitted: tuple[FittedFix, ...] = ()
 
     @property
     def docs_url(self) -> str:
@@ -55,6 +68,15 @@ CAUSES: dict[str, Cause] = {
                 "Dataset.__getitem__ (or a transform it calls) raised a Python exception for a "
                 "specific index: a corrupt or missing file, a bad label, a transform that does "
                 "not accept this input."
+            ),
+            fitted=(
+                FittedFix(
+                    ("len_past_data",),
+                    "{len_past_data}: `__len__` counts more items than the data holds. Make it "
+                    "return the real count (`len(self.files)`), or drop the missing entries "
+                    "from the list it counts.",
+                    replaces=(0,),
+                ),
             ),
             fixes=(
                 "Open the sample named above and fix it or remove it from the file list.",
@@ -82,6 +104,16 @@ CAUSES: dict[str, Cause] = {
             explanation=(
                 "The samples of one batch have different shapes or types (ragged tensors, a None, "
                 "a different number of fields), or a custom collate_fn raised."
+            ),
+            fitted=(
+                FittedFix(
+                    ("none_samples",),
+                    "`__getitem__` returned None for {none_samples} (a path without `return`, "
+                    "or a bad file skipped by returning None): return a sample or raise there, "
+                    "or drop the Nones in a collate_fn: `default_collate([s for s in batch if "
+                    "s is not None])`.",
+                    replaces=(0, 2),
+                ),
             ),
             fixes=(
                 "Make every sample the same shape (resize, crop or pad in the Dataset).",
@@ -139,6 +171,21 @@ CAUSES: dict[str, Cause] = {
                 "SIGABRT. Python cannot catch it; the Python stack at the moment of the crash "
                 "shows which call did it."
             ),
+            fitted=(
+                FittedFix(
+                    ("opencv_in_stack",),
+                    "The stack shows OpenCV: set `cv2.setNumThreads(0)` in the Dataset (or "
+                    "worker_init_fn); OpenCV's thread pool does not survive a fork.",
+                    replaces=(2,),
+                ),
+                FittedFix(
+                    ("no_python_stack",),
+                    "No Python stack was captured: load the sample named above in the main "
+                    "process (`python -X faulthandler`, num_workers=0) to see the call that "
+                    "crashes.",
+                    replaces=(0,),
+                ),
+            ),
             fixes=(
                 "Look at the Python stack above: the innermost call into a native library crashed.",
                 "Check the sample named above with that library alone (a corrupt file often "
@@ -166,6 +213,20 @@ CAUSES: dict[str, Cause] = {
                 "The machine or the container (memory cgroup) ran out of memory and the kernel "
                 "killed the worker with SIGKILL. Each worker holds its own copy of what it "
                 "touches, plus prefetch_factor batches in flight."
+            ),
+            fitted=(
+                FittedFix(
+                    ("worker_rss",),
+                    "Lower num_workers or prefetch_factor (or the batch size): the worker held "
+                    "{worker_rss} at its last report, and every worker holds its own.",
+                    replaces=(0,),
+                ),
+                FittedFix(
+                    ("cgroup_limit",),
+                    "Or raise the container's memory limit, {cgroup_limit} now (docker --memory, "
+                    "the Kubernetes resources.limits.memory).",
+                    replaces=(2,),
+                ),
             ),
             fixes=(
                 "Lower num_workers or prefetch_factor, or the batch size.",
@@ -195,6 +256,21 @@ CAUSES: dict[str, Cause] = {
                 "Workers hand batches to the main process through shared memory in /dev/shm. "
                 "When it is too small (64 MiB is the Docker default) allocating a batch fails "
                 "with ENOSPC, or touching a mapped page raises SIGBUS."
+            ),
+            fitted=(
+                FittedFix(
+                    ("small_shm",),
+                    "/dev/shm holds only {small_shm}: give the container more shared memory "
+                    "(`docker run --shm-size=8g`, or in Kubernetes an `emptyDir: {{medium: "
+                    "Memory}}` at /dev/shm).",
+                    replaces=(0,),
+                ),
+                FittedFix(
+                    ("large_shm",),
+                    "Lower num_workers × prefetch_factor × batch bytes: the batches in flight "
+                    "filled all {large_shm} of /dev/shm.",
+                    replaces=(1,),
+                ),
             ),
             fixes=(
                 "Give the container more shared memory: `docker run --shm-size=8g`, or in "
@@ -226,6 +302,14 @@ CAUSES: dict[str, Cause] = {
                 "without a timeout, a deadlock (a lock held at fork time, OpenCV or another "
                 "thread pool forked mid-operation), or an infinite loop."
             ),
+            fitted=(
+                FittedFix(
+                    ("no_python_stack",),
+                    "No stack of the stuck worker could be dumped here (the evidence says why): "
+                    "run `py-spy dump --pid PID` on the worker while it is stuck to see where.",
+                    replaces=(0,),
+                ),
+            ),
             fixes=(
                 "Read the worker's Python stack above: it shows where it is stuck.",
                 "Put timeouts on network and file-system reads in the Dataset.",
@@ -247,11 +331,28 @@ CAUSES: dict[str, Cause] = {
         Cause(
             id="worker-exit",
             heals=frozenset({SAMPLE_DEATH}),
-            title="The worker exited by itself with a non-zero code",
+            title="The worker exited by itself, without an exception",
             explanation=(
                 "Code running in the worker called sys.exit() / os._exit() or a library aborted "
                 "the process with an exit status, without a Python exception reaching the "
                 "DataLoader."
+            ),
+            fitted=(
+                FittedFix(
+                    ("exit_frame",),
+                    "`{exit_frame}` called sys.exit() in the worker: raise an exception there "
+                    "instead (torch re-raises it in the training loop, and the verdict names "
+                    "the sample), or catch SystemExit around that call.",
+                    replaces=(0,),
+                ),
+                FittedFix(
+                    ("exit_code_zero",),
+                    "Exit status 0 is what `sys.exit()`, `sys.exit(0)` and `exit()` give: code "
+                    "in the worker (a library, or argparse reading the worker's argv) ended it "
+                    "on purpose. Search the Dataset and the libraries it calls for them.",
+                    replaces=(0,),
+                    unless=("exit_frame",),
+                ),
             ),
             fixes=(
                 "Search the Dataset and the libraries it calls for exit()/os._exit()/abort paths.",
@@ -264,9 +365,9 @@ CAUSES: dict[str, Cause] = {
                 "due to multiprocessing.",
             ),
             proof=(
-                "The worker's exit status is a non-zero exit code, not a signal, and no Python "
-                "exception reached the DataLoader; the flight recorder names the sample in "
-                "flight. A worker that exits before it reaches worker_init_fn is checked for the "
+                "The worker ended with an exit code, not a signal (0 included: `sys.exit()`), and "
+                "no Python exception reached the DataLoader; the flight recorder names the sample "
+                "in flight, and a sys.exit() in the Dataset leaves the frame that called it. A worker that exits before it reaches worker_init_fn is checked for the "
                 "start-up causes first (main guard, unpickling)."
             ),
         ),
@@ -278,6 +379,14 @@ CAUSES: dict[str, Cause] = {
                 "The worker received SIGKILL or SIGTERM and the kernel log shows no OOM kill: "
                 "a job scheduler, a watchdog, a user's kill command, or an OOM killer whose log "
                 "cannot be read here."
+            ),
+            fitted=(
+                FittedFix(
+                    ("kernel_log_unread",),
+                    "The kernel log could not be read here: run `dmesg | grep -i killed` as root "
+                    "(or read the node's kernel log) to rule out the OOM killer.",
+                    replaces=(1,),
+                ),
             ),
             fixes=(
                 "Check the scheduler's logs (Slurm, Kubernetes events: `kubectl describe pod`).",
@@ -302,6 +411,30 @@ CAUSES: dict[str, Cause] = {
                 "collate_fn and worker_init_fn are pickled into each worker; and with every start "
                 "method each batch a worker returns is pickled back to the main process. "
                 "Lambdas, nested functions, local classes and open handles cannot be."
+            ),
+            fitted=(
+                FittedFix(
+                    ("unsendable_batch",),
+                    "{unsendable_batch} cannot be pickled back to the main process: return "
+                    "tensors, arrays, numbers, strings and lists or dicts of them from "
+                    "collate_fn and __getitem__ (make a generator a list: `list(...)`).",
+                    replaces=(0, 1, 2, 3, 4),
+                ),
+                FittedFix(
+                    ("unpicklable_in_dataset", "unpicklable_object"),
+                    "{unpicklable_object} cannot be pickled for a spawned worker: make it a "
+                    "module-level function or class (functools.partial of one is fine), or build "
+                    "it in the worker (in `__getitem__` or worker_init_fn).",
+                    replaces=(0, 1),
+                ),
+                FittedFix(
+                    ("unpicklable_object",),
+                    "{unpicklable_object} cannot be pickled for a spawned worker: define it as a "
+                    "module-level function (functools.partial of one is fine), not a lambda or "
+                    "a nested function.",
+                    replaces=(0,),
+                    unless=("unpicklable_in_dataset", "unsendable_batch"),
+                ),
             ),
             fixes=(
                 "Define collate_fn / worker_init_fn as module-level functions, not lambdas or "
@@ -337,6 +470,14 @@ CAUSES: dict[str, Cause] = {
                 "socket that passes their file descriptors). Stock PyTorch prints the error in "
                 "the worker and waits for the batch forever."
             ),
+            fitted=(
+                FittedFix(
+                    ("socket_path_too_long",),
+                    "TMPDIR is too long for a socket path (108 bytes): point TMPDIR at a short "
+                    "directory such as /tmp.",
+                    replaces=(1,),
+                ),
+            ),
             fixes=(
                 "Read the error above: it comes from the worker's queue feeder thread.",
                 "An 'AF_UNIX path too long' error means TMPDIR is too long for a socket path "
@@ -366,6 +507,14 @@ CAUSES: dict[str, Cause] = {
                 "the guard the worker re-runs the training code at import, tries to start its "
                 "own workers and dies during bootstrapping."
             ),
+            fitted=(
+                FittedFix(
+                    ("main_script",),
+                    "In {main_script}: move the training code into a function and call it under "
+                    '`if __name__ == "__main__":`.',
+                    replaces=(0,),
+                ),
+            ),
             fixes=(
                 "Move the training code into a function and call it under "
                 '`if __name__ == "__main__":`.',
@@ -393,6 +542,21 @@ CAUSES: dict[str, Cause] = {
                 "closing them leak descriptors, and with the 'file_descriptor' sharing strategy "
                 "every tensor in flight between processes holds one."
             ),
+            fitted=(
+                FittedFix(
+                    ("low_open_files_limit",),
+                    "Raise the open-file limit, {low_open_files_limit} here: `ulimit -n 65536` "
+                    "before starting, or resource.setrlimit(RLIMIT_NOFILE, ...) at start-up.",
+                    replaces=(1,),
+                ),
+                FittedFix(
+                    ("file_descriptor_strategy",),
+                    "Or switch torch's sharing strategy from 'file_descriptor' (a descriptor for "
+                    "every tensor in flight): "
+                    "`torch.multiprocessing.set_sharing_strategy('file_system')`.",
+                    replaces=(2,),
+                ),
+            ),
             fixes=(
                 "Close files in __getitem__ (use `with open(...)`).",
                 "Raise the limit: `ulimit -n 65536` before starting, or "
@@ -418,6 +582,14 @@ CAUSES: dict[str, Cause] = {
                 "the container's pids cgroup (docker --pids-limit, Kubernetes podPidsLimit) is "
                 "full. Every worker counts, and so does each thread of every process."
             ),
+            fitted=(
+                FittedFix(
+                    ("thread_start_failed",),
+                    "A thread could not start: use fewer threads per process (OMP_NUM_THREADS=1, "
+                    "torch.set_num_threads(1) in worker_init_fn); every thread counts.",
+                    replaces=(0,),
+                ),
+            ),
             fixes=(
                 "Use fewer workers (num_workers), or fewer threads per process "
                 "(OMP_NUM_THREADS=1, torch.set_num_threads).",
@@ -439,6 +611,15 @@ CAUSES: dict[str, Cause] = {
             explanation=(
                 "CUDA was initialised in the main process before the workers were forked, and a "
                 "worker then touched CUDA. A forked child cannot re-initialise CUDA."
+            ),
+            fitted=(
+                FittedFix(
+                    ("cuda_stage",),
+                    "Keep the {cuda_stage} on the CPU: it touched CUDA in a forked worker. Move "
+                    "batches to the GPU in the training loop (`batch.to(device, "
+                    "non_blocking=True)` with pin_memory=True).",
+                    replaces=(0,),
+                ),
             ),
             fixes=(
                 "Keep the Dataset and collate_fn on the CPU; move batches to the GPU in the "
@@ -489,6 +670,14 @@ CAUSES: dict[str, Cause] = {
                 "workers were forked (multiprocessing_context='fork') after the main process had "
                 "initialised MPS or another Objective-C framework, and macOS kills a forked child "
                 "that touches it."
+            ),
+            fitted=(
+                FittedFix(
+                    ("forked_objc",),
+                    "Keep macOS's default 'spawn' start method: macOS kills a forked worker that "
+                    "touches Objective-C state the main process set up.",
+                    replaces=(2,),
+                ),
             ),
             fixes=(
                 "Keep the Dataset and collate_fn on the CPU; move each batch to the GPU in the "

@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import pickle
+import re
 import shutil
 import signal
 import sys
@@ -102,6 +103,32 @@ def read_stack_log(log_dir: str | None, worker_id: int, pid: int | None) -> str 
     except OSError:
         return None
     return text or None
+
+
+_FRAME_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
+
+
+def exit_frame(stack_log: str | None) -> str | None:
+    """``file:line in function``: the innermost frame of the ``sys.exit()`` a worker recorded
+    (``files.EXIT_HEADER``), the call that ended it; None when it recorded none."""
+    if not stack_log or files.EXIT_HEADER not in stack_log:
+        return None
+    frames = [
+        match
+        for line in stack_log.split(files.EXIT_HEADER, 1)[1].splitlines()
+        if (match := _FRAME_LINE.match(line))
+    ]
+    if not frames:
+        return None
+    filename, line, function = frames[-1].groups()
+    return f"{filename}:{line} in {function}"
+
+
+def sharing_strategy() -> str | None:
+    try:
+        return str(torch.multiprocessing.get_sharing_strategy())
+    except Exception:  # a probe: the verdict stands without it
+        return None
 
 
 def read_bootstrap_markers(log_dir: str | None) -> str | None:

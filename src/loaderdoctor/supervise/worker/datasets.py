@@ -34,7 +34,7 @@ from loaderdoctor.supervise.streams import (
     item_key,
 )
 from loaderdoctor.supervise.worker.context import EventOutbox, WorkerContext, _failure
-from loaderdoctor.supervise.worker.exception_tags import tag_exception
+from loaderdoctor.supervise.worker.exception_tags import record_exit, tag_exception
 from loaderdoctor.supervise.worker.sample_policy import (
     DroppedSamples,
     SamplePolicy,
@@ -91,6 +91,9 @@ class SupervisedMapDataset(Dataset[Any]):
             )
             context.batch_indices.clear()
             raise
+        except SystemExit as exiting:
+            record_exit(context.stack_log, exiting)
+            raise
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
         policy = self.policy
@@ -124,6 +127,9 @@ class SupervisedMapDataset(Dataset[Any]):
                 slot.error()
             tag_exception(error, context.worker_id, index=index, stage="fetch", batch=list(indices))
             context.batch_indices = []
+            raise
+        except SystemExit as exiting:
+            record_exit(context.stack_log, exiting)
             raise
         return samples
 
@@ -160,6 +166,9 @@ class SupervisedMapDataset(Dataset[Any]):
                 slot.error()
             tag_exception(error, context.worker_id, index=index, stage="fetch", batch=list(indices))
             context.batch_indices = []
+            raise
+        except SystemExit as exiting:
+            record_exit(context.stack_log, exiting)
             raise
         return samples if samples else DroppedSamples([])
 
