@@ -11,7 +11,7 @@ import torch
 
 from loaderdoctor.report.chart import nice_step
 from loaderdoctor.report.run_html import format_html
-from loaderdoctor.report.run_text import format_headline, format_text
+from loaderdoctor.report.run_text import format_headline, format_text, summary_stack
 from loaderdoctor.runner.core import RunUsageError, exit_code_of, resolve_command
 from loaderdoctor.runner.memory import MiB, find_memory_growth, linear_growth
 from loaderdoctor.runner.model import (
@@ -189,6 +189,12 @@ def test_terminal_summary() -> None:
     assert lines[0] == "loaderdoctor run: the command failed: exit code 1 after 3.2 s"
     assert lines[1] == "  5 batches, 20 samples delivered by 1 ranks (1 supervised DataLoader)"
     assert "rank 1, worker 1, sample 21, batch 5" in text
+    # The fix says "Look at the Python stack": the summary shows the stack it means.
+    stack_at = lines.index("    Python stack of the worker:")
+    assert lines[stack_at + 1 : stack_at + 3] == [
+        "      File 'x.py', line 3 in __getitem__ <b>",
+        "    fix: Look at the Python stack",
+    ]
     assert "    more: loaderdoctor explain --cause native-crash" in lines  # works when installed
     assert "copy-on-read: Every fork worker's private memory grows" in text
     assert lines[-2:] == [
@@ -196,6 +202,21 @@ def test_terminal_summary() -> None:
         "verdict: native-crash: The worker crashed in native code (rank 1, worker 1, sample 21, "
         "batch 5)",
     ]
+
+
+def test_the_summary_shows_the_stuck_thread_first_and_cut() -> None:
+    stuck = "Thread 0x2 (most recent call first):\n" + "".join(
+        f'  File "net.py", line {n} in read\n' for n in range(20)
+    )
+    other = 'Current thread 0x1 (most recent call first):\n  File "w.py", line 1 in loop'
+    assert summary_stack(f"{stuck}\n{other}") == [
+        "Current thread 0x1 (most recent call first):",
+        '  File "w.py", line 1 in loop',
+    ]
+    lines = summary_stack(stuck)
+    assert lines[0] == "Thread 0x2 (most recent call first):"
+    assert lines[1:12] == [f'  File "net.py", line {n} in read' for n in range(11)]
+    assert lines[12:] == ["... (9 more lines in report.json)"]
 
 
 def test_html_is_self_contained_and_escaped() -> None:
