@@ -90,6 +90,31 @@ def render_index(causes: Iterable[Cause]) -> str:
     return "\n".join(lines) + "\n"
 
 
+README_TABLE_START = (
+    "<!-- The table of causes is generated from src/loaderdoctor/forensics/catalog.py by "
+    "`python -m loaderdoctor.docs`: edit the catalog, not the table. -->"
+)
+README_TABLE_END = "<!-- end of the generated table of causes -->"
+
+
+def render_readme_table(causes: Iterable[Cause]) -> str:
+    """The README's table: every cause, linked to its page, and how it is proven in one line."""
+    lines = [README_TABLE_START, "", "| cause | how it is proven |", "|---|---|"]
+    for cause in causes:
+        lines.append(
+            f"| [`{cause.id}`]({DOCS_BASE}/{page_name(cause)}) | {_table_cell(cause.proven_by)} |"
+        )
+    return "\n".join([*lines, "", README_TABLE_END])
+
+
+def readme_with_table(readme: str, causes: Iterable[Cause]) -> str:
+    """``readme`` with the text between the table's markers replaced by the generated table."""
+    start, end = readme.find(README_TABLE_START), readme.find(README_TABLE_END)
+    if start < 0 or end < start:
+        raise ValueError("the README has no generated table of causes (its markers are missing)")
+    return readme[:start] + render_readme_table(causes) + readme[end + len(README_TABLE_END) :]
+
+
 def render_all(causes: Iterable[Cause]) -> dict[str, str]:
     """Every generated file of the docs folder: name -> text."""
     rows = list(causes)
@@ -137,25 +162,44 @@ def write_docs(out_dir: Path, causes: Iterable[Cause]) -> list[str]:
     return changed
 
 
+def _readme_out_of_date(readme: Path) -> bool:
+    text = readme.read_text(encoding="utf-8")
+    return readme_with_table(text, CAUSES.values()) != text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m loaderdoctor.docs", description=(__doc__ or "").splitlines()[0]
     )
     parser.add_argument("--out", type=Path, default=Path(DOCS_BASE), help="default: docs/causes")
     parser.add_argument(
+        "--readme",
+        type=Path,
+        default=None,
+        help="the README whose table of causes to keep in step (default: ./README.md, if any)",
+    )
+    parser.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 when a page is out of date"
     )
     args = parser.parse_args(argv)
+    readme: Path | None = args.readme
+    if readme is None and Path("README.md").is_file():
+        readme = Path("README.md")
     if args.check:
-        changed = differences(args.out, render_all(CAUSES.values()))
+        changed = [
+            str(args.out / name) for name in differences(args.out, render_all(CAUSES.values()))
+        ]
+        if readme is not None and _readme_out_of_date(readme):
+            changed.append(f"{readme} (its table of causes)")
         for name in changed:
-            print(f"{args.out / name}: out of date (run python -m loaderdoctor.docs)")
+            print(f"{name}: out of date (run python -m loaderdoctor.docs)")
         return 1 if changed else 0
-    changed = write_docs(args.out, CAUSES.values())
-    print(
-        f"{len(changed)} file(s) written in {args.out}"
-        + (": " + ", ".join(changed) if changed else "")
-    )
+    changed = [str(args.out / name) for name in write_docs(args.out, CAUSES.values())]
+    if readme is not None and _readme_out_of_date(readme):
+        text = readme.read_text(encoding="utf-8")
+        readme.write_text(readme_with_table(text, CAUSES.values()), encoding="utf-8")
+        changed.append(str(readme))
+    print(f"{len(changed)} file(s) written" + (": " + ", ".join(changed) if changed else ""))
     return 0
 
 

@@ -40,6 +40,8 @@ class Cause:
     symptoms: tuple[str, ...] = ()
     # How loaderdoctor tells this cause from the others: the evidence behind the verdict (docs).
     proof: str = ""
+    # The same in one line, for the README's table of causes.
+    proven_by: str = ""
     # How healing treats it (``HEAL_KINDS``; empty: the user's to see). None: not declared, which
     # ``tests/test_catalog.py`` refuses.
     heals: frozenset[str] | None = None
@@ -62,6 +64,7 @@ CAUSES: dict[str, Cause] = {
     for cause in (
         Cause(
             id="sample-error",
+            proven_by="the exception, tagged in the worker with the index being fetched",
             heals=frozenset(),
             title="A sample raised an exception in the Dataset",
             explanation=(
@@ -99,6 +102,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="collate-error",
+            proven_by=(
+                "the exception in collate_fn, and the samples whose shape or type differs from "
+                "the rest"
+            ),
             heals=frozenset(),
             title="collate_fn could not merge the samples of a batch",
             explanation=(
@@ -138,6 +145,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="init-error",
+            proven_by="the exception, tagged as raised in `worker_init_fn`",
             heals=frozenset(),
             title="worker_init_fn raised an exception",
             explanation=(
@@ -163,6 +171,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="native-crash",
+            proven_by="a fatal signal; faulthandler's Python stack of the crashing thread",
             heals=frozenset({SAMPLE_DEATH, PROCESS_KILLING}),
             title="The worker crashed in native code",
             explanation=(
@@ -207,6 +216,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="oom-killed",
+            proven_by=(
+                "SIGKILL plus `Killed process PID` in the kernel log, or the cgroup's `oom_kill` "
+                "counter rising"
+            ),
             heals=frozenset({ENVIRONMENTAL, SAMPLE_DEATH, PROCESS_KILLING}),
             title="The kernel OOM killer killed the worker",
             explanation=(
@@ -250,6 +263,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="shm-exhausted",
+            proven_by=(
+                "ENOSPC from torch's shared-memory allocation, or SIGBUS with `/dev/shm` nearly "
+                "full"
+            ),
             heals=frozenset({ENVIRONMENTAL, SAMPLE_DEATH}),
             title="/dev/shm is full",
             explanation=(
@@ -295,6 +312,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="worker-hang",
+            proven_by=(
+                "no progress past `hang_timeout`; the stuck worker's stack is dumped before it is "
+                "killed"
+            ),
             heals=frozenset(),
             title="The worker stopped making progress",
             explanation=(
@@ -330,6 +351,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="worker-exit",
+            proven_by=(
+                "an exit status (0 included) with no exception; where the Dataset called "
+                "`sys.exit()`, the frame that called it"
+            ),
             heals=frozenset({SAMPLE_DEATH}),
             title="The worker exited by itself, without an exception",
             explanation=(
@@ -373,6 +398,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="killed-by-signal",
+            proven_by="SIGKILL/SIGTERM with no OOM evidence where it could be read",
             heals=frozenset({ENVIRONMENTAL, SAMPLE_DEATH, PROCESS_KILLING}),
             title="Something outside the worker killed it",
             explanation=(
@@ -403,6 +429,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="unpicklable",
+            proven_by=(
+                "the pickling error, with each of dataset/collate_fn/worker_init_fn tried alone; "
+                "a batch lost in the worker's feeder thread"
+            ),
             heals=frozenset({START_FAILURE}),
             title="Something that must cross between processes cannot be pickled",
             explanation=(
@@ -462,6 +492,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="batch-lost",
+            proven_by=(
+                "the worker's queue feeder thread failed to send a finished batch (where stock "
+                "torch waits for it)"
+            ),
             heals=frozenset(),
             title="A finished batch could not be sent to the main process",
             explanation=(
@@ -500,6 +534,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="main-guard-missing",
+            proven_by=(
+                "a spawned worker that re-ran the script and reached a DataLoader while "
+                "bootstrapping"
+            ),
             heals=frozenset({START_FAILURE}),
             title='The script has no `if __name__ == "__main__":` guard',
             explanation=(
@@ -535,6 +573,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="fd-exhausted",
+            proven_by="EMFILE, and the process's open descriptors against its `RLIMIT_NOFILE`",
             heals=frozenset({ENVIRONMENTAL}),
             title="Too many open files (EMFILE)",
             explanation=(
@@ -574,6 +613,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="process-limit",
+            proven_by=(
+                'EAGAIN from fork/clone (or "can\'t start new thread") while starting workers, '
+                "with `RLIMIT_NPROC` and the pids cgroup's `pids.max` where readable"
+            ),
             heals=frozenset({START_FAILURE}),
             title="No more processes may start (EAGAIN): a process limit was reached",
             explanation=(
@@ -606,6 +649,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="cuda-in-worker",
+            proven_by="CUDA's re-initialisation error in a forked worker",
             heals=frozenset(),
             title="CUDA was used in a forked worker",
             explanation=(
@@ -634,6 +678,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="paging-file-too-small",
+            proven_by=(
+                "Windows: `WinError 1455` while a spawned worker loads torch's DLLs (too many "
+                "workers for the commit limit)"
+            ),
             heals=frozenset({START_FAILURE}),
             title="Windows ran out of commit space while starting workers (WinError 1455)",
             explanation=(
@@ -662,6 +710,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="mps-in-worker",
+            proven_by=(
+                "macOS: an MPS tensor returned by a worker (`_share_filename_: only available on "
+                "CPU`), or the Objective-C fork-safety abort"
+            ),
             heals=frozenset(),
             title="Apple's GPU (MPS) or Objective-C state crossed into DataLoader workers (macOS)",
             explanation=(
@@ -697,6 +749,11 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="internal-error",
+            proven_by=(
+                "an exception whose innermost frame is loaderdoctor's own code, not tagged as "
+                "coming from your dataset, collate_fn or worker_init_fn: a bug of ours, never a "
+                "verdict on your job"
+            ),
             heals=frozenset(),
             title="loaderdoctor's own machinery failed (not your job's fault)",
             explanation=(
