@@ -8,8 +8,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from loaderdoctor.report.html import INCIDENT_COLOR, PALETTE, STATUS_COLORS
-from loaderdoctor.report.run_html import write_html
+from loaderdoctor.report.html.page import INCIDENT_COLOR, PALETTE, STATUS_COLORS
+from loaderdoctor.report.html.run import write_html
 from test_run_units import sample_report
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "screenshot_report.py"
@@ -123,7 +123,7 @@ def measure(html: Path) -> dict:
     import subprocess
     import tempfile
 
-    from loaderdoctor.report.chart import MARKER_COLOR
+    from loaderdoctor.report.html.chart import MARKER_COLOR
 
     shot = load_script()
     probe = html.with_name(html.stem + ".measure.html")
@@ -272,7 +272,7 @@ def test_scan_page_has_no_flat_memory_plot_in_chromium(tmp_path: Path) -> None:
     shot = load_script()
     if shot.find_chromium() is None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
-    from loaderdoctor.report.scan_html import write_html as write_scan_html
+    from loaderdoctor.report.html.scan import write_html as write_scan_html
     from test_scan_report import sample_report as sample_scan
 
     report = sample_scan()

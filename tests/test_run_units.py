@@ -11,9 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from loaderdoctor.report.chart import Chart, Line, label_baseline, label_rows, layout, nice_step
-from loaderdoctor.report.html import INCIDENT_COLOR, PALETTE
-from loaderdoctor.report.run_html import format_html, memory_lines, write_html
+from loaderdoctor.report.html.chart import (
+    Chart,
+    Line,
+    label_baseline,
+    label_rows,
+    layout,
+    nice_step,
+)
+from loaderdoctor.report.html.page import INCIDENT_COLOR, PALETTE
+from loaderdoctor.report.html.run import format_html, memory_lines, write_html
 from loaderdoctor.report.run_text import format_headline, format_text, summary_stack
 from loaderdoctor.runner.core import RunUsageError, exit_code_of, resolve_command
 from loaderdoctor.runner.memory import MiB, find_memory_growth, linear_growth

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_python
+from loaderdoctor.report.html.scan import bad_markers, format_html, profile_segments, write_html
 from loaderdoctor.report.scan import format_settings, format_summary, print_text
-from loaderdoctor.report.scan_html import bad_markers, format_html, profile_segments, write_html
 from loaderdoctor.scan.model import (
     BadSample,
     HungrySample,
@@ -311,8 +311,8 @@ def test_scan_html_renders_in_headless_chromium(tmp_path: Path) -> None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
     from PIL import Image
 
-    from loaderdoctor.report.html import INCIDENT_COLOR
-    from loaderdoctor.report.scan_html import MEMORY_COLOR, TIME_COLOR
+    from loaderdoctor.report.html.page import INCIDENT_COLOR
+    from loaderdoctor.report.html.scan import MEMORY_COLOR, TIME_COLOR
 
     html = write_html(sample_report(), tmp_path)
     png = shot.screenshot(html, tmp_path / "scan.png", width=1000, height=1600, timeout=90)

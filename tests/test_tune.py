@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from loaderdoctor.report.html.tune import format_html, format_svg
+from loaderdoctor.report.html.tune_plot import write_plot
 from loaderdoctor.report.tune import format_json, format_snippet, format_text, print_text
-from loaderdoctor.report.tune_html import format_html, format_svg
-from loaderdoctor.report.tune_plot import write_plot
 from loaderdoctor.tune import (
     BOUNDS,
     Budget,

@@ -6,9 +6,16 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from loaderdoctor.report.chart import Chart, Line, svg_chart
-from loaderdoctor.report.html import PALETTE, STATUS_COLORS, docs_href, legend, page, write_page
-from loaderdoctor.report.html import escape as _e
+from loaderdoctor.report.html.chart import Chart, Line, svg_chart
+from loaderdoctor.report.html.page import (
+    PALETTE,
+    STATUS_COLORS,
+    docs_href,
+    legend,
+    page,
+    write_page,
+)
+from loaderdoctor.report.html.page import escape as _e
 from loaderdoctor.report.scan import format_settings
 from loaderdoctor.scan.model import Profile, ScanReport
 from loaderdoctor.units import MiB, format_mib, format_ms, format_seconds

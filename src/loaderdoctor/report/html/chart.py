@@ -2,7 +2,7 @@
 throughput and memory against workers (tune).
 
 ``layout`` decides the geometry (round ticks, pixel positions) once; ``svg_chart`` draws it as
-inline SVG, and ``report.tune_plot`` paints the same layout with Pillow for ``--plot x.png``.
+inline SVG, and ``html.tune_plot`` paints the same layout with Pillow for ``--plot x.png``.
 """
 
 from __future__ import annotations

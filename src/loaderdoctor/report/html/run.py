@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from loaderdoctor.forensics.catalog import page_command
-from loaderdoctor.report.chart import Chart, Line, svg_chart
-from loaderdoctor.report.html import (
+from loaderdoctor.report.html.chart import Chart, Line, svg_chart
+from loaderdoctor.report.html.page import (
     PALETTE,
     STATUS_COLORS,
     docs_href,
@@ -17,7 +17,7 @@ from loaderdoctor.report.html import (
     with_code,
     write_page,
 )
-from loaderdoctor.report.html import escape as _e
+from loaderdoctor.report.html.page import escape as _e
 from loaderdoctor.runner.model import (
     MemoryFinding,
     MemoryReport,

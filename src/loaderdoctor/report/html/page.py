@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from loaderdoctor.atomic import write_atomically
-from loaderdoctor.report.chart import Line
+from loaderdoctor.report.html.chart import Line
 from loaderdoctor.report.output import UNDECODABLE_NOTE, printable
 
 # One colour per line, distinct to 32 workers: matplotlib's tab10 (its red left to incidents),

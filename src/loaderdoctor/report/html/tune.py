@@ -1,13 +1,13 @@
 """``--plot tune.html`` / ``tune.svg``: throughput and memory against workers, no dependency.
 
-The charts are ``report.chart``'s, as in ``report.html`` and ``scan.html``: worker counts across.
+The charts are ``html.chart``'s, as on the run and scan pages: worker counts across.
 """
 
 from __future__ import annotations
 
-from loaderdoctor.report.chart import Chart, Line, svg_chart
-from loaderdoctor.report.html import PALETTE, legend, page
-from loaderdoctor.report.html import escape as _e
+from loaderdoctor.report.html.chart import Chart, Line, svg_chart
+from loaderdoctor.report.html.page import PALETTE, legend, page
+from loaderdoctor.report.html.page import escape as _e
 from loaderdoctor.report.output import printable
 from loaderdoctor.report.tune import TRIAL_COLUMNS, format_snippet, trial_row
 from loaderdoctor.tune.model import TuneReport
