@@ -192,3 +192,7 @@ def test_full_dev_shm_in_a_private_mount_namespace(method: str) -> None:
     if out.get("cause") is None and "delivered" in out:
         pytest.fail(f"no failure with a 64 MiB /dev/shm: {out}")
     assert out["cause"] == "shm-exhausted"
+    # The evidence shows how small /dev/shm is, so its size comes first; and it claims nothing
+    # about what stock PyTorch would have done (it raises here, from the worker's collate_fn).
+    assert out["fixes"][0].startswith("/dev/shm holds only 64.0 MiB: give the container more ")
+    assert not any("stock PyTorch" in line for line in out["evidence"])

@@ -235,7 +235,8 @@ class WorkerWatch:
                 ev.notes.append(
                     f"worker {worker_id} has {usage[0]} open files, its limit is {usage[1]}"
                 )
-        if ev.errno == errno_module.ENOSPC:
+        # torch's own shared-memory error says "(28)", not "[Errno 28]"
+        if ev.errno == errno_module.ENOSPC or "No space left on device" in ev.exception_message:
             collect.add_machine_evidence(ev, None)
         return ev
 
