@@ -497,3 +497,11 @@ def test_the_rows_name_known_facts_and_real_fixes() -> None:
 def test_a_moot_fix_is_left_out_and_the_rest_keep_their_order() -> None:
     diagnosis = diagnose(CASES[0][1])
     assert diagnosis.fixes[1:] == list(CAUSES["sample-error"].fixes[1:])
+
+
+def test_a_lambda_in_the_dataset_gets_no_collate_or_worker_init_advice() -> None:
+    (evidence,) = [case[1] for case in CASES if case[0] == "lambda-in-transform"]
+    fixes = diagnose(evidence).fixes
+    own = CAUSES["unpicklable"].fixes
+    assert fixes[1:] == [own[2], own[4]]  # open handles lazily; or fork
+    assert not any("collate_fn /" in fix or "notebook" in fix for fix in fixes)

@@ -455,7 +455,7 @@ CAUSES: dict[str, Cause] = {
                     "{unpicklable_object} cannot be pickled for a spawned worker: make it a "
                     "module-level function or class (functools.partial of one is fine), or build "
                     "it in the worker (in `__getitem__` or worker_init_fn).",
-                    replaces=(0, 1),
+                    replaces=(0, 1, 3),
                 ),
                 FittedFix(
                     ("unpicklable_object",),
