@@ -185,6 +185,9 @@ class SupervisedMapDataset(Dataset[Any]):
                     slot.error()
                 if attempt == retries:
                     return False, _failure(error, index, attempt + 1, "fetch")
+            except SystemExit as exiting:
+                record_exit(self.context.stack_log, exiting)
+                raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _substitute(self, index: Any, policy: SamplePolicy) -> tuple[Any, Any] | None:
