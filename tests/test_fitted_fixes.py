@@ -38,15 +38,16 @@ CASES: list[tuple[str, Evidence, str, str]] = [
             exception_type="IndexError",
             exception_message="IndexError: list index out of range",
             stage="fetch",
-            in_flight_index=999,
-            batch_indices=[996, 997, 998, 999],
+            in_flight_index=992,
+            batch_indices=[992, 993, 994, 995],
             dataset_length=1000,
+            last_loaded_index=983,
         ),
         "sample-error",
-        "`__len__` returns 1000, but `dataset[999]` raised IndexError (`dataset[998]`, before it "
-        "in the same batch, loaded): `__len__` counts more items than the data holds. Make it "
-        "return the real count (`len(self.files)`), or drop the missing entries from the list it "
-        "counts.",
+        "`__len__` returns 1000, but `dataset[992]` raised IndexError (the last sample this "
+        "worker loaded before it: `dataset[983]`): `__len__` counts more items than the data "
+        "holds. Make it return the real count (`len(self.files)`), or drop the missing entries "
+        "from the list it counts.",
     ),
     (
         "missing-file",

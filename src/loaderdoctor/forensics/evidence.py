@@ -48,6 +48,7 @@ class Evidence:
     open_files_limit: int | None = None  # RLIMIT_NOFILE of the process that ran out
     sharing_strategy: str | None = None  # torch.multiprocessing's: "file_descriptor", ...
     dataset_length: int | None = None  # len(dataset) of a map-style Dataset
+    last_loaded_index: Any = None  # the last index the worker loaded before the failing one
     # Native crash / hang
     python_stack: str | None = None  # faulthandler's dump of the worker's threads
     exit_frame: str | None = None  # "file:line in function": where a worker called sys.exit()

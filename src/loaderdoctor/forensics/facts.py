@@ -82,19 +82,11 @@ def _len_past_data(ev: Evidence) -> str | None:
     if not 0 <= index < length:
         return None
     text = f"`__len__` returns {length}, but `dataset[{index}]` raised IndexError"
-    loaded = _loaded_before(ev)
-    if loaded is not None:
-        text += f" (`dataset[{loaded}]`, before it in the same batch, loaded)"
+    if ev.last_loaded_index is not None:
+        text += (
+            f" (the last sample this worker loaded before it: `dataset[{ev.last_loaded_index}]`)"
+        )
     return text
-
-
-def _loaded_before(ev: Evidence) -> Any:
-    batch = ev.batch_indices or []
-    if ev.in_flight_index in batch:
-        position = batch.index(ev.in_flight_index)
-        if position > 0:
-            return batch[position - 1]
-    return None
 
 
 def _exit_code_zero(ev: Evidence) -> bool | None:

@@ -360,6 +360,8 @@ def facts_from_tags(ev: Evidence, tags: dict[str, Any]) -> None:
         ev.batch_indices = list(tags["batch"])
     if tags.get("odd"):
         ev.odd_indices = list(tags["odd"])
+    if tags.get("loaded") is not None:
+        ev.last_loaded_index = tags["loaded"]
     if ev.worker_id is None and tags.get("worker") is not None:
         ev.worker_id = tags["worker"]
     if tags.get("root"):
