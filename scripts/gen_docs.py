@@ -10,7 +10,8 @@ from pathlib import Path
 
 from loaderdoctor.docs import main
 
-DOCS_DIR = Path(__file__).resolve().parent.parent / "docs" / "causes"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS_DIR = ROOT / "docs" / "causes"
 
 if __name__ == "__main__":
-    sys.exit(main(["--out", str(DOCS_DIR), *sys.argv[1:]]))
+    sys.exit(main(["--out", str(DOCS_DIR), "--readme", str(ROOT / "README.md"), *sys.argv[1:]]))

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=1600)
     args = parser.parse_args(argv)
 
-    from loaderdoctor.report.run_html import write_html
+    from loaderdoctor.report.html.run import write_html
     from loaderdoctor.runner.core import RunUsageError, load_report
 
     try:

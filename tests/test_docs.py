@@ -15,6 +15,7 @@ from loaderdoctor.docs import (
     render_all,
     render_cause_page,
     render_index,
+    render_readme_table,
     write_docs,
 )
 from loaderdoctor.forensics.catalog import CAUSES, Cause
@@ -31,6 +32,14 @@ def test_checked_in_pages_equal_the_generator_output() -> None:
             f"{path} is out of date: run python scripts/gen_docs.py"
         )
     assert differences(DOCS, render_all(CAUSES.values())) == []
+
+
+def test_the_readme_table_of_causes_is_the_catalog() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert render_readme_table(CAUSES.values()) in readme
+    rows = [line for line in readme.splitlines() if line.startswith("| [`")]
+    listed = [row.split("`")[1] for row in rows if "](docs/causes/" in row]
+    assert listed == list(CAUSES)  # process-limit and every other row, once, in catalog order
 
 
 @pytest.mark.parametrize("cause", list(CAUSES.values()), ids=list(CAUSES))

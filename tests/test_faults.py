@@ -60,6 +60,16 @@ def test_exit_code() -> None:
     assert_torch_exit_line(out["message"], 3)
 
 
+def test_sys_exit_0_names_the_frame_that_called_it() -> None:
+    out = verdict("exit0", "fork")
+    assert out["cause"] == "worker-exit" and out["indices"] == [21]
+    assert_torch_exit_line(out["message"], 0)
+    line = next(n for n, text in enumerate(open(FAULTY), 1) if "sys.exit(0)" in text)
+    frame = f"{FAULTY}:{line} in __getitem__"
+    assert f"sys.exit() was called at {frame}" in out["evidence"]
+    assert out["fixes"][0].startswith(f"`{frame}` called sys.exit() in the worker: ")
+
+
 def test_hang_is_killed_with_its_stack() -> None:
     # The sample sleeps 600 s: a verdict within the run's timeout is the watchdog's cut, however
     # slow the loaded machine makes the workers' start (a wall-clock bound was not).
@@ -92,6 +102,11 @@ def test_unpicklable_sample_is_a_verdict_not_a_silent_hang(method: str) -> None:
     out = verdict("unpicklable-sample", method, timeout=60)
     assert out["cause"] == "unpicklable"
     assert any("could not send it" in line for line in out["evidence"])
+    assert "the object pickle refuses: batch['transform'] (lambda)" in out["evidence"]
+    assert out["fixes"][0].startswith(
+        "`batch['transform']` (a lambda) in the batch collate_fn returned cannot be pickled "
+        "back to the main process: "
+    )
 
 
 def test_lambda_collate_fn_under_spawn_is_unpicklable() -> None:
@@ -100,6 +115,10 @@ def test_lambda_collate_fn_under_spawn_is_unpicklable() -> None:
     # torch raises AttributeError here; so does loaderdoctor, with the verdict as a note
     assert out["error_type"] == "AttributeError"
     assert "cannot be pickled for spawn: collate_fn" in out["message"]
+    assert out["fixes"][0].startswith(
+        "`collate_fn` (a lambda) cannot be pickled for a spawned worker: define it as a "
+        "module-level function"
+    )
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
@@ -173,3 +192,7 @@ def test_full_dev_shm_in_a_private_mount_namespace(method: str) -> None:
     if out.get("cause") is None and "delivered" in out:
         pytest.fail(f"no failure with a 64 MiB /dev/shm: {out}")
     assert out["cause"] == "shm-exhausted"
+    # The evidence shows how small /dev/shm is, so its size comes first; and it claims nothing
+    # about what stock PyTorch would have done (it raises here, from the worker's collate_fn).
+    assert out["fixes"][0].startswith("/dev/shm holds only 64.0 MiB: give the container more ")
+    assert not any("stock PyTorch" in line for line in out["evidence"])

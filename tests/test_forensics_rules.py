@@ -214,7 +214,6 @@ def test_rule_verdicts(evidence: Evidence, cause: str, min_confidence: float) ->
     diagnosis = diagnose(evidence)
     assert diagnosis.cause == cause
     assert diagnosis.confidence >= min_confidence
-    assert diagnosis.fixes == list(CAUSES[cause].fixes)
 
 
 def test_sigkill_without_readable_sources_is_uncertain_and_names_oom_as_alternative() -> None:

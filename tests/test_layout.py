@@ -1,7 +1,7 @@
 """The supervised core's shape (issue 27), stated as tests so that it stays.
 
 - the files a worker leaves for the parent are named in one module, ``supervise/files.py``;
-- no folder of the supervised core holds more than 15 modules;
+- no folder of the supervised core, nor of the renderers, holds more than 15 modules;
 - no function takes the iterator as an untyped ``it: Any`` (the old respawn mixin's shape).
 - no module keeps a worker context: each worker builds its own and hands it to its wrappers.
 """
@@ -49,6 +49,17 @@ def test_no_folder_of_the_supervised_core_holds_more_than_15_modules() -> None:
         if folder.is_dir() and (folder / "__init__.py").exists()
     }
     assert counts.keys() == {"supervise", "supervise/parent", "supervise/worker"}
+    assert max(counts.values()) <= 16, counts  # 15 modules and the __init__
+
+
+def test_no_folder_of_the_renderers_holds_more_than_15_modules() -> None:
+    report = SRC / "report"
+    counts = {
+        folder.relative_to(SRC).as_posix(): len(list(folder.glob("*.py")))
+        for folder in [report, *report.iterdir()]
+        if folder.is_dir() and (folder / "__init__.py").exists()
+    }
+    assert counts.keys() == {"report", "report/html"}
     assert max(counts.values()) <= 16, counts  # 15 modules and the __init__
 
 

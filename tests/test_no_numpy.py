@@ -35,6 +35,8 @@ def test_the_blocker_really_hides_numpy(without_numpy: dict[str, str]) -> None:
     )
     result = run_python(["-c", probe], env=without_numpy, timeout=120)
     assert result.stdout.splitlines() == ["Numpy is not available"], result.stderr[-2000:]
+    # What stock torch says at import there, and what loaderdoctor's commands leave out.
+    assert "UserWarning: Failed to initialize NumPy: No module named 'numpy'" in result.stderr
 
 
 # The exception under spawn only: its worker runs the fork worker's code after importing it all
@@ -78,6 +80,7 @@ def test_demo_without_numpy(without_numpy: dict[str, str], tmp_path: Path) -> No
         cwd=str(tmp_path),
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "NumPy" not in result.stderr  # torch's import warning: nothing above the demo
     report = json.loads(result.stdout)
     verdicts = [(s["name"], s["diagnosis"]["cause"]) for s in report["scenarios"]]
     assert verdicts == [("corrupt-jpeg", "sample-error"), ("native-crash", "native-crash")]

@@ -126,3 +126,17 @@ def test_the_python_snippets_run_as_written(
     ]
     assert report["delivered"]["samples"] == 99
     assert json.loads((tmp_path / "quarantine.json").read_text())
+
+
+def test_every_extra_the_readme_installs_is_declared() -> None:
+    """loaderdoctor is not on a package index: an extra installs from the checkout
+    (``pip install -e '.[torchdata]'``), and only an extra pyproject.toml declares."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    named = re.findall(r"pip install (?:-c \S+ )?-e '\.\[([\w,-]+)\]'", README)
+    assert "torchdata" in named
+    assert {extra for group in named for extra in group.split(",")} <= set(extras)
+    assert "pip install 'loaderdoctor[" not in README  # an index has no loaderdoctor to install

@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 
 from conftest import run_python
 from loaderdoctor.atomic import write_atomically
-from loaderdoctor.report import demo, env, run_html, run_text, scan, scan_html, tune, tune_html
+from loaderdoctor.report import demo, env, run_text, scan, tune
+from loaderdoctor.report.html import run as run_html
+from loaderdoctor.report.html import scan as scan_html
+from loaderdoctor.report.html import tune as tune_html
 from loaderdoctor.report.output import UNDECODABLE_NOTE, EscapingStream, has_undecodable, printable
 from test_demo import _fixed_report as demo_report
 from test_env_report import fixed_report as env_report

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 
-from loaderdoctor.report.html import INCIDENT_COLOR, PALETTE, STATUS_COLORS
-from loaderdoctor.report.run_html import write_html
+from loaderdoctor.report.html.page import INCIDENT_COLOR, PALETTE, STATUS_COLORS
+from loaderdoctor.report.html.run import write_html
 from test_run_units import sample_report
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "screenshot_report.py"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "causes"
+MIB = 1024 * 1024
 
 
 def load_script():
@@ -53,6 +56,25 @@ MEASURE = """
     const r = element.getBoundingClientRect();
     return {left: r.left, right: r.right, top: r.top, bottom: r.bottom};
   };
+  // The drawn lines that pass through a label's box, walked a pixel at a time as laid out.
+  const linesThrough = (text) => {
+    const b = text.getBoundingClientRect();
+    const through = [];
+    for (const line of text.closest("svg").querySelectorAll("polyline")) {
+      const m = line.getScreenCTM();
+      const length = line.getTotalLength();
+      for (let d = 0; d <= length; d += 1) {
+        const p = line.getPointAtLength(d);
+        const x = m.a * p.x + m.c * p.y + m.e;
+        const y = m.b * p.x + m.d * p.y + m.f;
+        if (x >= b.left && x <= b.right && y >= b.top && y <= b.bottom) {
+          through.push(line.querySelector("title").textContent);
+          break;
+        }
+      }
+    }
+    return through;
+  };
   const out = {
     svgs: [...document.querySelectorAll("svg")].map(box),
     labels: [...document.querySelectorAll("svg text")]
@@ -69,6 +91,15 @@ MEASURE = """
         fixes: fixes ? box(fixes) : null,
       };
     }),
+    marks: [...document.querySelectorAll("g.end-mark")].map((mark) => ({
+      title: mark.querySelector("title").textContent,
+      svg: [...document.querySelectorAll("svg")].indexOf(mark.closest("svg")),
+      ...box(mark),
+    })),
+    hrefs: [...document.querySelectorAll("a")].map((a) => ({raw: a.getAttribute("href"), resolved: a.href})),
+    crossings: [...document.querySelectorAll("svg text")]
+      .filter((text) => (text.getAttribute("style") || "").includes("fill:%(marker)s"))
+      .map((text) => ({text: text.textContent, lines: linesThrough(text)})),
     died: [...document.querySelectorAll("tr")]
       .filter((row) => getComputedStyle(row.cells[0]).backgroundColor === "rgb(253, 236, 234)")
       .map((row) => row.innerText),
@@ -92,7 +123,7 @@ def measure(html: Path) -> dict:
     import subprocess
     import tempfile
 
-    from loaderdoctor.report.chart import MARKER_COLOR
+    from loaderdoctor.report.html.chart import MARKER_COLOR
 
     shot = load_script()
     probe = html.with_name(html.stem + ".measure.html")
@@ -141,6 +172,10 @@ def close_incidents_report():  # type: ignore[no-untyped-def]
         ),
     ]  # fmt: skip
     report.duration_s = 9.0
+    # /dev/shm full for the whole run: its line runs along the plot's top edge, where the
+    # incidents' labels go first
+    assert report.memory is not None
+    report.memory.shm_series = [(0.0, 60 * MIB), (1.0, 64 * MIB), (9.0, 64 * MIB)]
     return report
 
 
@@ -176,6 +211,23 @@ def test_run_report_defects_a_reader_saw_are_gone_in_chromium(tmp_path: Path) ->
         for other in labels[number + 1 :]:
             assert not overlaps(label, other), (label, other)
 
+    # and clear of every drawn line (the full /dev/shm's along the top among them)
+    assert [label["lines"] for label in seen["crossings"]] == [[]] * len(labels)
+
+    # the dead worker's memory line ends in a mark that says so, on the workers' chart
+    (mark,) = seen["marks"]
+    assert mark["title"] == "worker pid 4242 (USS): died: sample-error"
+    workers_chart = seen["svgs"][mark["svg"]]
+    assert mark["svg"] == 0 and overlaps(mark, workers_chart)
+
+    # the docs links are relative to the page and lead to the checkout's pages
+    pages = [link for link in seen["hrefs"] if "docs/causes/" in link["raw"]]
+    assert len(pages) == 3
+    for link in pages:
+        assert not link["raw"].startswith(("file:", "/")), link
+        target = Path(unquote(urlparse(link["resolved"]).path))
+        assert target.is_file() and target.parent == DOCS, link
+
     # fixes: code spans as code, no literal backticks
     assert seen["fixes"] and not any("`" in fixes for fixes in seen["fixes"])
     assert "dataset[INDEX]" in seen["codes"]
@@ -196,11 +248,31 @@ def test_run_report_defects_a_reader_saw_are_gone_in_chromium(tmp_path: Path) ->
 
 
 @pytest.mark.slow
+def test_32_workers_keep_32_colours_in_chromium(tmp_path: Path) -> None:
+    """Each worker's swatch in the legend, as the browser paints it: 32 colours, none twice."""
+    shot = load_script()
+    if shot.find_chromium() is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    from PIL import Image
+
+    from test_run_units import worker
+
+    report = sample_report()
+    assert report.memory is not None
+    report.memory.processes = [worker(5000 + n, [n, n + 2, n + 1]) for n in range(32)]
+    html = write_html(report, tmp_path)
+    png = shot.screenshot(html, tmp_path / "report.png", width=1000, height=1400, timeout=90)
+    colors = {color for _, color in Image.open(png).convert("RGB").getcolors(1 << 20) or []}
+    assert {rgb(color) for color in PALETTE} <= colors
+    assert len(PALETTE) == 32
+
+
+@pytest.mark.slow
 def test_scan_page_has_no_flat_memory_plot_in_chromium(tmp_path: Path) -> None:
     shot = load_script()
     if shot.find_chromium() is None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
-    from loaderdoctor.report.scan_html import write_html as write_scan_html
+    from loaderdoctor.report.html.scan import write_html as write_scan_html
     from test_scan_report import sample_report as sample_scan
 
     report = sample_scan()

@@ -16,7 +16,7 @@ import torch.utils.data
 
 from loaderdoctor.forensics import Evidence, diagnose
 from loaderdoctor.forensics.verdict_text import format_subject
-from loaderdoctor.report.run_html import format_html
+from loaderdoctor.report.html.run import format_html
 from loaderdoctor.report.run_text import format_where
 from loaderdoctor.runner import core, patch, protocol, subclasses
 from loaderdoctor.runner.model import RunIncident

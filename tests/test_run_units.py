@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from loaderdoctor.report.chart import nice_step
-from loaderdoctor.report.run_html import format_html
-from loaderdoctor.report.run_text import format_headline, format_text
+from loaderdoctor.report.html.chart import (
+    Chart,
+    Line,
+    label_baseline,
+    label_rows,
+    layout,
+    nice_step,
+)
+from loaderdoctor.report.html.page import INCIDENT_COLOR, PALETTE
+from loaderdoctor.report.html.run import format_html, memory_lines, write_html
+from loaderdoctor.report.run_text import format_headline, format_text, summary_stack
 from loaderdoctor.runner.core import RunUsageError, exit_code_of, resolve_command
 from loaderdoctor.runner.memory import MiB, find_memory_growth, linear_growth
 from loaderdoctor.runner.model import (
@@ -30,6 +40,9 @@ def worker(pid: int, uss_mib: list[float], method: str = "fork", parent: int = 1
     return ProcessMemory(
         pid=pid, role="worker", parent_pid=parent, start_method=method, series=series
     )
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def sample_report() -> RunReport:
@@ -189,6 +202,12 @@ def test_terminal_summary() -> None:
     assert lines[0] == "loaderdoctor run: the command failed: exit code 1 after 3.2 s"
     assert lines[1] == "  5 batches, 20 samples delivered by 1 ranks (1 supervised DataLoader)"
     assert "rank 1, worker 1, sample 21, batch 5" in text
+    # The fix says "Look at the Python stack": the summary shows the stack it means.
+    stack_at = lines.index("    Python stack of the worker:")
+    assert lines[stack_at + 1 : stack_at + 3] == [
+        "      File 'x.py', line 3 in __getitem__ <b>",
+        "    fix: Look at the Python stack",
+    ]
     assert "    more: loaderdoctor explain --cause native-crash" in lines  # works when installed
     assert "copy-on-read: Every fork worker's private memory grows" in text
     assert lines[-2:] == [
@@ -196,6 +215,21 @@ def test_terminal_summary() -> None:
         "verdict: native-crash: The worker crashed in native code (rank 1, worker 1, sample 21, "
         "batch 5)",
     ]
+
+
+def test_the_summary_shows_the_stuck_thread_first_and_cut() -> None:
+    stuck = "Thread 0x2 (most recent call first):\n" + "".join(
+        f'  File "net.py", line {n} in read\n' for n in range(20)
+    )
+    other = 'Current thread 0x1 (most recent call first):\n  File "w.py", line 1 in loop'
+    assert summary_stack(f"{stuck}\n{other}") == [
+        "Current thread 0x1 (most recent call first):",
+        '  File "w.py", line 1 in loop',
+    ]
+    lines = summary_stack(stuck)
+    assert lines[0] == "Thread 0x2 (most recent call first):"
+    assert lines[1:12] == [f'  File "net.py", line {n} in read' for n in range(11)]
+    assert lines[12:] == ["... (9 more lines in report.json)"]
 
 
 def test_html_is_self_contained_and_escaped() -> None:
@@ -209,6 +243,66 @@ def test_html_is_self_contained_and_escaped() -> None:
     assert "native-crash #21" in page  # the incident marked on the plots
     assert "__getitem__ &lt;b&gt;" in page  # the stack is escaped
     assert "copy-on-read" in page and "numpy" in page
+
+
+def test_the_dead_workers_memory_line_ends_in_a_mark_that_says_how() -> None:
+    page = format_html(sample_report())
+    (mark,) = re.findall(r'<g class="end-mark" transform="translate\(([\d.]+),([\d.]+)\)">', page)
+    (worker_line,) = re.findall(r'<polyline points="([^"]+)"[^>]*><title>worker pid 4242', page)
+    assert worker_line.split()[-1] == ",".join(mark)  # at the line's last point
+    assert "<title>worker pid 4242 (USS): died: native-crash, SIGSEGV</title>" in page
+    assert page.count('class="end-mark"') == 1  # the main process did not die
+
+
+def lab(color: str) -> tuple[float, float, float]:
+    """CIELAB of an sRGB colour (D65), for distances a reader sees."""
+
+    def linear(channel: int) -> float:
+        value = channel / 255
+        return ((value + 0.055) / 1.055) ** 2.4 if value > 0.04045 else value / 12.92
+
+    r, g, b = (linear(int(color[i : i + 2], 16)) for i in (1, 3, 5))
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    return (116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z)))
+
+
+def test_the_palette_stays_distinct_to_32_workers() -> None:
+    assert len(PALETTE) == 32 and len(set(PALETTE)) == 32
+    closest = min(
+        math.dist(lab(a), lab(b)) for n, a in enumerate(PALETTE) for b in PALETTE[n + 1 :]
+    )
+    assert closest > 25
+    assert min(math.dist(lab(c), lab(INCIDENT_COLOR)) for c in PALETTE) > 15
+    memory = sample_report().memory
+    assert memory is not None
+    memory.processes = [worker(5000 + n, [n, n + 1]) for n in range(32)]
+    assert len({line.color for line in memory_lines(memory)}) == 32
+
+
+def test_marker_labels_keep_clear_of_a_line_along_the_top() -> None:
+    """A full /dev/shm runs along the plot's top edge, where labels go: they move down."""
+    full = Line("/dev/shm used", [(0.0, 78.0), (10.0, 80.0)], "#6a3d9a")  # y axis ends at 80
+    chart = Chart([full], 10.0, 1.0, "MiB", markers=[(2.0, "shm-exhausted #3")])
+    box = layout(chart, 940, 240)
+    ((_x, _anchor, _label, row),) = label_rows(box)
+    top = label_baseline(box, row) - 11
+    assert row == 1 and top > box.sy(78.0)  # the next row down, clear of the line
+    quiet = Chart([Line("low", [(0.0, 1.0), (10.0, 2.0)], "#000")], 10.0, markers=chart.markers)
+    assert [placed[3] for placed in label_rows(layout(quiet, 940, 240))] == [0]
+
+
+def test_run_page_links_the_cause_page_relative_to_its_folder(tmp_path: Path) -> None:
+    write_html(sample_report(), tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    (href,) = re.findall(r'More: <a href="([^"]+)">docs/causes/native-crash.md</a>', page)
+    assert not href.startswith(("file:", "/"))
+    assert (tmp_path / href).resolve() == ROOT / "docs" / "causes" / "native-crash.md"
 
 
 @pytest.mark.parametrize(("span", "step"), [(7.3, 2.0), (100.0, 20.0), (0.4, 0.1), (0, 1.0)])

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from loaderdoctor.report.html.scan import format_html
 from loaderdoctor.report.scan import format_json, format_text
-from loaderdoctor.report.scan_html import format_html
 from loaderdoctor.scan import scan_dataset
 from loaderdoctor.scan.model import FlakySample, ScanReport
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
 
 from conftest import run_python
+from loaderdoctor.report.html.scan import bad_markers, format_html, profile_segments, write_html
 from loaderdoctor.report.scan import format_settings, format_summary, print_text
-from loaderdoctor.report.scan_html import bad_markers, format_html, profile_segments, write_html
 from loaderdoctor.scan.model import (
     BadSample,
     HungrySample,
@@ -185,12 +186,27 @@ def test_html_escapes_everything_from_the_report() -> None:
     assert "/data/pano &amp; &lt;big&gt;.png" in page
 
 
-def test_bad_samples_link_their_cause_page_when_the_docs_are_there() -> None:
-    page = format_html(sample_report())
-    docs = Path(__file__).parents[1] / "docs" / "causes" / "sample-error.md"
-    if docs.is_file():
-        assert f'<a href="{docs.as_uri()}"><span class="cause">sample-error</span></a>' in page
+def test_bad_samples_link_their_cause_page_relative_to_the_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout's page by a path relative to the report's folder (never a file:// URL into
+    the checkout); with $LOADERDOCTOR_DOCS_URL, that site's page; unlinked where neither is."""
+    monkeypatch.delenv("LOADERDOCTOR_DOCS_URL", raising=False)
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    page = format_html(sample_report(), reports)
+    docs = Path(__file__).resolve().parents[1] / "docs" / "causes" / "sample-error.md"
+    relative = Path(os.path.relpath(docs, reports.resolve())).as_posix()
+    assert f'<a href="{relative}"><span class="cause">sample-error</span></a>' in page
+    assert (reports / relative).resolve() == docs
+    assert "file://" not in page
     assert '<span class="cause">oom-killed</span>' in page
+    assert '<a href="' not in format_html(sample_report())  # no folder: no relative link
+    monkeypatch.setenv("LOADERDOCTOR_DOCS_URL", "https://example.org/loaderdoctor/blob/main/")
+    assert (
+        '<a href="https://example.org/loaderdoctor/blob/main/docs/causes/sample-error.md">'
+        '<span class="cause">sample-error</span></a>'
+    ) in format_html(sample_report())
 
 
 def test_an_all_bad_bucket_breaks_the_line() -> None:
@@ -295,8 +311,8 @@ def test_scan_html_renders_in_headless_chromium(tmp_path: Path) -> None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
     from PIL import Image
 
-    from loaderdoctor.report.html import INCIDENT_COLOR
-    from loaderdoctor.report.scan_html import MEMORY_COLOR, TIME_COLOR
+    from loaderdoctor.report.html.page import INCIDENT_COLOR
+    from loaderdoctor.report.html.scan import MEMORY_COLOR, TIME_COLOR
 
     html = write_html(sample_report(), tmp_path)
     png = shot.screenshot(html, tmp_path / "scan.png", width=1000, height=1600, timeout=90)

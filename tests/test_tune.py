@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from loaderdoctor.report.tune import format_json, format_snippet, print_text
-from loaderdoctor.report.tune_html import format_html, format_svg
-from loaderdoctor.report.tune_plot import write_plot
+from loaderdoctor.report.html.tune import format_html, format_svg
+from loaderdoctor.report.html.tune_plot import write_plot
+from loaderdoctor.report.tune import format_json, format_snippet, format_text, print_text
 from loaderdoctor.tune import (
     BOUNDS,
     Budget,
@@ -416,6 +416,44 @@ def test_bound_names_skipped_larger_configurations() -> None:
     skipped = [Skipped(LoaderConfig.make(4, 2), "predicted 1 GiB > memory budget", 1, 0)]
     bound = analyze(trials, LoaderConfig.make(2, 2), usable_cores=2, skipped=skipped)
     assert "1 larger configurations were not run: over the memory or shm budget" in bound.evidence
+
+
+def test_nothing_measured_is_no_bound_but_its_reason_and_one_fix() -> None:
+    skipped = [Skipped(LoaderConfig.make(0), "predicted 1 GiB > memory budget", 1, 0)]
+    over = analyze([], LoaderConfig.make(0), usable_cores=2, skipped=skipped)
+    assert (over.id, over.title, over.fixes) == (
+        "nothing-measured",
+        "nothing measured: every configuration was predicted or measured past the memory budget",
+        ["Raise --mem-budget, or lower --batch-size or the memory one sample takes."],
+    )
+    broken = trial(2, 0)
+    broken.status, broken.note = "failed", "worker 1 died: native-crash"
+    failed = analyze([broken], LoaderConfig.make(2, 2), usable_cores=2)
+    assert failed.title == "nothing measured: every trial failed (its note above says how)"
+    assert failed.evidence[-1] == "workers=2 prefetch=2: failed, worker 1 died: native-crash"
+    assert len(failed.fixes) == 1
+    none = analyze([], LoaderConfig.make(0), usable_cores=2)
+    assert none.title == "nothing measured: no trial ran within the time budget"
+    assert none.fixes == [
+        "Give the search more time: a larger --time-budget, or a shorter --window."
+    ]
+
+
+def test_a_report_with_nothing_measured_names_no_bound_and_no_compute_fix() -> None:
+    broken = trial(0, 0)
+    broken.status, broken.note = "failed", "the loader raised"
+    report = sample_report(
+        trials=[broken], skipped=[], bound=analyze([broken], LoaderConfig.make(0), 2)
+    )
+    text = format_text(report)
+    assert "bound:" not in text and "compute" not in text
+    lines = text.splitlines()
+    assert "nothing measured: every trial failed (its note above says how)" in lines
+    assert lines[-1] == (
+        "nothing measured: every trial failed (its note above says how); fix what the failed "
+        "trial names (`loaderdoctor run` on a script that loads this dataset gives its "
+        "verdict), then tune again."
+    )
 
 
 # -- renderers ------------------------------------------------------------------------------

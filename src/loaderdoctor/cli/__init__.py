@@ -86,7 +86,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# torch's wheels do not require numpy, and ``import torch`` without it warns "Failed to initialize
+# NumPy" (torch/csrc/utils/tensor_numpy.cpp) before any output: a remark on the environment that no
+# command here needs numpy for, printed above a fresh machine's first demo. The library leaves it
+# alone (a user's own ``import torch`` says what stock torch says); the command line, whose
+# processes are its own, silences it there and in the workers it spawns. ``loaderdoctor run``'s
+# command is a process of the user's and keeps the warning.
+NUMPY_MISSING_FILTER = "ignore:Failed to initialize NumPy:UserWarning"
+
+
+def _quiet_numpy_missing() -> None:
+    """Silence torch's missing-numpy import warning in this process and the processes it spawns
+    (multiprocessing passes ``sys.warnoptions`` on to spawned and forkserver children)."""
+    import warnings
+
+    if NUMPY_MISSING_FILTER not in sys.warnoptions:
+        sys.warnoptions.append(NUMPY_MISSING_FILTER)
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _quiet_numpy_missing()
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # `scan --nosuch`: scan's usage and its error, not the top level's

@@ -93,7 +93,7 @@ def rerender_scan(args: argparse.Namespace, data: dict[str, Any]) -> int:
         raise CommandError(f"{path} is not a loaderdoctor scan report: {error}") from None
     html = None
     if not args.no_html:
-        from loaderdoctor.report.scan_html import write_html
+        from loaderdoctor.report.html.scan import write_html
 
         page = path.with_suffix(".html")
         try:

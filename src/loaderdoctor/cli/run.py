@@ -124,7 +124,7 @@ def keep_earlier_report(report_dir: Path) -> Path | None:
     ``DIR/report.json`` is always this run's (scripts read it there), and an earlier crash report
     is never replaced by a later run, not even by ``run -- ls``. Only the files a run writes move.
     """
-    from loaderdoctor.report.run_html import HTML_NAME
+    from loaderdoctor.report.html.run import HTML_NAME
     from loaderdoctor.runner.protocol import REPORT_NAME
 
     earlier_json = report_dir / REPORT_NAME
@@ -151,7 +151,7 @@ def keep_earlier_report(report_dir: Path) -> Path | None:
 
 def write_html_report(report: RunReport, command: str) -> Path | None:
     """``DIR/report.html``; a failure to write it is said, not raised (report.json is there)."""
-    from loaderdoctor.report.run_html import write_html
+    from loaderdoctor.report.html.run import write_html
 
     try:
         return write_html(report, Path(report.report_dir))

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     except ScanUsageError as error:
         raise CommandError(str(error)) from None
     if args.html:
-        from loaderdoctor.report.scan_html import write_html
+        from loaderdoctor.report.html.scan import write_html
 
         try:
             write_html(report, args.html)

@@ -86,7 +86,7 @@ def _validate(args: argparse.Namespace) -> int | None:
     if args.soak < 0:
         raise CommandError("--soak must be 0 or more epochs")
     if args.plot is not None:
-        from loaderdoctor.report.tune_plot import PLOT_SUFFIXES
+        from loaderdoctor.report.html.tune_plot import PLOT_SUFFIXES
 
         if not args.plot.lower().endswith(PLOT_SUFFIXES):
             raise CommandError(f"--plot takes a {', '.join(PLOT_SUFFIXES)} file, not {args.plot}")
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
                 "then tune with --quarantine quarantine.json)"
             ) from None
     if args.plot is not None:
-        from loaderdoctor.report.tune_plot import write_plot
+        from loaderdoctor.report.html.tune_plot import write_plot
 
         try:
             write_plot(report, args.plot)

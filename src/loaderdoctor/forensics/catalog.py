@@ -20,6 +20,17 @@ HEAL_KINDS = frozenset({ENVIRONMENTAL, SAMPLE_DEATH, PROCESS_KILLING, START_FAIL
 
 
 @dataclass(frozen=True)
+class FittedFix:
+    """A fix that facts of the failure select (``forensics.facts``): shown before the cause's own
+    fixes, its ``{fact}`` placeholders filled in from the evidence."""
+
+    when: tuple[str, ...]  # every one of these facts holds
+    text: str
+    replaces: tuple[int, ...] = ()  # positions in ``Cause.fixes`` it makes moot
+    unless: tuple[str, ...] = ()  # none of these facts holds
+
+
+@dataclass(frozen=True)
 class Cause:
     id: str
     title: str
@@ -29,9 +40,13 @@ class Cause:
     symptoms: tuple[str, ...] = ()
     # How loaderdoctor tells this cause from the others: the evidence behind the verdict (docs).
     proof: str = ""
+    # The same in one line, for the README's table of causes.
+    proven_by: str = ""
     # How healing treats it (``HEAL_KINDS``; empty: the user's to see). None: not declared, which
     # ``tests/test_catalog.py`` refuses.
     heals: frozenset[str] | None = None
+    # Fixes that facts of this failure select and put first (``facts.choose_fixes``).
+    fitted: tuple[FittedFix, ...] = ()
 
     @property
     def docs_url(self) -> str:
@@ -49,12 +64,22 @@ CAUSES: dict[str, Cause] = {
     for cause in (
         Cause(
             id="sample-error",
+            proven_by="the exception, tagged in the worker with the index being fetched",
             heals=frozenset(),
             title="A sample raised an exception in the Dataset",
             explanation=(
                 "Dataset.__getitem__ (or a transform it calls) raised a Python exception for a "
                 "specific index: a corrupt or missing file, a bad label, a transform that does "
                 "not accept this input."
+            ),
+            fitted=(
+                FittedFix(
+                    ("len_past_data",),
+                    "{len_past_data}: `__len__` counts more items than the data holds. Make it "
+                    "return the real count (`len(self.files)`), or drop the missing entries "
+                    "from the list it counts.",
+                    replaces=(0,),
+                ),
             ),
             fixes=(
                 "Open the sample named above and fix it or remove it from the file list.",
@@ -77,11 +102,25 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="collate-error",
+            proven_by=(
+                "the exception in collate_fn, and the samples whose shape or type differs from "
+                "the rest"
+            ),
             heals=frozenset(),
             title="collate_fn could not merge the samples of a batch",
             explanation=(
                 "The samples of one batch have different shapes or types (ragged tensors, a None, "
                 "a different number of fields), or a custom collate_fn raised."
+            ),
+            fitted=(
+                FittedFix(
+                    ("none_samples",),
+                    "`__getitem__` returned None for {none_samples} (a path without `return`, "
+                    "or a bad file skipped by returning None): return a sample or raise there, "
+                    "or drop the Nones in a collate_fn: `default_collate([s for s in batch if "
+                    "s is not None])`.",
+                    replaces=(0, 2),
+                ),
             ),
             fixes=(
                 "Make every sample the same shape (resize, crop or pad in the Dataset).",
@@ -106,6 +145,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="init-error",
+            proven_by="the exception, tagged as raised in `worker_init_fn`",
             heals=frozenset(),
             title="worker_init_fn raised an exception",
             explanation=(
@@ -131,6 +171,7 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="native-crash",
+            proven_by="a fatal signal; faulthandler's Python stack of the crashing thread",
             heals=frozenset({SAMPLE_DEATH, PROCESS_KILLING}),
             title="The worker crashed in native code",
             explanation=(
@@ -138,6 +179,21 @@ CAUSES: dict[str, Cause] = {
                 "with a bad buffer) crashed the worker with a fatal signal such as SIGSEGV or "
                 "SIGABRT. Python cannot catch it; the Python stack at the moment of the crash "
                 "shows which call did it."
+            ),
+            fitted=(
+                FittedFix(
+                    ("opencv_in_stack",),
+                    "The stack shows OpenCV: set `cv2.setNumThreads(0)` in the Dataset (or "
+                    "worker_init_fn); OpenCV's thread pool does not survive a fork.",
+                    replaces=(2,),
+                ),
+                FittedFix(
+                    ("no_python_stack",),
+                    "No Python stack was captured: load the sample named above in the main "
+                    "process (`python -X faulthandler`, num_workers=0) to see the call that "
+                    "crashes.",
+                    replaces=(0,),
+                ),
             ),
             fixes=(
                 "Look at the Python stack above: the innermost call into a native library crashed.",
@@ -160,12 +216,30 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="oom-killed",
+            proven_by=(
+                "SIGKILL plus `Killed process PID` in the kernel log, or the cgroup's `oom_kill` "
+                "counter rising"
+            ),
             heals=frozenset({ENVIRONMENTAL, SAMPLE_DEATH, PROCESS_KILLING}),
             title="The kernel OOM killer killed the worker",
             explanation=(
                 "The machine or the container (memory cgroup) ran out of memory and the kernel "
                 "killed the worker with SIGKILL. Each worker holds its own copy of what it "
                 "touches, plus prefetch_factor batches in flight."
+            ),
+            fitted=(
+                FittedFix(
+                    ("worker_rss",),
+                    "Lower num_workers or prefetch_factor (or the batch size): the worker held "
+                    "{worker_rss} at its last report, and every worker holds its own.",
+                    replaces=(0,),
+                ),
+                FittedFix(
+                    ("cgroup_limit",),
+                    "Or raise the container's memory limit, {cgroup_limit} now (docker --memory, "
+                    "the Kubernetes resources.limits.memory).",
+                    replaces=(2,),
+                ),
             ),
             fixes=(
                 "Lower num_workers or prefetch_factor, or the batch size.",
@@ -189,12 +263,31 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="shm-exhausted",
+            proven_by=(
+                "ENOSPC from torch's shared-memory allocation, or SIGBUS with `/dev/shm` nearly "
+                "full"
+            ),
             heals=frozenset({ENVIRONMENTAL, SAMPLE_DEATH}),
             title="/dev/shm is full",
             explanation=(
                 "Workers hand batches to the main process through shared memory in /dev/shm. "
                 "When it is too small (64 MiB is the Docker default) allocating a batch fails "
                 "with ENOSPC, or touching a mapped page raises SIGBUS."
+            ),
+            fitted=(
+                FittedFix(
+                    ("small_shm",),
+                    "/dev/shm holds only {small_shm}: give the container more shared memory "
+                    "(`docker run --shm-size=8g`, or in Kubernetes an `emptyDir: {{medium: "
+                    "Memory}}` at /dev/shm).",
+                    replaces=(0,),
+                ),
+                FittedFix(
+                    ("large_shm",),
+                    "Lower num_workers × prefetch_factor × batch bytes: the batches in flight "
+                    "filled all {large_shm} of /dev/shm.",
+                    replaces=(1,),
+                ),
             ),
             fixes=(
                 "Give the container more shared memory: `docker run --shm-size=8g`, or in "
@@ -219,12 +312,24 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="worker-hang",
+            proven_by=(
+                "no progress past `hang_timeout`; the stuck worker's stack is dumped before it is "
+                "killed"
+            ),
             heals=frozenset(),
             title="The worker stopped making progress",
             explanation=(
                 "A worker spent longer than the hang timeout on one sample: a network read "
                 "without a timeout, a deadlock (a lock held at fork time, OpenCV or another "
                 "thread pool forked mid-operation), or an infinite loop."
+            ),
+            fitted=(
+                FittedFix(
+                    ("no_python_stack",),
+                    "No stack of the stuck worker could be dumped here (the evidence says why): "
+                    "run `py-spy dump --pid PID` on the worker while it is stuck to see where.",
+                    replaces=(0,),
+                ),
             ),
             fixes=(
                 "Read the worker's Python stack above: it shows where it is stuck.",
@@ -246,12 +351,33 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="worker-exit",
+            proven_by=(
+                "an exit status (0 included) with no exception; where the Dataset called "
+                "`sys.exit()`, the frame that called it"
+            ),
             heals=frozenset({SAMPLE_DEATH}),
-            title="The worker exited by itself with a non-zero code",
+            title="The worker exited by itself, without an exception",
             explanation=(
                 "Code running in the worker called sys.exit() / os._exit() or a library aborted "
                 "the process with an exit status, without a Python exception reaching the "
                 "DataLoader."
+            ),
+            fitted=(
+                FittedFix(
+                    ("exit_frame",),
+                    "`{exit_frame}` called sys.exit() in the worker: raise an exception there "
+                    "instead (torch re-raises it in the training loop, and the verdict names "
+                    "the sample), or catch SystemExit around that call.",
+                    replaces=(0,),
+                ),
+                FittedFix(
+                    ("exit_code_zero",),
+                    "Exit status 0 is what `sys.exit()`, `sys.exit(0)` and `exit()` give: code "
+                    "in the worker (a library, or argparse reading the worker's argv) ended it "
+                    "on purpose. Search the Dataset and the libraries it calls for them.",
+                    replaces=(0,),
+                    unless=("exit_frame",),
+                ),
             ),
             fixes=(
                 "Search the Dataset and the libraries it calls for exit()/os._exit()/abort paths.",
@@ -264,20 +390,29 @@ CAUSES: dict[str, Cause] = {
                 "due to multiprocessing.",
             ),
             proof=(
-                "The worker's exit status is a non-zero exit code, not a signal, and no Python "
-                "exception reached the DataLoader; the flight recorder names the sample in "
-                "flight. A worker that exits before it reaches worker_init_fn is checked for the "
+                "The worker ended with an exit code, not a signal (0 included: `sys.exit()`), and "
+                "no Python exception reached the DataLoader; the flight recorder names the sample "
+                "in flight, and a sys.exit() in the Dataset leaves the frame that called it. A worker that exits before it reaches worker_init_fn is checked for the "
                 "start-up causes first (main guard, unpickling)."
             ),
         ),
         Cause(
             id="killed-by-signal",
+            proven_by="SIGKILL/SIGTERM with no OOM evidence where it could be read",
             heals=frozenset({ENVIRONMENTAL, SAMPLE_DEATH, PROCESS_KILLING}),
             title="Something outside the worker killed it",
             explanation=(
                 "The worker received SIGKILL or SIGTERM and the kernel log shows no OOM kill: "
                 "a job scheduler, a watchdog, a user's kill command, or an OOM killer whose log "
                 "cannot be read here."
+            ),
+            fitted=(
+                FittedFix(
+                    ("kernel_log_unread",),
+                    "The kernel log could not be read here: run `dmesg | grep -i killed` as root "
+                    "(or read the node's kernel log) to rule out the OOM killer.",
+                    replaces=(1,),
+                ),
             ),
             fixes=(
                 "Check the scheduler's logs (Slurm, Kubernetes events: `kubectl describe pod`).",
@@ -294,6 +429,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="unpicklable",
+            proven_by=(
+                "the pickling error, with each of dataset/collate_fn/worker_init_fn tried alone; "
+                "a batch lost in the worker's feeder thread"
+            ),
             heals=frozenset({START_FAILURE}),
             title="Something that must cross between processes cannot be pickled",
             explanation=(
@@ -302,6 +441,30 @@ CAUSES: dict[str, Cause] = {
                 "collate_fn and worker_init_fn are pickled into each worker; and with every start "
                 "method each batch a worker returns is pickled back to the main process. "
                 "Lambdas, nested functions, local classes and open handles cannot be."
+            ),
+            fitted=(
+                FittedFix(
+                    ("unsendable_batch",),
+                    "{unsendable_batch} cannot be pickled back to the main process: return "
+                    "tensors, arrays, numbers, strings and lists or dicts of them from "
+                    "collate_fn and __getitem__ (make a generator a list: `list(...)`).",
+                    replaces=(0, 1, 2, 3, 4),
+                ),
+                FittedFix(
+                    ("unpicklable_in_dataset", "unpicklable_object"),
+                    "{unpicklable_object} cannot be pickled for a spawned worker: make it a "
+                    "module-level function or class (functools.partial of one is fine), or build "
+                    "it in the worker (in `__getitem__` or worker_init_fn).",
+                    replaces=(0, 1, 3),
+                ),
+                FittedFix(
+                    ("unpicklable_object",),
+                    "{unpicklable_object} cannot be pickled for a spawned worker: define it as a "
+                    "module-level function (functools.partial of one is fine), not a lambda or "
+                    "a nested function.",
+                    replaces=(0,),
+                    unless=("unpicklable_in_dataset", "unsendable_batch"),
+                ),
             ),
             fixes=(
                 "Define collate_fn / worker_init_fn as module-level functions, not lambdas or "
@@ -329,6 +492,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="batch-lost",
+            proven_by=(
+                "the worker's queue feeder thread failed to send a finished batch (where stock "
+                "torch waits for it)"
+            ),
             heals=frozenset(),
             title="A finished batch could not be sent to the main process",
             explanation=(
@@ -336,6 +503,14 @@ CAUSES: dict[str, Cause] = {
                 "send it (pickling it, moving its tensors to shared memory, or opening the "
                 "socket that passes their file descriptors). Stock PyTorch prints the error in "
                 "the worker and waits for the batch forever."
+            ),
+            fitted=(
+                FittedFix(
+                    ("socket_path_too_long",),
+                    "TMPDIR is too long for a socket path (108 bytes): point TMPDIR at a short "
+                    "directory such as /tmp.",
+                    replaces=(1,),
+                ),
             ),
             fixes=(
                 "Read the error above: it comes from the worker's queue feeder thread.",
@@ -359,12 +534,24 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="main-guard-missing",
+            proven_by=(
+                "a spawned worker that re-ran the script and reached a DataLoader while "
+                "bootstrapping"
+            ),
             heals=frozenset({START_FAILURE}),
             title='The script has no `if __name__ == "__main__":` guard',
             explanation=(
                 "With 'spawn' or 'forkserver' each worker imports the main script again. Without "
                 "the guard the worker re-runs the training code at import, tries to start its "
                 "own workers and dies during bootstrapping."
+            ),
+            fitted=(
+                FittedFix(
+                    ("main_script",),
+                    "In {main_script}: move the training code into a function and call it under "
+                    '`if __name__ == "__main__":`.',
+                    replaces=(0,),
+                ),
             ),
             fixes=(
                 "Move the training code into a function and call it under "
@@ -386,12 +573,28 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="fd-exhausted",
+            proven_by="EMFILE, and the process's open descriptors against its `RLIMIT_NOFILE`",
             heals=frozenset({ENVIRONMENTAL}),
             title="Too many open files (EMFILE)",
             explanation=(
                 "A process hit its open-file limit (ulimit -n). Datasets that open files without "
                 "closing them leak descriptors, and with the 'file_descriptor' sharing strategy "
                 "every tensor in flight between processes holds one."
+            ),
+            fitted=(
+                FittedFix(
+                    ("low_open_files_limit",),
+                    "Raise the open-file limit, {low_open_files_limit} here: `ulimit -n 65536` "
+                    "before starting, or resource.setrlimit(RLIMIT_NOFILE, ...) at start-up.",
+                    replaces=(1,),
+                ),
+                FittedFix(
+                    ("file_descriptor_strategy",),
+                    "Or switch torch's sharing strategy from 'file_descriptor' (a descriptor for "
+                    "every tensor in flight): "
+                    "`torch.multiprocessing.set_sharing_strategy('file_system')`.",
+                    replaces=(2,),
+                ),
             ),
             fixes=(
                 "Close files in __getitem__ (use `with open(...)`).",
@@ -410,6 +613,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="process-limit",
+            proven_by=(
+                'EAGAIN from fork/clone (or "can\'t start new thread") while starting workers, '
+                "with `RLIMIT_NPROC` and the pids cgroup's `pids.max` where readable"
+            ),
             heals=frozenset({START_FAILURE}),
             title="No more processes may start (EAGAIN): a process limit was reached",
             explanation=(
@@ -417,6 +624,14 @@ CAUSES: dict[str, Cause] = {
                 "user has as many processes and threads as RLIMIT_NPROC (ulimit -u) allows, or "
                 "the container's pids cgroup (docker --pids-limit, Kubernetes podPidsLimit) is "
                 "full. Every worker counts, and so does each thread of every process."
+            ),
+            fitted=(
+                FittedFix(
+                    ("thread_start_failed",),
+                    "A thread could not start: use fewer threads per process (OMP_NUM_THREADS=1, "
+                    "torch.set_num_threads(1) in worker_init_fn); every thread counts.",
+                    replaces=(0,),
+                ),
             ),
             fixes=(
                 "Use fewer workers (num_workers), or fewer threads per process "
@@ -434,11 +649,21 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="cuda-in-worker",
+            proven_by="CUDA's re-initialisation error in a forked worker",
             heals=frozenset(),
             title="CUDA was used in a forked worker",
             explanation=(
                 "CUDA was initialised in the main process before the workers were forked, and a "
                 "worker then touched CUDA. A forked child cannot re-initialise CUDA."
+            ),
+            fitted=(
+                FittedFix(
+                    ("cuda_stage",),
+                    "Keep the {cuda_stage} on the CPU: it touched CUDA in a forked worker. Move "
+                    "batches to the GPU in the training loop (`batch.to(device, "
+                    "non_blocking=True)` with pin_memory=True).",
+                    replaces=(0,),
+                ),
             ),
             fixes=(
                 "Keep the Dataset and collate_fn on the CPU; move batches to the GPU in the "
@@ -453,6 +678,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="paging-file-too-small",
+            proven_by=(
+                "Windows: `WinError 1455` while a spawned worker loads torch's DLLs (too many "
+                "workers for the commit limit)"
+            ),
             heals=frozenset({START_FAILURE}),
             title="Windows ran out of commit space while starting workers (WinError 1455)",
             explanation=(
@@ -481,6 +710,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="mps-in-worker",
+            proven_by=(
+                "macOS: an MPS tensor returned by a worker (`_share_filename_: only available on "
+                "CPU`), or the Objective-C fork-safety abort"
+            ),
             heals=frozenset(),
             title="Apple's GPU (MPS) or Objective-C state crossed into DataLoader workers (macOS)",
             explanation=(
@@ -489,6 +722,14 @@ CAUSES: dict[str, Cause] = {
                 "workers were forked (multiprocessing_context='fork') after the main process had "
                 "initialised MPS or another Objective-C framework, and macOS kills a forked child "
                 "that touches it."
+            ),
+            fitted=(
+                FittedFix(
+                    ("forked_objc",),
+                    "Keep macOS's default 'spawn' start method: macOS kills a forked worker that "
+                    "touches Objective-C state the main process set up.",
+                    replaces=(2,),
+                ),
             ),
             fixes=(
                 "Keep the Dataset and collate_fn on the CPU; move each batch to the GPU in the "
@@ -508,6 +749,11 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="internal-error",
+            proven_by=(
+                "an exception whose innermost frame is loaderdoctor's own code, not tagged as "
+                "coming from your dataset, collate_fn or worker_init_fn: a bug of ours, never a "
+                "verdict on your job"
+            ),
             heals=frozenset(),
             title="loaderdoctor's own machinery failed (not your job's fault)",
             explanation=(

@@ -45,9 +45,13 @@ class Evidence:
     shm_total_bytes: int | None = None
     shm_free_bytes: int | None = None
     worker_rss_bytes: int | None = None
-    open_files_limit: int | None = None
+    open_files_limit: int | None = None  # RLIMIT_NOFILE of the process that ran out
+    sharing_strategy: str | None = None  # torch.multiprocessing's: "file_descriptor", ...
+    dataset_length: int | None = None  # len(dataset) of a map-style Dataset
+    last_loaded_index: Any = None  # the last index the worker loaded before the failing one
     # Native crash / hang
     python_stack: str | None = None  # faulthandler's dump of the worker's threads
+    exit_frame: str | None = None  # "file:line in function": where a worker called sys.exit()
     seconds_without_progress: float | None = None
     # Spawn start-up
     reached_worker_init: bool | None = None
@@ -55,6 +59,9 @@ class Evidence:
     main_guard_missing: bool | None = None
     bootstrap_marker: str | None = None  # written by a worker that re-ran an unguarded script
     unpicklable_parts: list[str] = field(default_factory=list)
+    # The innermost object pickle refused: "dataset.transform.transforms[0]", "batch[1]"
+    unpicklable_path: str | None = None
+    unpicklable_type: str | None = None  # "lambda", "generator", "function 'f.<locals>.g'"
     # parts that reference a class or function of a __main__ without a file (a notebook)
     fileless_main_parts: list[str] = field(default_factory=list)
     # The innermost frame of the exception lies in loaderdoctor's own code (a bug of ours)

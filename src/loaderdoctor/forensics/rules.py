@@ -14,6 +14,7 @@ from typing import Any
 
 from loaderdoctor.forensics.catalog import CAUSES
 from loaderdoctor.forensics.evidence import Diagnosis, Evidence
+from loaderdoctor.forensics.facts import choose_fixes, facts_of
 
 FATAL_NATIVE_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGILL", "SIGFPE", "SIGSYS", "SIGTRAP"})
 # Windows has no fatal signals: a process that crashes in native code ends with an NTSTATUS as
@@ -152,7 +153,11 @@ def start_failure(ev: Evidence) -> Finding | None:
         )
     if ev.unpicklable_parts:
         parts = ", ".join(ev.unpicklable_parts)
-        return Finding("unpicklable", 0.97, (f"cannot be pickled for {ev.start_method}: {parts}",))
+        reasons = [f"cannot be pickled for {ev.start_method}: {parts}"]
+        if ev.unpicklable_path:
+            kind = f" ({ev.unpicklable_type})" if ev.unpicklable_type else ""
+            reasons.append(f"the object pickle refuses: {ev.unpicklable_path}{kind}")
+        return Finding("unpicklable", 0.97, tuple(reasons))
     if ev.fileless_main_parts:
         parts = ", ".join(ev.fileless_main_parts)
         return Finding(
@@ -359,6 +364,11 @@ def evidence_lines(ev: Evidence) -> list[str]:
         lines.append(f"{who} raised {first}")
         if ev.root_exception:
             lines.append(f"root cause: {ev.root_exception}")
+    if ev.exit_frame:
+        lines.append(f"sys.exit() was called at {ev.exit_frame}")
+    if ev.stage == "send" and ev.unpicklable_path:
+        kind = f" ({ev.unpicklable_type})" if ev.unpicklable_type else ""
+        lines.append(f"the object pickle refuses: {ev.unpicklable_path}{kind}")
     described = _describe_index(ev)
     if described:
         lines.append(described)
@@ -421,7 +431,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
         position=ev.iterable_position,
         key=ev.stream_key,
         evidence=[*best.reasons, *evidence_lines(ev)],
-        fixes=list(cause.fixes),
+        fixes=choose_fixes(cause, facts_of(ev)),
         explanation=cause.explanation,
         sample_file=ev.sample_file,
         batch=ev.batch,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from loaderdoctor.forensics.catalog import page_command
+from loaderdoctor.forensics.verdict_text import crashing_thread_first
 from loaderdoctor.report.console import render_plain, terminal, width_for
 from loaderdoctor.runner.model import HEALING_ACTIONS, RunIncident, RunReport
 from loaderdoctor.units import format_bytes, format_seconds
@@ -21,6 +22,7 @@ STATUS_STYLES = {
     "crashed": "bold red",
 }
 MAX_DETAILED_INCIDENTS = 3
+SUMMARY_STACK_LINES = 12
 
 
 def format_headline(report: RunReport) -> str:
@@ -134,11 +136,30 @@ def _incident_details(incident: RunIncident) -> list[RenderableType]:
 
     parts: list[RenderableType] = [Text(f"  {incident.cause}: {incident.title}", style="bold")]
     parts.extend(Text(f"    - {line}") for line in incident.evidence[:3])
+    # Above the fix, which may say "read the stack above": the crashing (or stuck) thread's
+    # frames, innermost last, as many as a terminal screen holds; report.json keeps them all.
+    stack = (incident.diagnosis or {}).get("python_stack")
+    if stack:
+        parts.append(Text("    Python stack of the worker:"))
+        parts.extend(Text(f"      {line}", style="dim") for line in summary_stack(stack))
     if incident.fixes:
         parts.append(Text(f"    fix: {incident.fixes[0]}", style="green"))
     if incident.docs:
         parts.append(Text(f"    more: {page_command(incident.cause)}", style="dim"))
     return parts
+
+
+def summary_stack(dump: str) -> list[str]:
+    """The first thread of ``crashing_thread_first(dump)`` (the crashing or stuck one, with
+    faulthandler's header), cut to ``SUMMARY_STACK_LINES``; the rest is in report.json."""
+    blocks = crashing_thread_first(dump).split("\n\n")
+    first = [block for block in blocks if not block.startswith("Fatal Python error")][:1]
+    header = [block for block in blocks if block.startswith("Fatal Python error")][:1]
+    lines = "\n\n".join([*header, *first]).splitlines()
+    if len(lines) > SUMMARY_STACK_LINES:
+        hidden = len(lines) - SUMMARY_STACK_LINES
+        lines = [*lines[:SUMMARY_STACK_LINES], f"... ({hidden} more lines in report.json)"]
+    return lines
 
 
 def _memory_lines(report: RunReport) -> list[RenderableType]:

@@ -38,10 +38,19 @@ def format_json(report: TuneReport) -> str:
 
 
 def format_nothing_fits(report: TuneReport) -> str | None:
-    """What replaces the recommendation when no configuration ran within the budget (None when
-    one did): the budget, and what the smallest configuration needs."""
+    """What replaces the recommendation when nothing was measured (None when a configuration
+    was): past the budget, the budget and what the smallest configuration needs; else why
+    nothing was measured and the fix that follows (``bounds.NOTHING_MEASURED``)."""
     if any(trial.ok for trial in report.trials):
         return None
+    bound = report.bound
+    if (
+        bound.id == "nothing-measured"
+        and not report.skipped
+        and not any(trial.status == "aborted" for trial in report.trials)
+    ):
+        fix = " ".join(bound.fixes)
+        return f"{bound.title}; {fix[:1].lower()}{fix[1:]}"
     needs = [(s.predicted_bytes, s.config.label()) for s in report.skipped if s.predicted_bytes]
     needs += [(t.total_peak_bytes, t.config.label()) for t in report.trials if t.total_peak_bytes]
     text = f"nothing fits the memory budget of {format_bytes(report.budget.memory_bytes)}"
@@ -175,7 +184,10 @@ def _print_bound(report: TuneReport, console: Console) -> None:
     from rich.markup import escape
 
     bound = report.bound
-    console.print(escape(f"bound: {bound.id} - {bound.title}"))
+    if bound.id == "nothing-measured":  # no rate, so no bound: the title says why
+        console.print(escape(bound.title))
+    else:
+        console.print(escape(f"bound: {bound.id} - {bound.title}"))
     for line in bound.evidence:
         console.print(escape(f"  - {line}"))
     for fix in bound.fixes:

@@ -4,6 +4,9 @@ Each supervised iterator has a log directory (``collect.make_log_dir``); its wor
 and the parent reads what they leave, alive or dead:
 
 * ``worker-{worker_id}-{pid}.log``: faulthandler's stack dumps (a crash, a hang's dump signal);
+  a batch the worker could not send (``SEND_ERROR_HEADER`` in ``worker.hooks``, then
+  ``UNPICKLABLE_PREFIX`` + where in the batch, when pickling failed); and ``EXIT_HEADER`` with the
+  traceback of a ``sys.exit()`` the Dataset called, which ends a worker without an error;
 * ``hang-{worker_id}-{pid}.log``: the stack dumped by the watchdog's timer (no dump signal);
 * ``stackdump-{worker_id}-{pid}.txt``: how the parent gets the worker's stack when it is stuck
   (first line "signal N", "timer" or "none: why"; then the platform's description);
@@ -23,6 +26,8 @@ BOOTSTRAP_DIR_ENV = "LOADERDOCTOR_BOOTSTRAP_DIR"
 EVENTS_PREFIX = "events-"
 TEMPDIR_PREFIX = "tempdir-"
 BOOTSTRAP_PREFIX = "bootstrap-"
+UNPICKLABLE_PREFIX = "loaderdoctor: cannot be pickled: "  # then "PATH (TYPE)"
+EXIT_HEADER = "loaderdoctor: the worker called exit"
 
 
 @contextlib.contextmanager

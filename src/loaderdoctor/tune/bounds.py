@@ -96,6 +96,50 @@ BOUNDS: dict[str, BoundSpec] = {
 }
 
 
+@dataclass(frozen=True)
+class NothingMeasured:
+    """Why no configuration has a rate, the fact that shows it, and the one fix that follows."""
+
+    id: str
+    reason: str
+    fix: str
+
+
+# Without a single measured rate there is no bound to name: the report says why instead, in the
+# order the causes are checked (a trial that ran past the budget is the budget's, not a failure).
+NOTHING_MEASURED: tuple[NothingMeasured, ...] = (
+    NothingMeasured(
+        "over-budget",
+        "every configuration was predicted or measured past the memory budget",
+        "Raise --mem-budget, or lower --batch-size or the memory one sample takes.",
+    ),
+    NothingMeasured(
+        "failed",
+        "every trial failed (its note above says how)",
+        "Fix what the failed trial names (`loaderdoctor run` on a script that loads this dataset "
+        "gives its verdict), then tune again.",
+    ),
+    NothingMeasured(
+        "none-run",
+        "no trial ran within the time budget",
+        "Give the search more time: a larger --time-budget, or a shorter --window.",
+    ),
+)
+
+
+def nothing_measured(trials: Sequence[Trial], skipped: Sequence[Skipped]) -> Bound:
+    """The bound-that-is-not of a search that measured nothing: its reason and one fix."""
+    aborted = [t for t in trials if t.status == "aborted"]
+    failed = [t for t in trials if t.status == "failed"]
+    shown = {"over-budget": bool(skipped or aborted), "failed": bool(failed), "none-run": True}
+    why = next(row for row in NOTHING_MEASURED if shown[row.id])
+    evidence = [f"{len(trials)} trials ran, none to the end of its window"]
+    if skipped:
+        evidence.append(f"{len(skipped)} configurations not run: predicted past the budget")
+    evidence += [f"{t.config.label()}: {t.status}, {t.note}" for t in [*aborted, *failed] if t.note]
+    return Bound("nothing-measured", f"nothing measured: {why.reason}", evidence, [why.fix])
+
+
 def _best_trial(trials: Sequence[Trial], config: LoaderConfig) -> Trial | None:
     matching = [t for t in trials if t.config == config and t.ok]
     return max(matching, key=lambda t: t.samples_per_s) if matching else None
@@ -123,7 +167,7 @@ def analyze(
     cores = max(1, usable_cores)
     waiting = _time_split(zero, evidence)
     if best is None:
-        return _bound("compute", evidence or ["no configuration could be measured"])
+        return nothing_measured(trials, skipped)
     workers = pick.num_workers
     gain_past = _scaling(zero, best, workers, _rates_by_workers(trials), cores, evidence)
     main_busy = best.main_cpu_per_batch_s * best.batches_per_s

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import shutil
 import signal
 import sys
@@ -104,6 +105,32 @@ def read_stack_log(log_dir: str | None, worker_id: int, pid: int | None) -> str 
     except OSError:
         return None
     return text or None
+
+
+_FRAME_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
+
+
+def exit_frame(stack_log: str | None) -> str | None:
+    """``file:line in function``: the innermost frame of the ``sys.exit()`` a worker recorded
+    (``files.EXIT_HEADER``), the call that ended it; None when it recorded none."""
+    if not stack_log or files.EXIT_HEADER not in stack_log:
+        return None
+    frames = [
+        match
+        for line in stack_log.split(files.EXIT_HEADER, 1)[1].splitlines()
+        if (match := _FRAME_LINE.match(line))
+    ]
+    if not frames:
+        return None
+    filename, line, function = frames[-1].groups()
+    return f"{filename}:{line} in {function}"
+
+
+def sharing_strategy() -> str | None:
+    try:
+        return str(torch.multiprocessing.get_sharing_strategy())
+    except Exception:  # a probe: the verdict stands without it
+        return None
 
 
 def read_bootstrap_markers(log_dir: str | None) -> str | None:
@@ -335,6 +362,8 @@ def facts_from_tags(ev: Evidence, tags: dict[str, Any]) -> None:
         ev.batch_indices = list(tags["batch"])
     if tags.get("odd"):
         ev.odd_indices = list(tags["odd"])
+    if tags.get("loaded") is not None:
+        ev.last_loaded_index = tags["loaded"]
     if ev.worker_id is None and tags.get("worker") is not None:
         ev.worker_id = tags["worker"]
     if tags.get("root"):

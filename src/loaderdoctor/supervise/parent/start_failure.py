@@ -12,6 +12,7 @@ from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise.errors import WorkerStartError, attach
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, Situation
+from loaderdoctor.supervise.pickle_path import unpicklable_path
 from loaderdoctor.system.process_limits import process_limits
 
 
@@ -28,6 +29,9 @@ def start_diagnosis(error: BaseException, loader: Any, start_method: str) -> Dia
         ev.notes.extend(process_limits())
     if start_method != "fork":
         ev.unpicklable_parts = unpicklable_parts(loader)
+        found = unpicklable_object(loader)
+        if found is not None:
+            ev.unpicklable_path, ev.unpicklable_type = found
     return diagnose(ev)
 
 
@@ -115,11 +119,28 @@ def unpicklable_parts(loader: Any) -> list[str]:
     return parts
 
 
+def unpicklable_object(loader: Any) -> tuple[str, str] | None:
+    """The path and type of the first object spawn cannot send (``dataset.transform.transforms[0]``,
+    ``lambda``): what to make a module-level function."""
+    from multiprocessing.reduction import ForkingPickler
+
+    for name in ("dataset", "collate_fn", "worker_init_fn"):
+        value = getattr(loader, name)
+        if value is None:
+            continue
+        try:
+            ForkingPickler.dumps(value)
+        except Exception:
+            return unpicklable_path(value, name, ForkingPickler.dumps)
+    return None
+
+
 __all__ = [
     "fileless_main_diagnosis",
     "loads_in_process",
     "start_diagnosis",
     "start_error",
     "unguarded_diagnosis",
+    "unpicklable_object",
     "unpicklable_parts",
 ]

@@ -20,6 +20,7 @@ from typing import Any
 
 from loaderdoctor.forensics import Evidence
 from loaderdoctor.recorder import FlightRecorder
+from loaderdoctor.supervise.files import UNPICKLABLE_PREFIX
 from loaderdoctor.supervise.parent import collect, hangs, result_queue
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
@@ -142,6 +143,7 @@ class WorkerWatch:
             pid=self.pool.pid(worker_id),
             start_method=self.start_method,
             epoch=self.epoch,
+            sharing_strategy=collect.sharing_strategy(),
         )
 
     def batch_of(
@@ -163,6 +165,7 @@ class WorkerWatch:
         ev.signal, ev.exit_code = self.pool.how_it_ended(worker_id)
         self._worker_facts(ev, worker_id, tasks)
         ev.python_stack = collect.read_stack_log(self.pool.log_dir, worker_id, ev.pid)
+        ev.exit_frame = collect.exit_frame(ev.python_stack)
         if not ev.reached_worker_init:
             ev.bootstrap_marker = collect.read_bootstrap_markers(self.pool.log_dir)
             if self.start_method != "fork":
@@ -208,23 +211,32 @@ class WorkerWatch:
         match = ERRNO_PATTERN.search(ev.exception_message)
         if match:
             ev.errno = int(match.group(1))
+        # What stock PyTorch does next depends on where the same failure strikes it (in the
+        # worker's collate_fn, it raises; in the queue's feeder thread, it waits), which this
+        # run cannot show: the evidence says what happened here only.
         if sharer_guard.WHAT_FAILED in text:
             ev.notes.append(
                 f"worker {worker_id} finished a batch but {sharer_guard.WHAT_FAILED}, and exited"
-                " (its exit ended the main process's wait); stock PyTorch waits for ever there"
+                " (its exit ended the main process's wait)"
             )
         else:
             ev.notes.append(
-                f"worker {worker_id} finished a batch but could not send it to the main process;"
-                " stock PyTorch waits for that batch forever"
+                f"worker {worker_id} finished a batch but its queue's feeder thread could not"
+                " send it to the main process"
             )
+        where = next((ln for ln in log.splitlines() if ln.startswith(UNPICKLABLE_PREFIX)), None)
+        if where is not None:
+            path, _, kind = where[len(UNPICKLABLE_PREFIX) :].rpartition(" (")
+            ev.unpicklable_path, ev.unpicklable_type = path, kind.rstrip(")")
         if ev.errno == errno_module.EMFILE and ev.pid:
             usage = process_open_files(ev.pid)
             if usage:
+                ev.open_files_limit = usage[1]
                 ev.notes.append(
                     f"worker {worker_id} has {usage[0]} open files, its limit is {usage[1]}"
                 )
-        if ev.errno == errno_module.ENOSPC:
+        # torch's own shared-memory error says "(28)", not "[Errno 28]"
+        if ev.errno == errno_module.ENOSPC or "No space left on device" in ev.exception_message:
             collect.add_machine_evidence(ev, None)
         return ev
 
@@ -274,6 +286,8 @@ class WorkerWatch:
         ev.start_method = self.start_method
         ev.errno = errno_module.EMFILE
         ev.notes.append(f"the main process got {type(error).__name__} receiving a batch")
+        ev.open_files_limit = exhausted[0][3]
+        ev.sharing_strategy = collect.sharing_strategy()
         for wid, pid, count, limit in exhausted:
             who = "the main process" if wid is None else f"worker {wid}"
             ev.notes.append(f"{who} (pid {pid}) has {count} open files, its limit is {limit}")
@@ -289,6 +303,7 @@ class WorkerWatch:
             exception_type=type(error).__name__,
             exception_message=str(error),
             errno=error.errno,
+            sharing_strategy=collect.sharing_strategy(),
         )
         files = open_files()
         if files.soft_limit is not None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from torch.utils.data import IterableDataset
+
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.origin import origin_in_text
@@ -41,6 +43,17 @@ def build_exception(exc_type: type[BaseException], message: str) -> BaseExceptio
         return LoaderError(message)
 
 
+def dataset_length(dataset: Any) -> int | None:
+    """``len(dataset)`` of a map-style Dataset (what the sampler draws indices below); None for
+    a stream or a ``__len__`` that raises."""
+    if isinstance(dataset, IterableDataset):
+        return None
+    try:
+        return len(dataset)
+    except Exception:  # no __len__, or a broken one: the verdict stands without it
+        return None
+
+
 def worker_exception(
     data: Any, ev: Evidence, indices: Any, dataset: Any
 ) -> tuple[BaseException, Diagnosis]:
@@ -68,6 +81,8 @@ def worker_exception(
     if culprit is None and ev.odd_indices and len(ev.odd_indices) == 1:
         culprit = ev.odd_indices[0]
     ev.sample_file = sample_file(dataset, culprit) or ev.sample_file
+    ev.dataset_length = dataset_length(dataset)
+    ev.sharing_strategy = ev.sharing_strategy or collect.sharing_strategy()
     diagnosis = diagnose(ev)
     if diagnosis.cause == "shm-exhausted":
         collect.add_machine_evidence(ev, None)

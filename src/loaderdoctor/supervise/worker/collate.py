@@ -7,7 +7,7 @@ from typing import Any
 
 from loaderdoctor.recorder import Stage
 from loaderdoctor.supervise.worker.context import WorkerContext, _failure
-from loaderdoctor.supervise.worker.exception_tags import tag_exception
+from loaderdoctor.supervise.worker.exception_tags import record_exit, tag_exception
 from loaderdoctor.supervise.worker.sample_policy import (
     DroppedSamples,
     HealedBatch,
@@ -61,6 +61,9 @@ class SupervisedCollate:
             tag_exception(
                 error, context.worker_id, index=None, stage="collate", batch=indices, odd=odd
             )
+            raise
+        except SystemExit as exiting:
+            record_exit(context.stack_log, exiting)
             raise
         if slot is not None:
             slot.collated()

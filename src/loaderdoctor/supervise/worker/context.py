@@ -79,6 +79,7 @@ class WorkerContext:
         "batch_indices",
         "good_structure",
         "known_bad",
+        "last_loaded_index",
         "outbox",
         "quarantine",
         "slot",
@@ -110,6 +111,9 @@ class WorkerContext:
         self.known_bad: set[Any] = set()  # samples that failed here (healing)
         self.good_structure: Any = None  # of a sample in a batch that collated (healing)
         self.stack_log: Any = None  # faulthandler's file: open as long as the worker lives
+        # The last index this worker loaded before the one in hand: beside an IndexError, where
+        # the data really ends (a ``__len__`` past it)
+        self.last_loaded_index: Any = None
 
     @classmethod
     def in_process(cls, kept: list[dict[str, Any]]) -> WorkerContext:

@@ -34,7 +34,7 @@ from loaderdoctor.supervise.streams import (
     item_key,
 )
 from loaderdoctor.supervise.worker.context import EventOutbox, WorkerContext, _failure
-from loaderdoctor.supervise.worker.exception_tags import tag_exception
+from loaderdoctor.supervise.worker.exception_tags import record_exit, tag_exception
 from loaderdoctor.supervise.worker.sample_policy import (
     DroppedSamples,
     SamplePolicy,
@@ -78,7 +78,7 @@ class SupervisedMapDataset(Dataset[Any]):
             slot.fetching(index)
         context.batch_indices.append(index)
         try:
-            return self.dataset[index]
+            sample = self.dataset[index]
         except Exception as error:
             if slot is not None:
                 slot.error()
@@ -88,9 +88,15 @@ class SupervisedMapDataset(Dataset[Any]):
                 index=index,
                 stage="fetch",
                 batch=list(context.batch_indices),
+                loaded=context.last_loaded_index,
             )
             context.batch_indices.clear()
             raise
+        except SystemExit as exiting:
+            record_exit(context.stack_log, exiting)
+            raise
+        context.last_loaded_index = index
+        return sample
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
         policy = self.policy
@@ -122,9 +128,21 @@ class SupervisedMapDataset(Dataset[Any]):
         except Exception as error:
             if slot is not None:
                 slot.error()
-            tag_exception(error, context.worker_id, index=index, stage="fetch", batch=list(indices))
+            loaded = indices[len(samples) - 1] if samples else context.last_loaded_index
+            tag_exception(
+                error,
+                context.worker_id,
+                index=index,
+                stage="fetch",
+                batch=list(indices),
+                loaded=loaded,
+            )
             context.batch_indices = []
             raise
+        except SystemExit as exiting:
+            record_exit(context.stack_log, exiting)
+            raise
+        context.last_loaded_index = index
         return samples
 
     def _quarantined(self, index: Any) -> bool:
@@ -158,9 +176,21 @@ class SupervisedMapDataset(Dataset[Any]):
         except Exception as error:
             if slot is not None:
                 slot.error()
-            tag_exception(error, context.worker_id, index=index, stage="fetch", batch=list(indices))
+            loaded = indices[len(samples) - 1] if samples else context.last_loaded_index
+            tag_exception(
+                error,
+                context.worker_id,
+                index=index,
+                stage="fetch",
+                batch=list(indices),
+                loaded=loaded,
+            )
             context.batch_indices = []
             raise
+        except SystemExit as exiting:
+            record_exit(context.stack_log, exiting)
+            raise
+        context.last_loaded_index = index
         return samples if samples else DroppedSamples([])
 
     def _fetch(self, index: Any, retries: int) -> tuple[bool, Any]:
@@ -176,6 +206,9 @@ class SupervisedMapDataset(Dataset[Any]):
                     slot.error()
                 if attempt == retries:
                     return False, _failure(error, index, attempt + 1, "fetch")
+            except SystemExit as exiting:
+                record_exit(self.context.stack_log, exiting)
+                raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _substitute(self, index: Any, policy: SamplePolicy) -> tuple[Any, Any] | None:

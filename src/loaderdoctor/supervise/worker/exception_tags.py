@@ -7,8 +7,10 @@ process.
 from __future__ import annotations
 
 import json
+import traceback
 from typing import Any
 
+from loaderdoctor.supervise import files
 from loaderdoctor.supervise.exception_facts import exception_facts
 
 MARKER = "[loaderdoctor] "
@@ -26,6 +28,19 @@ def tag_exception(error: BaseException, worker: int | None, **facts: Any) -> Non
     if any(n.startswith(MARKER) for n in getattr(error, "__notes__", ())):
         return  # the innermost wrapper knows best
     error.add_note(note)
+
+
+def record_exit(stack_log: Any, exiting: SystemExit) -> None:
+    """A ``sys.exit()`` in the Dataset ends the worker with no exception torch could ship (its
+    worker loop catches ``Exception`` only): leave its traceback, whose innermost frame called
+    exit, in the worker's stack log (``files.EXIT_HEADER``) for the parent's verdict."""
+    if stack_log is None:
+        return
+    try:
+        stack_log.write(f"{files.EXIT_HEADER}\n{''.join(traceback.format_exception(exiting))}")
+        stack_log.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def read_tags(text: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from loaderdoctor import torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
 from loaderdoctor.supervise import files
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, LiveQuarantine
+from loaderdoctor.supervise.pickle_path import unpicklable_path
 from loaderdoctor.supervise.worker import sharer_guard
 from loaderdoctor.supervise.worker.context import WorkerContext
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
@@ -220,11 +221,28 @@ def _report_lost_batches(context: WorkerContext) -> None:
     original = queue_class._on_queue_feeder_error
 
     def on_feeder_error(error: BaseException, obj: object) -> None:
-        _record_send_failure(context, error)
+        _record_send_failure(context, error, _unpicklable_in(error, obj))
         original(error, obj)
 
     queue_class._on_queue_feeder_error = staticmethod(on_feeder_error)
     sharer_guard.install(lambda error: _record_send_failure(context, error, _sharer_failure()))
+
+
+def _unpicklable_in(error: BaseException, obj: object) -> str | None:
+    """Where in the batch the object pickle refused lies (``batch[1]``, ``batch`` itself when
+    collate_fn returned a generator), as ``files.UNPICKLABLE_PREFIX`` + "PATH (TYPE)"; None when
+    sending failed for another reason."""
+    if "pickl" not in str(error).lower():  # "cannot pickle", "Can't pickle", PicklingError
+        return None
+    from multiprocessing.reduction import ForkingPickler
+
+    # torch's worker puts ``(task index, batch)`` on its result queue.
+    batch = obj[1] if isinstance(obj, tuple) and len(obj) == 2 else obj
+    try:
+        path, kind = unpicklable_path(batch, "batch", ForkingPickler.dumps)
+    except Exception:  # the walk is a courtesy: the send error itself is already recorded
+        return None
+    return f"{files.UNPICKLABLE_PREFIX}{path} ({kind})"
 
 
 def _sharer_failure() -> str:

@@ -6,9 +6,16 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from loaderdoctor.report.chart import Chart, Line, svg_chart
-from loaderdoctor.report.html import PALETTE, STATUS_COLORS, file_href, legend, page, write_page
-from loaderdoctor.report.html import escape as _e
+from loaderdoctor.report.html.chart import Chart, Line, svg_chart
+from loaderdoctor.report.html.page import (
+    PALETTE,
+    STATUS_COLORS,
+    docs_href,
+    legend,
+    page,
+    write_page,
+)
+from loaderdoctor.report.html.page import escape as _e
 from loaderdoctor.report.scan import format_settings
 from loaderdoctor.scan.model import Profile, ScanReport
 from loaderdoctor.units import MiB, format_mib, format_ms, format_seconds
@@ -21,12 +28,13 @@ TIME_COLOR = PALETTE[0]
 MEMORY_COLOR = PALETTE[3]
 
 
-def cause_href(cause: str) -> str | None:
-    """The cause's page in a source checkout (``docs/causes/<id>.md``), as a file URL, if there."""
+def cause_href(cause: str, page_dir: str | Path | None) -> str | None:
+    """A link to the cause's page (``docs/causes/<id>.md``) from a page in ``page_dir``
+    (``html.docs_href``), if there is one."""
     from loaderdoctor.forensics.catalog import CAUSES
 
     known = CAUSES.get(cause)
-    return file_href(known.docs_url) if known is not None else None
+    return docs_href(known.docs_url, page_dir) if known is not None else None
 
 
 def verdict(report: ScanReport) -> tuple[str, str]:
@@ -130,7 +138,7 @@ def _file(file: str | None) -> str:
     return f"<code>{_e(file)}</code>" if file else '<span class="muted">-</span>'
 
 
-def _bad_section(report: ScanReport) -> str:
+def _bad_section(report: ScanReport, page_dir: str | Path | None) -> str:
     parts = ["<h2>Bad samples</h2>"]
     if not report.bad:
         parts.append('<p class="muted">None: every sample loaded.</p>')
@@ -139,7 +147,7 @@ def _bad_section(report: ScanReport) -> str:
         "<table><tr><th>index</th><th>cause</th><th>file</th><th>message</th><th>evidence</th></tr>"
     )
     for bad in report.bad[:MAX_ROWS]:
-        href = cause_href(bad.cause)
+        href = cause_href(bad.cause, page_dir)
         cause = f'<span class="cause">{_e(bad.cause)}</span>'
         if href:
             cause = f'<a href="{_e(href)}">{cause}</a>'
@@ -232,13 +240,14 @@ def _meta(report: ScanReport) -> list[str]:
     return parts
 
 
-def format_html(report: ScanReport) -> str:
+def format_html(report: ScanReport, page_dir: str | Path | None = None) -> str:
+    """The page; ``page_dir``, the folder it is written to, lets it link the cause pages."""
     words, color = verdict(report)
     slowest = [(slow.index, slow.seconds, slow.file) for slow in report.slowest]
     hungriest = [(hungry.index, hungry.peak_bytes, hungry.file) for hungry in report.hungriest]
     body = [
         *_meta(report),
-        _bad_section(report),
+        _bad_section(report, page_dir),
         _flaky_section(report),
         _outlier_section(report),
         _plots(report, report.profile),
@@ -257,4 +266,4 @@ def write_html(report: ScanReport, path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     if target.is_dir():
         target = target / HTML_NAME
-    return write_page(format_html(report), target)
+    return write_page(format_html(report, target.parent), target)

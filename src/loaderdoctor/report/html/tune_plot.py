@@ -1,6 +1,6 @@
 """``--plot PATH``: the tune charts as ``.html`` or ``.svg`` (inline SVG) or ``.png`` (Pillow).
 
-The PNG paints ``report.chart``'s layout (the same ticks and positions as the SVG) with Pillow.
+The PNG paints ``html.chart``'s layout (the same ticks and positions as the SVG) with Pillow.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoctor.atomic import write_atomically
-from loaderdoctor.report.chart import Chart, layout, x_label, y_label
+from loaderdoctor.report.html.chart import Chart, layout, x_label, y_label
+from loaderdoctor.report.html.tune import charts, format_html, format_svg
 from loaderdoctor.report.output import printable
-from loaderdoctor.report.tune_html import charts, format_html, format_svg
 from loaderdoctor.tune.model import TuneReport
 
 PLOT_SUFFIXES = (".html", ".svg", ".png")

@@ -2,7 +2,7 @@
 throughput and memory against workers (tune).
 
 ``layout`` decides the geometry (round ticks, pixel positions) once; ``svg_chart`` draws it as
-inline SVG, and ``report.tune_plot`` paints the same layout with Pillow for ``--plot x.png``.
+inline SVG, and ``html.tune_plot`` paints the same layout with Pillow for ``--plot x.png``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 MARKER_COLOR = "#d62728"
 # Marker labels (11 px system-ui, see report.html's CSS) are laid out from a width estimate wide
@@ -20,6 +21,7 @@ LABEL_CHAR_W = 6.6
 LABEL_ROW_H = 15  # an 11 px label's box, ascent to descent, is about 14 px high
 LABEL_GAP_PX = 6
 MAX_LABEL_ROWS = 4
+END_MARK_R = 5
 LABEL_HALO = "paint-order:stroke;stroke:#fff;stroke-width:3px"  # legible across the next rules
 
 
@@ -29,6 +31,8 @@ class Line:
     points: list[tuple[float, float]]
     color: str
     dashed: bool = False
+    # A mark where the line ends, with this tooltip: a worker that died there ("died: oom-killed").
+    end_mark: str = ""
 
 
 @dataclass
@@ -189,14 +193,33 @@ def _svg_lines(box: Layout) -> list[str]:
             f'<circle cx="{box.sx(x):.1f}" cy="{box.sy(v):.1f}" r="2.5" fill="{line.color}"/>'
             for x, v in dotted
         )
+        if line.end_mark:
+            out.append(_end_mark(box, line))
     return out
+
+
+def _end_mark(box: Layout, line: Line) -> str:
+    """A ring with a cross at the line's last point, in the line's colour: where it stopped."""
+    x, value = line.points[-1]
+    return (
+        f'<g class="end-mark" transform="translate({box.sx(x):.1f},{box.sy(value):.1f})">'
+        f"<title>{_e(line.label)}: {_e(line.end_mark)}</title>"
+        f'<circle r="{END_MARK_R}" fill="#fff" stroke="{line.color}" stroke-width="1.5"/>'
+        f'<path d="M-3,-3L3,3M-3,3L3,-3" stroke="{line.color}" stroke-width="2"/></g>'
+    )
 
 
 def label_rows(box: Layout) -> list[tuple[float, str, str, int]]:
     """Where each marker's label goes: ``(x, anchor, label, row)``, in rows so that no two
-    overlap (incidents a moment apart, "sample-error #17" beside "killed-by-signal #142")."""
-    rows: list[list[tuple[float, float]]] = []  # each row's occupied [start, end] spans
+    overlap (incidents a moment apart, "sample-error #17" beside "killed-by-signal #142") and,
+    where a row allows, clear of every drawn line (a full /dev/shm runs along the top): rows
+    from the top down, then from the bottom up; a row that crosses a line only when no row is
+    clear, and a label that fits no row is left to its rule's tooltip."""
     rows_fit = max(1, min(MAX_LABEL_ROWS, (box.plot_h - 4) // LABEL_ROW_H))
+    order = list(range(rows_fit))
+    order += [-1 - number for number in range(rows_fit) if rows_fit + number + 1 <= _all_rows(box)]
+    taken: dict[int, list[tuple[float, float]]] = {row: [] for row in order}
+    segments = _segments(box)
     placed = []
     for position, label in sorted(box.chart.markers, key=lambda marker: marker[0]):
         if not label:
@@ -206,14 +229,67 @@ def label_rows(box: Layout) -> list[tuple[float, str, str, int]]:
         anchor = "end" if x + 4 + width > box.left + box.plot_w else "start"
         start, end = (x - 4 - width, x - 4) if anchor == "end" else (x + 4, x + 4 + width)
         start, end = start - LABEL_GAP_PX / 2, end + LABEL_GAP_PX / 2
-        for number in range(rows_fit):
-            if number == len(rows):
-                rows.append([])
-            if all(end <= taken[0] or start >= taken[1] for taken in rows[number]):
-                rows[number].append((start, end))
-                placed.append((x, anchor, label, number))
-                break
+        free = [row for row in order if all(end <= a or start >= b for a, b in taken[row])]
+        clear = [row for row in free if not _crosses(segments, start, end, *_row_span(box, row))]
+        chosen = (clear or [row for row in free if row >= 0])[:1]
+        for row in chosen:
+            taken[row].append((start, end))
+            placed.append((x, anchor, label, row))
     return placed
+
+
+def _all_rows(box: Layout) -> int:
+    return max(1, (box.plot_h - 4) // LABEL_ROW_H)
+
+
+def label_baseline(box: Layout, row: int) -> float:
+    """The text baseline of label row ``row``: 0, 1, ... from the top; -1, -2, ... from the
+    bottom of the plot."""
+    if row >= 0:
+        return box.top + 12 + row * LABEL_ROW_H
+    return box.bottom - 4 + (row + 1) * LABEL_ROW_H
+
+
+def _row_span(box: Layout, row: int) -> tuple[float, float]:
+    baseline = label_baseline(box, row)
+    return baseline - 11, baseline + 3  # an 11 px label: ascent above, descent below
+
+
+def _segments(box: Layout) -> list[tuple[float, float, float, float]]:
+    """Every drawn line as pixel segments (a lone point as a segment of no length)."""
+    out: list[tuple[float, float, float, float]] = []
+    for line in box.chart.lines:
+        pixels = [(box.sx(x), box.sy(value)) for x, value in line.points]
+        if len(pixels) == 1:
+            pixels = pixels * 2
+        out.extend((*a, *b) for a, b in pairwise(pixels))
+    return out
+
+
+def _crosses(
+    segments: Sequence[tuple[float, float, float, float]],
+    start: float,
+    end: float,
+    top: float,
+    bottom: float,
+) -> bool:
+    """Whether a segment passes through the box ``[start, end] x [top, bottom]``: its y over
+    the box's x range (a straight line's y there lies between its two ends')."""
+    for x1, y1, x2, y2 in segments:
+        if x2 < x1:
+            x1, y1, x2, y2 = x2, y2, x1, y1
+        left, right = max(start, x1), min(end, x2)
+        if left > right:
+            continue
+        if x2 == x1:
+            low, high = min(y1, y2), max(y1, y2)
+        else:
+            at_left = y1 + (y2 - y1) * (left - x1) / (x2 - x1)
+            at_right = y1 + (y2 - y1) * (right - x1) / (x2 - x1)
+            low, high = min(at_left, at_right), max(at_left, at_right)
+        if low <= bottom and high >= top:
+            return True
+    return False
 
 
 def _svg_markers(box: Layout) -> list[str]:
@@ -228,7 +304,7 @@ def _svg_markers(box: Layout) -> list[str]:
     for x, anchor, label, row in label_rows(box):
         dx = -4 if anchor == "end" else 4
         out.append(
-            f'<text x="{x + dx:.1f}" y="{box.top + 12 + row * LABEL_ROW_H}" '
+            f'<text x="{x + dx:.1f}" y="{label_baseline(box, row):.1f}" '
             f'text-anchor="{anchor}" class="marker" style="fill:{MARKER_COLOR};{LABEL_HALO}">'
             f"{_e(label)}</text>"
         )

@@ -7,17 +7,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from loaderdoctor.forensics.catalog import page_command
-from loaderdoctor.report.chart import Chart, Line, svg_chart
-from loaderdoctor.report.html import (
+from loaderdoctor.report.html.chart import Chart, Line, svg_chart
+from loaderdoctor.report.html.page import (
     PALETTE,
     STATUS_COLORS,
-    file_href,
+    docs_href,
     legend,
     page,
     with_code,
     write_page,
 )
-from loaderdoctor.report.html import escape as _e
+from loaderdoctor.report.html.page import escape as _e
 from loaderdoctor.runner.model import (
     MemoryFinding,
     MemoryReport,
@@ -38,8 +38,10 @@ def _process_label(process: ProcessMemory) -> str:
     return f"{rank}worker pid {process.pid}"
 
 
-def memory_lines(memory: MemoryReport) -> list[Line]:
-    """Each worker's private memory (USS, else PSS, else RSS); main processes dashed (RSS)."""
+def memory_lines(memory: MemoryReport, deaths: dict[int, str] | None = None) -> list[Line]:
+    """Each worker's private memory (USS, else PSS, else RSS); main processes dashed (RSS). A
+    worker in ``deaths`` (``_deaths``) ends in a mark that says how it died."""
+    deaths = deaths or {}
     lines = []
     for number, process in enumerate(memory.processes):
         column = 1
@@ -53,8 +55,15 @@ def memory_lines(memory: MemoryReport) -> list[Line]:
         label = _process_label(process)
         if process.role == "worker":
             label += f" ({metric})"
+        died = deaths.get(process.pid) if process.role == "worker" and points else None
         lines.append(
-            Line(label, points, PALETTE[number % len(PALETTE)], dashed=process.role == "main")
+            Line(
+                label,
+                points,
+                PALETTE[number % len(PALETTE)],
+                dashed=process.role == "main",
+                end_mark=f"died: {died}" if died else "",
+            )
         )
     return lines
 
@@ -68,7 +77,7 @@ def incident_markers(incidents: Sequence[RunIncident]) -> list[tuple[float, str]
     return markers
 
 
-def _incident_card(incident: RunIncident) -> str:
+def _incident_card(incident: RunIncident, page_dir: str | Path | None) -> str:
     where = []
     if incident.rank is not None:
         where.append(f"rank {incident.rank}")
@@ -113,10 +122,10 @@ def _incident_card(incident: RunIncident) -> str:
         parts.extend(f"<li>{with_code(line)}</li>" for line in incident.fixes)
         parts.append("</ul>")
     if incident.docs:
-        href = file_href(incident.docs)
+        href = docs_href(incident.docs, page_dir)
         parts.append(
             f'<p class="muted">More: <a href="{_e(href)}">{_e(incident.docs)}</a></p>'
-            if href  # a checkout: its page; elsewhere the command that prints it
+            if href  # a docs URL or a checkout: its page; elsewhere the command that prints it
             else f'<p class="muted">More: <code>{_e(page_command(incident.cause))}</code></p>'
         )
     parts.append("</div>")
@@ -150,7 +159,7 @@ def _memory_plots(report: RunReport, memory: MemoryReport) -> list[str]:
         [report.duration_s, *(t for t, _ in memory.shm_series)]
         + [row[0] for p in memory.processes for row in p.series]
     )
-    lines = memory_lines(memory)
+    lines = memory_lines(memory, _deaths(report.incidents))
     workers = [line for line in lines if not line.dashed]
     mains = [line for line in lines if line.dashed]
     parts = []
@@ -260,8 +269,9 @@ def _ranks_table(report: RunReport) -> list[str]:
     ]
 
 
-def format_html(report: RunReport) -> str:
-    incidents = [_incident_card(incident) for incident in report.incidents] or [
+def format_html(report: RunReport, page_dir: str | Path | None = None) -> str:
+    """The page; ``page_dir``, the folder it is written to, lets it link the cause pages."""
+    incidents = [_incident_card(incident, page_dir) for incident in report.incidents] or [
         '<p class="muted">None: no DataLoader worker failed.</p>'
     ]
     body = [
@@ -278,4 +288,4 @@ def format_html(report: RunReport) -> str:
 
 def write_html(report: RunReport, report_dir: str | os.PathLike[str]) -> Path:
     """``report_dir/report.html``, written atomically: a failure keeps the previous page."""
-    return write_page(format_html(report), Path(report_dir) / HTML_NAME)
+    return write_page(format_html(report, Path(report_dir)), Path(report_dir) / HTML_NAME)

@@ -7,17 +7,27 @@ attached to an issue or opened on a machine with no internet.
 from __future__ import annotations
 
 import html
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 from loaderdoctor.atomic import write_atomically
-from loaderdoctor.report.chart import Line
+from loaderdoctor.report.html.chart import Line
 from loaderdoctor.report.output import UNDECODABLE_NOTE, printable
 
+# One colour per line, distinct to 32 workers: matplotlib's tab10 (its red left to incidents),
+# then 22 picked one by one as far as possible (CIELAB) from those before them, from the
+# incidents' red and from /dev/shm's purple; no two are closer than ΔE 25.
 PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b",
     "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#aec7e8",
+    "#3030e8", "#e830e8", "#6cefb8", "#efad6c", "#22774d",
+    "#30e830", "#8a0f4d", "#777022", "#ef6c82", "#b5da81",
+    "#305ee8", "#8a2e0f", "#c11596", "#abe830", "#30e87d",
+    "#0f0f8a", "#8815c1", "#ce6cef", "#223777", "#227777",
+    "#c17915", "#da8f81",
 )  # fmt: skip
 INCIDENT_COLOR = "#d62728"
 STATUS_COLORS = {
@@ -77,14 +87,33 @@ def legend(lines: Sequence[Line]) -> str:
     return f'<div class="legend">{items}</div>'
 
 
-def file_href(relative: str) -> str | None:
-    """``relative`` (a ``docs/...`` page) in a source checkout, as a file URL, if it is there."""
+DOCS_URL_ENV = "LOADERDOCTOR_DOCS_URL"
+
+
+def docs_href(relative: str, page_dir: str | Path | None) -> str | None:
+    """A link to ``relative`` (``docs/causes/<id>.md``) from a page written in ``page_dir``.
+
+    With ``$LOADERDOCTOR_DOCS_URL`` (where the repository's files are served, a web page or a
+    mirror), that URL and ``relative``; else, in a source checkout, the path from ``page_dir``
+    to the checkout's page, relative so that the folder of reports can move with the checkout
+    and never names a local absolute path; else None (the caller shows the command that prints
+    the page)."""
     if not relative:
+        return None
+    base = os.environ.get(DOCS_URL_ENV, "").strip()
+    if base:
+        return f"{base.rstrip('/')}/{quote(relative)}"
+    if page_dir is None:
         return None
     import loaderdoctor
 
     page = Path(loaderdoctor.__file__).resolve().parents[2] / relative
-    return page.as_uri() if page.is_file() else None
+    if not page.is_file():
+        return None
+    try:
+        return quote(Path(os.path.relpath(page, Path(page_dir).resolve())).as_posix())
+    except ValueError:  # Windows: the page and the report on different drives
+        return None
 
 
 def page(

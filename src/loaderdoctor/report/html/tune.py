@@ -1,13 +1,13 @@
 """``--plot tune.html`` / ``tune.svg``: throughput and memory against workers, no dependency.
 
-The charts are ``report.chart``'s, as in ``report.html`` and ``scan.html``: worker counts across.
+The charts are ``html.chart``'s, as on the run and scan pages: worker counts across.
 """
 
 from __future__ import annotations
 
-from loaderdoctor.report.chart import Chart, Line, svg_chart
-from loaderdoctor.report.html import PALETTE, legend, page
-from loaderdoctor.report.html import escape as _e
+from loaderdoctor.report.html.chart import Chart, Line, svg_chart
+from loaderdoctor.report.html.page import PALETTE, legend, page
+from loaderdoctor.report.html.page import escape as _e
 from loaderdoctor.report.output import printable
 from loaderdoctor.report.tune import TRIAL_COLUMNS, format_snippet, trial_row
 from loaderdoctor.tune.model import TuneReport
@@ -118,7 +118,7 @@ def format_html(report: TuneReport) -> str:
         f"{len(report.trials)} trials in {format_seconds(report.seconds)}; "
         f"{_e(report.stop_reason)}</p>",
         f"<h2>Recommended</h2><pre>{_e(format_snippet(report))}</pre>",
-        f'<h2>Bound: {_e(report.bound.id)}</h2><div class="card"><h3>'
+        f'<h2>{_e(_bound_heading(report))}</h2><div class="card"><h3>'
         f"{_e(report.bound.title)}</h3><ul>{evidence}</ul></div>",
         f"<h2>Throughput and memory</h2>{plots}",
         f"<h2>Measured</h2><table><tr>{header}</tr>{''.join(rows)}</table>",
@@ -126,3 +126,10 @@ def format_html(report: TuneReport) -> str:
     if skipped:
         body.append(f"<h2>Not run (over budget)</h2><ul>{skipped}</ul>")
     return page(f"loaderdoctor tune: {report.spec}", "loaderdoctor tune", body)
+
+
+def _bound_heading(report: TuneReport) -> str:
+    """No rate, no bound: a search that measured nothing says so (its title says why)."""
+    return (
+        "Nothing measured" if report.bound.id == "nothing-measured" else f"Bound: {report.bound.id}"
+    )
