@@ -76,7 +76,6 @@ class Project:
     # -- modules -----------------------------------------------------------------------------
 
     def _adopt(self, module: ModuleModel) -> None:
-        module.project = self
         self._index(module.module_name, module)
 
     def _index(self, name: str, entry: ModuleModel | PendingModule) -> None:
@@ -127,8 +126,6 @@ class Project:
                     else:
                         names[index] = module
                     break
-        if module is not None:
-            module.project = self
         return module
 
     def _checked(self, module: ModuleModel) -> bool:
@@ -347,6 +344,17 @@ class Project:
         if not relevant:
             return True
         return any(loader.may_start_workers for loader in relevant)
+
+    def spawns(self, loader: LoaderCall) -> bool:
+        """Whether this loader pickles what it hands to workers on some target platform."""
+        if loader.start_method is StartMethod.SPAWN:
+            return True
+        # A context only known at run time (`sys.argv[1]`, a config value) may well be spawn, as
+        # a num_workers from a config may well be > 0: judged like the default, not skipped.
+        return (
+            loader.start_method in (StartMethod.DEFAULT, StartMethod.UNKNOWN)
+            and not self.fork_everywhere
+        )
 
     def worker_datasets(self) -> Iterator[DatasetClass]:
         for dataset in self.datasets:

@@ -94,13 +94,13 @@ def uses_self_attribute(methods: list[tuple[FunctionNode, DatasetClass]], attr: 
     return None
 
 
-def stored_elsewhere(dataset: DatasetClass, attr: str) -> bool:
+def stored_elsewhere(project: Project, dataset: DatasetClass, attr: str) -> bool:
     """Whether ``.attr`` is (re)assigned outside ``__init__``: lazily, or by worker_init_fn."""
     init_nodes: set[ast.AST] = set()
     for function, _ in dataset.init_methods():
         init_nodes.update(ast.walk(function))
-    family = _class_family(dataset)
-    for module in {id(m): m for m in (dataset.module, *dataset.module.project.modules)}.values():
+    family = _class_family(project, dataset)
+    for module in {id(m): m for m in (dataset.module, *project.modules)}.values():
         for node in module.scopes.attributes.get(attr, ()):
             if isinstance(node.ctx, ast.Store) and node not in init_nodes:
                 if is_self_attribute(node):
@@ -111,7 +111,7 @@ def stored_elsewhere(dataset: DatasetClass, attr: str) -> bool:
     return False
 
 
-def _class_family(dataset: DatasetClass) -> set[int]:
+def _class_family(project: Project, dataset: DatasetClass) -> set[int]:
     """The class nodes of this Dataset, its bases and the project classes derived from it."""
     family: set[int] = set()
     pending = [dataset]
@@ -120,7 +120,6 @@ def _class_family(dataset: DatasetClass) -> set[int]:
         if id(current.node) not in family and len(family) < 64:
             family.add(id(current.node))
             pending.extend(current.bases)
-    project = dataset.module.project
     for other in project.datasets:
         if any(id(base.node) in family for base in other.bases):
             family.add(id(other.node))
@@ -147,7 +146,7 @@ def check_cuda_in_workers(project: Project) -> Iterator[Hit]:
             collate = loader.arguments.get("collate_fn")
             if collate is None or not loader.may_start_workers:
                 continue
-            function = _collate_function(model, collate)
+            function = _collate_function(project, model, collate)
             if function is None:
                 continue
             for node, what in _cuda_uses(model, function, None):
@@ -185,14 +184,15 @@ def _cuda_through_calls(project: Project, dataset: DatasetClass) -> Iterator[Hit
             return  # one per Dataset: the first path a reader can follow
 
 
-def _collate_function(model: ModuleModel, node: ast.expr) -> ast.AST | None:
+def _collate_function(project: Project, model: ModuleModel, node: ast.expr) -> ast.AST | None:
     if isinstance(node, ast.Lambda):
         return node
     if isinstance(node, ast.Name):
         binding = model.scopes.single_binding(node.id, node)
         if isinstance(binding, (*_FUNCTIONS, ast.Lambda)):
             return binding
-    cls = model.class_of_instance(node)
+    found = project.class_of_instance(model, node)
+    cls = found[1] if found and found[0] is model else None
     if cls is not None:
         for statement in cls.body:
             if isinstance(statement, _FUNCTIONS) and statement.name == "__call__":
@@ -242,10 +242,10 @@ def check_shared_handles(project: Project) -> Iterator[Hit]:
         workers = dataset.worker_methods()
         assignments = list(init_assignments(dataset))
         for attr, value, function, owner in assignments:
-            opener = _handle_opener(owner.module, value, owner, 0)
+            opener = _handle_opener(project, owner.module, value, owner, 0)
             if opener is None or _closed_in(dataset, attr):
                 continue
-            if stored_elsewhere(dataset, attr):
+            if stored_elsewhere(project, dataset, attr):
                 continue
             # self.file = h5py.File(p); self.images = self.file["images"]: one handle, two names
             family = [attr] + [
@@ -253,7 +253,9 @@ def check_shared_handles(project: Project) -> Iterator[Hit]:
                 for derived, derived_value, _, _ in assignments
                 if derived != attr and _root_attribute(derived_value) == attr
             ]
-            read = _read_on_every_item(workers, family, _constant_flags(dataset, assignments))
+            read = _read_on_every_item(
+                workers, family, _constant_flags(project, dataset, assignments)
+            )
             if read is None:
                 continue
             name, user = read
@@ -285,7 +287,9 @@ def _root_attribute(value: ast.AST) -> str | None:
 
 
 def _constant_flags(
-    dataset: DatasetClass, assignments: list[tuple[str, ast.expr, FunctionNode, DatasetClass]]
+    project: Project,
+    dataset: DatasetClass,
+    assignments: list[tuple[str, ast.expr, FunctionNode, DatasetClass]],
 ) -> dict[str, object]:
     """``self.use_cache = False`` in ``__init__``, never set again: a branch on it is dead."""
     values: dict[str, list[ast.expr]] = {}
@@ -296,7 +300,7 @@ def _constant_flags(
         for attr, found in values.items()
         if len(found) == 1
         and isinstance(found[0], ast.Constant)
-        and not stored_elsewhere(dataset, attr)
+        and not stored_elsewhere(project, dataset, attr)
     }
 
 
@@ -361,7 +365,7 @@ def _as_list(body: object) -> list[ast.AST]:
 
 
 def _handle_opener(
-    model: ModuleModel, value: ast.expr, owner: DatasetClass, depth: int
+    project: Project, model: ModuleModel, value: ast.expr, owner: DatasetClass, depth: int
 ) -> str | None:
     """What kind of handle ``value`` opens, in words, or None."""
     if depth > 3 or not isinstance(value, ast.Call):
@@ -383,27 +387,27 @@ def _handle_opener(
     ):
         helper = owner.find(value.func.attr)  # self.env = self._open_env(path)
         if helper is not None:
-            return _returned_handle(helper[1].module, helper[0], helper[1], depth)
+            return _returned_handle(project, helper[1].module, helper[0], helper[1], depth)
         return None
-    found = model.project.function(model, value.func)  # self.db = open_db(path), in utils
+    found = project.function(model, value.func)  # self.db = open_db(path), in utils
     if found is not None:
-        return _returned_handle(found[0], found[1], owner, depth)
+        return _returned_handle(project, found[0], found[1], owner, depth)
     return None
 
 
 def _returned_handle(
-    model: ModuleModel, function: FunctionNode, owner: DatasetClass, depth: int
+    project: Project, model: ModuleModel, function: FunctionNode, owner: DatasetClass, depth: int
 ) -> str | None:
     """The handle a helper returns, directly or through a local it opened."""
     for node in walk_local(function):
         if isinstance(node, ast.Return) and node.value is not None:
-            found = _handle_opener(model, node.value, owner, depth + 1)
+            found = _handle_opener(project, model, node.value, owner, depth + 1)
             if found:
                 return found
             if isinstance(node.value, ast.Name):
                 for binding in model.scopes.lookup(node.value.id, node):
                     if isinstance(binding, ast.expr):
-                        found = _handle_opener(model, binding, owner, depth + 1)
+                        found = _handle_opener(project, model, binding, owner, depth + 1)
                         if found:
                             return found
     return None
@@ -509,7 +513,7 @@ def check_copied_generators(project: Project) -> Iterator[Hit]:
         workers = dataset.worker_methods()
         for attr, value, _, owner in init_assignments(dataset):
             factory = _rng_factory(owner.module, value)
-            if factory is None or _reseeded(dataset, attr):
+            if factory is None or _reseeded(project, dataset, attr):
                 continue
             user = uses_self_attribute(workers, attr)
             if user is not None:
@@ -535,10 +539,10 @@ def _rng_factory(model: ModuleModel, value: ast.expr) -> str | None:
     return name if name in _RNG_FACTORIES else None
 
 
-def _reseeded(dataset: DatasetClass, attr: str) -> bool:
-    if stored_elsewhere(dataset, attr):
+def _reseeded(project: Project, dataset: DatasetClass, attr: str) -> bool:
+    if stored_elsewhere(project, dataset, attr):
         return True
-    for module in dataset.module.project.modules:
+    for module in project.modules:
         for holder in module.scopes.attributes.get(attr, ()):
             node = module.scopes.parents.get(holder)
             if isinstance(node, ast.Attribute) and node.value is holder:

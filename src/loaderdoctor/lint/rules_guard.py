@@ -40,11 +40,11 @@ def check_main_guard(project: Project) -> Iterator[Hit]:
     for model in project.modules:
         # A notebook's __main__ cannot be re-imported by a spawned worker: LD102 says so instead.
         if not model.notebook:
-            yield from _module_hits(model)
+            yield from _module_hits(project, model)
 
 
-def _module_hits(model: ModuleModel) -> Iterator[Hit]:
-    candidates = _candidates(model)
+def _module_hits(project: Project, model: ModuleModel) -> Iterator[Hit]:
+    candidates = _candidates(project, model)
     holders = _module_holders(model, candidates)
     uses = _holder_uses(model, holders)
     for loader in candidates:
@@ -60,15 +60,15 @@ def _module_hits(model: ModuleModel) -> Iterator[Hit]:
                 f"DataLoader with num_workers={loader.workers_text} is created and iterated at "
                 'module top level without an `if __name__ == "__main__":` guard: each spawned '
                 "worker re-imports the script and starts workers again while bootstrapping, "
-                f"which fails {spawn_where(model.project, loader)}",
-                severity=spawn_severity(model.project, loader),
+                f"which fails {spawn_where(project, loader)}",
+                severity=spawn_severity(project, loader),
             )
     cache: dict[int, tuple[LoaderCall, ModuleModel] | None] = {}
     for node in _import_time_calls(model):
-        found = model.project.function(model, node.func)
+        found = project.function(model, node.func)
         if found is None:
             continue
-        started = _starts_workers(found[0], found[1], 0, cache)
+        started = _starts_workers(project, found[0], found[1], 0, cache)
         if started is None:
             continue
         loader, where = started
@@ -83,13 +83,15 @@ def _module_hits(model: ModuleModel) -> Iterator[Hit]:
             f"`{name}()` runs at import time and iterates a DataLoader with num_workers="
             f"{loader.workers_text} ({line}), outside an "
             '`if __name__ == "__main__":` guard: each spawned worker re-imports the script '
-            f"and runs it again, which fails {spawn_where(model.project, loader)}",
-            severity=spawn_severity(model.project, loader),
+            f"and runs it again, which fails {spawn_where(project, loader)}",
+            severity=spawn_severity(project, loader),
         )
 
 
-def _candidates(model: ModuleModel) -> list[LoaderCall]:
-    return [loader for loader in model.loaders if loader.may_start_workers and model.spawns(loader)]
+def _candidates(project: Project, model: ModuleModel) -> list[LoaderCall]:
+    return [
+        loader for loader in model.loaders if loader.may_start_workers and project.spawns(loader)
+    ]
 
 
 def _module_holders(model: ModuleModel, candidates: list[LoaderCall]) -> _Holders:
@@ -172,6 +174,7 @@ def _import_time_calls(model: ModuleModel) -> Iterator[ast.Call]:
 
 
 def _starts_workers(
+    project: Project,
     model: ModuleModel,
     function: ast.FunctionDef | ast.AsyncFunctionDef,
     depth: int,
@@ -181,11 +184,11 @@ def _starts_workers(
     built in it, held by its module, or reached through the project functions it calls."""
     if id(function) in cache:
         return cache[id(function)]
-    if depth > _MAX_CALL_DEPTH or model.project.graph is None:
+    if depth > _MAX_CALL_DEPTH:
         return None
     cache[id(function)] = None  # recursion guard
     found: tuple[LoaderCall, ModuleModel] | None = None
-    candidates = _candidates(model)
+    candidates = _candidates(project, model)
     for loader in candidates:
         if model.scopes.scope_of(loader.node) is function and _is_consumed_in(
             model, loader, function
@@ -201,9 +204,11 @@ def _starts_workers(
                     found = holders[node.id], model
                     break
     if found is None:
-        for edge in model.project.graph.callees(Caller(model, function)):
+        for edge in project.graph.callees(Caller(model, function)):
             if edge.callee.cls is None:
-                found = _starts_workers(edge.callee.module, edge.callee.function, depth + 1, cache)
+                found = _starts_workers(
+                    project, edge.callee.module, edge.callee.function, depth + 1, cache
+                )
                 if found is not None:
                     break
     cache[id(function)] = found

@@ -21,17 +21,19 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 def check_unpicklable(project: Project) -> Iterator[Hit]:
     for model in project.modules:
         for loader in model.loaders:
-            if not loader.may_start_workers or not model.spawns(loader):
+            if not loader.may_start_workers or not project.spawns(loader):
                 continue
             for parameter in _PICKLED_CALLABLES:
                 value = loader.arguments.get(parameter)
-                reason = _unpicklable_reason(model, value, depth=0) if value is not None else None
+                reason = None
+                if value is not None:
+                    reason = _unpicklable_reason(project, model, value, depth=0)
                 if value is not None and reason is not None:
-                    yield _hit(model, loader, value, f"{parameter} is {reason}")
-            yield from _dataset_hits(model, loader)
+                    yield _hit(project, model, loader, value, f"{parameter} is {reason}")
+            yield from _dataset_hits(project, model, loader)
 
 
-def _hit(model: ModuleModel, loader: LoaderCall, node: ast.AST, what: str) -> Hit:
+def _hit(project: Project, model: ModuleModel, loader: LoaderCall, node: ast.AST, what: str) -> Hit:
     maybe = f" (num_workers={loader.workers_text})" if loader.workers is Workers.MAYBE else ""
     fix = None
     if _NOTEBOOK in what:  # a module-level definition can only live in a module
@@ -45,13 +47,15 @@ def _hit(model: ModuleModel, loader: LoaderCall, node: ast.AST, what: str) -> Hi
         node,
         "LD102",
         f"{what}: pickle cannot send it to spawn/forkserver workers, so the first epoch fails "
-        f"{spawn_where(model.project, loader)}{maybe}",
+        f"{spawn_where(project, loader)}{maybe}",
         fix=fix,
-        severity=spawn_severity(model.project, loader),
+        severity=spawn_severity(project, loader),
     )
 
 
-def _unpicklable_reason(model: ModuleModel, node: ast.AST, depth: int) -> str | None:
+def _unpicklable_reason(
+    project: Project, model: ModuleModel, node: ast.AST, depth: int
+) -> str | None:
     if depth > 4:
         return None
     if isinstance(node, ast.Lambda):
@@ -68,19 +72,19 @@ def _unpicklable_reason(model: ModuleModel, node: ast.AST, depth: int) -> str | 
                 return f"`{node.id}`, {_NOTEBOOK}"
             return None
         if isinstance(binding, ast.Call):
-            return _unpicklable_reason(model, binding, depth + 1)
+            return _unpicklable_reason(project, model, binding, depth + 1)
         return None
     if isinstance(node, ast.Call):
         if model.scopes.qualified(node.func) in ("functools.partial", "partial") and node.args:
-            inner = _unpicklable_reason(model, node.args[0], depth + 1)
+            inner = _unpicklable_reason(project, model, node.args[0], depth + 1)
             return f"a functools.partial of {inner}" if inner else None
-        found = model.project.class_of_instance(model, node)
+        found = project.class_of_instance(model, node)
         return _class_reason(found[0], found[1], "an instance of") if found else None
     if isinstance(node, ast.Attribute):
         owner = (
             model.scopes.enclosing(node, (ast.ClassDef,))
             if is_self_attribute(node)
-            else model.class_of_instance(node.value)
+            else _local_class_of_instance(project, model, node.value)
         )
         if isinstance(owner, ast.ClassDef):
             reason = _class_reason(model, owner, "a method of")
@@ -118,18 +122,26 @@ def lambda_attribute(model: ModuleModel, cls: ast.ClassDef) -> str | None:
     return None
 
 
-def _dataset_hits(model: ModuleModel, loader: LoaderCall) -> Iterator[Hit]:
+def _local_class_of_instance(
+    project: Project, model: ModuleModel, node: ast.AST
+) -> ast.ClassDef | None:
+    """The class of this module whose instance ``node`` evaluates to, if a reader can tell."""
+    found = project.class_of_instance(model, node)
+    return found[1] if found and found[0] is model else None
+
+
+def _dataset_hits(project: Project, model: ModuleModel, loader: LoaderCall) -> Iterator[Hit]:
     dataset = loader.arguments.get("dataset")
     construction: ast.AST | None = dataset
     if isinstance(dataset, ast.Name):
         construction = model.scopes.single_binding(dataset.id, dataset)
     if dataset is None or not isinstance(construction, ast.Call):
         return
-    found = model.project.class_of_instance(model, construction)
+    found = project.class_of_instance(model, construction)
     if found is not None:
         reason = _class_reason(found[0], found[1], "an instance of")
         if reason is not None:
-            yield _hit(model, loader, dataset, f"the Dataset is {reason}")
+            yield _hit(project, model, loader, dataset, f"the Dataset is {reason}")
             return
     constructor = model.scopes.qualified(construction.func) or ""
     if found is None and not _looks_like_dataset_constructor(constructor):
@@ -139,18 +151,19 @@ def _dataset_hits(model: ModuleModel, loader: LoaderCall) -> Iterator[Hit]:
     for position, argument in enumerate(construction.args):
         name = parameters[position] if position < len(parameters) else None
         if kept is None or name is None or name in kept:
-            yield from _held_hits(model, loader, constructor, argument)
+            yield from _held_hits(project, model, loader, constructor, argument)
     for keyword in construction.keywords:
         if kept is None or keyword.arg is None or keyword.arg in kept:
-            yield from _held_hits(model, loader, constructor, keyword.value)
+            yield from _held_hits(project, model, loader, constructor, keyword.value)
 
 
 def _held_hits(
-    model: ModuleModel, loader: LoaderCall, constructor: str, argument: ast.AST
+    project: Project, model: ModuleModel, loader: LoaderCall, constructor: str, argument: ast.AST
 ) -> Iterator[Hit]:
     short = constructor.split(".")[-1]
     for node, what in _held_callables(model, argument, 0):
         yield _hit(
+            project,
             model,
             loader,
             node,

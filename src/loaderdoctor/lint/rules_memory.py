@@ -187,7 +187,7 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
         converted: set[str] = set()
         arrays: set[str] = set()
         for function, owner in dataset.init_methods():
-            flow = _Flow(owner.module, owner, 0)
+            flow = _Flow(project, owner.module, owner, 0)
             if function.name == "__init__" and owner is dataset:
                 flow.seed(_passed_in(project, dataset, function))
             flow.run(function)
@@ -219,7 +219,7 @@ def _passed_in(project: Project, dataset: DatasetClass, init: FunctionNode) -> d
     passed: dict[str, _Kind] = {}
     for module, call in project.constructions(dataset.module, dataset.node):
         scope = module.scopes.scope_of(call)
-        caller = _Flow(module, None, 1)
+        caller = _Flow(project, module, None, 1)
         caller.until = call.lineno  # what the arguments hold when the call is made
         if not isinstance(scope, ast.Lambda):
             caller.run(scope)
@@ -290,7 +290,10 @@ def _hit(
 class _Flow:
     """What each local and each ``self.x`` of one function holds, in two passes over it."""
 
-    def __init__(self, model: ModuleModel, owner: DatasetClass | None, depth: int) -> None:
+    def __init__(
+        self, project: Project, model: ModuleModel, owner: DatasetClass | None, depth: int
+    ) -> None:
+        self.project = project
         self.model = model
         self.owner = owner
         self.depth = depth
@@ -508,9 +511,9 @@ class _Flow:
             if found_kind is not None:
                 return found_kind
         if isinstance(func, (ast.Name, ast.Attribute)) and self.depth < _MAX_DEPTH:
-            found = self.model.project.function(self.model, func, _LOADS_SOMETHING)
+            found = self.project.function(self.model, func, _LOADS_SOMETHING)
             if found is not None:
-                flow = _Flow(found[0], None, self.depth + 1)
+                flow = _Flow(self.project, found[0], None, self.depth + 1)
                 flow.seed(self._arguments(node, found[1], method=False, depth=depth))
                 flow.run(found[1])
                 return flow.returns
@@ -561,7 +564,7 @@ class _Flow:
         if found is None or self.depth >= _MAX_DEPTH:
             return NONE
         function, owner = found
-        flow = _Flow(owner.module, owner, self.depth + 1)
+        flow = _Flow(self.project, owner.module, owner, self.depth + 1)
         flow.attributes = dict(self.attributes)  # self.coco set before the helper is called
         flow.seed(self._arguments(call, function, method=True, depth=depth))
         flow.run(function)
