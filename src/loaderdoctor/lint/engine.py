@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loaderdoctor.lint import rules_dataset, rules_guard, rules_loader, rules_memory
+from loaderdoctor.lint import rules_dataset, rules_guard, rules_loader, rules_memory, rules_seed
 from loaderdoctor.lint.catalog import RULES, SEVERITIES
 from loaderdoctor.lint.findings import LintFinding, LintReport
 from loaderdoctor.lint.model import Hit, ModuleModel
@@ -30,6 +30,7 @@ CHECKS: dict[str, Check] = {
     "LD107": rules_memory.check_python_object_tables,
     "LD108": rules_dataset.check_opencv_threads,
     "LD109": rules_dataset.check_copied_generators,
+    "LD110": rules_seed.check_reseed_from_state,
 }
 SYNTAX_ERROR = "LD000"
 _CODE = re.compile(r"^LD\d{0,3}$")
@@ -43,7 +44,7 @@ _SKIPPED_DIRS = frozenset(
 # no rule can fire in a file that mentions no DataLoader, no Dataset protocol, no worker hook.
 _RELEVANT = re.compile(
     r"DataLoader|Dataset|__getitem__|__iter__|setNumThreads|set_start_method|"
-    r"multiprocessing_context"
+    r"multiprocessing_context|get_state\(\)\[1\]"
 )
 _CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.MULTILINE)
 
