@@ -203,6 +203,20 @@ class Project:
                 return self.class_of_instance(module, binding, depth + 1)
         return None
 
+    def classes_of_instance(
+        self, module: ModuleModel, node: ast.AST | None
+    ) -> list[tuple[ModuleModel, ast.ClassDef]]:
+        """Every project class ``node`` may be an instance of: a name bound in each branch of
+        an ``if``/``elif`` (``train_set = VOC(...)`` or ``COCO(...)``) may hold any of them."""
+        if isinstance(node, ast.Name):
+            bindings = module.scopes.lookup(node.id, node)
+            if len(bindings) > 1:
+                found = [self.class_of_instance(module, b) for b in bindings[:16]]
+                unique = {id(f[1]): f for f in found if f is not None}
+                return list(unique.values())
+        single = self.class_of_instance(module, node)
+        return [single] if single is not None else []
+
     def function(
         self, module: ModuleModel, node: ast.AST, hint: re.Pattern[str] | None = None
     ) -> tuple[ModuleModel, FunctionNode] | None:
@@ -321,11 +335,13 @@ class Project:
 
     def _loaders_with_classes(self) -> list[tuple[LoaderCall, ModuleModel, ast.ClassDef | None]]:
         if self._loader_classes is None:
-            found = []
+            found: list[tuple[LoaderCall, ModuleModel, ast.ClassDef | None]] = []
             for module in self.modules:
                 for loader in module.loaders:
-                    cls = self.class_of_instance(module, loader.arguments.get("dataset"))
-                    found.append((loader, module, cls[1] if cls else None))
+                    classes = self.classes_of_instance(module, loader.arguments.get("dataset"))
+                    found.extend((loader, module, cls) for _, cls in classes)
+                    if not classes:
+                        found.append((loader, module, None))
             self._loader_classes = found
         return self._loader_classes
 

@@ -450,9 +450,18 @@ def check_opencv_threads(project: Project) -> Iterator[Hit]:
         found = _first_opencv_use(project, dataset)
         if found is None:
             continue
-        method, owner, use, path = found
+        method, owner, use, path, library = found
         where = f"`{owner.name}.{method.name}`"
-        if path.edges:
+        if library:
+            yield Hit(
+                owner.module,
+                use,
+                "LD108",
+                f"{where} calls `{owner.module.segment(use.func)}` (`{library}`, which runs "
+                "OpenCV), but no module of the project calls `cv2.setNumThreads(0)`: every "
+                "worker starts a thread per core, num_workers x cores threads in all",
+            )
+        elif path.edges:
             end = path.end
             assert end is not None
             name = owner.module.scopes.qualified(use.func) if end.module is owner.module else None
@@ -479,13 +488,18 @@ def check_opencv_threads(project: Project) -> Iterator[Hit]:
 
 def _first_opencv_use(
     project: Project, dataset: DatasetClass
-) -> tuple[FunctionNode, DatasetClass, ast.Call, Path] | None:
-    """The first worker method that calls OpenCV, itself or through project functions."""
+) -> tuple[FunctionNode, DatasetClass, ast.Call, Path, str] | None:
+    """The first worker method that calls OpenCV, itself, through an OpenCV-backed library
+    (named, last), or through project functions."""
     starts = dataset.worker_methods()
     for method, owner in starts:  # a direct use first, as a reader sees it
         use = _opencv_call(owner.module, method)
         if use is not None:
-            return method, owner, use, Path(())
+            return method, owner, use, Path(()), ""
+    for method, owner in starts:  # then a library transform the Dataset holds or builds
+        held = library_opencv_call(project, Caller(owner.module, method, owner.node, dataset))
+        if held is not None:
+            return method, owner, held[0], Path(()), held[1]
     for method, owner in starts:
         start = Caller(owner.module, method, owner.node, dataset)
         for reached, path in project.graph.reach(start):
@@ -493,7 +507,7 @@ def _first_opencv_use(
                 continue
             use = _opencv_call(reached.module, reached.function)
             if use is not None:
-                return method, owner, use, path
+                return method, owner, use, path, ""
     return None
 
 
@@ -502,6 +516,61 @@ def _opencv_call(model: ModuleModel, function: ast.AST) -> ast.Call | None:
         if isinstance(node, ast.Call):
             if (model.scopes.qualified(node.func) or "").startswith("cv2."):
                 return node
+    return None
+
+
+# Libraries whose image transforms call OpenCV (resize, warp, blur, imread): calling one in a
+# worker starts OpenCV's thread pool there as a direct cv2 call does.
+OPENCV_LIBRARIES = ("albumentations", "imgaug", "mmcv")
+
+
+def opencv_library(name: str) -> bool:
+    return name.split(".")[0] in OPENCV_LIBRARIES
+
+
+def library_opencv_call(project: Project, caller: Caller) -> tuple[ast.Call, str] | None:
+    """A call in ``caller`` of an OpenCV-backed library (``A.Resize(...)(image=x)``,
+    ``mmcv.imread(path)``) or of a transform of one the Dataset holds (``self.aug(image=x)``,
+    set in ``__init__`` or passed to it by the project)."""
+    model = caller.module
+    for node in walk_local(caller.function):
+        if not isinstance(node, ast.Call):
+            continue
+        name = model.scopes.qualified(node.func) or ""
+        if opencv_library(name):
+            return node, name
+        if is_self_attribute(node.func) and caller.cls is not None:
+            assert isinstance(node.func, ast.Attribute)
+            for module, value in project.graph.attribute_values(caller, node.func.attr):
+                built = _library_transform(project, module, value, 0)
+                if built is not None:
+                    return node, built
+    return None
+
+
+def _library_transform(
+    project: Project, model: ModuleModel, value: ast.AST | None, depth: int
+) -> str | None:
+    """The constructor, when ``value`` is a transform of an OpenCV-backed library: built here,
+    held by a variable, or returned by a project function (``get_train_transforms()``)."""
+    if depth > 3 or value is None:
+        return None
+    candidates: list[tuple[ModuleModel, ast.AST | None]] = []
+    if isinstance(value, ast.Name):
+        bindings = model.scopes.lookup(value.id, value)[:4]
+        candidates = [(model, b) for b in bindings if isinstance(b, ast.expr)]
+    elif isinstance(value, ast.Call):
+        name = model.scopes.qualified(value.func) or ""
+        if opencv_library(name):
+            return name
+        found = project.function(model, value.func)
+        if found is not None:
+            returns = [n for n in walk_local(found[1]) if isinstance(n, ast.Return)]
+            candidates = [(found[0], n.value) for n in returns]
+    for module, candidate in candidates:
+        built = _library_transform(project, module, candidate, depth + 1)
+        if built is not None:
+            return built
     return None
 
 
