@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from loaderdoctor.lint.calls import Caller, Path
 from loaderdoctor.lint.model import DatasetClass, FunctionNode, Hit, ModuleModel
 from loaderdoctor.lint.project import Project
-from loaderdoctor.lint.scope import UNKNOWN, is_self_attribute, walk_local
+from loaderdoctor.lint.scope import UNKNOWN, dotted_name, is_self_attribute, walk_local
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # torch.cuda calls that only ask questions and do not create a CUDA context in the worker.
@@ -94,8 +94,14 @@ def uses_self_attribute(methods: list[tuple[FunctionNode, DatasetClass]], attr: 
     return None
 
 
-def stored_elsewhere(project: Project, dataset: DatasetClass, attr: str) -> bool:
-    """Whether ``.attr`` is (re)assigned outside ``__init__``: lazily, or by worker_init_fn."""
+def stored_elsewhere(
+    project: Project, dataset: DatasetClass, attr: str, reopens: bool = True
+) -> bool:
+    """Whether ``.attr`` is (re)assigned outside ``__init__``: lazily, or by worker_init_fn.
+
+    With ``reopens=False`` a store right after ``self.attr.close()`` does not count: reopening
+    a handle at the end of a file leaves every worker starting from the one ``__init__`` opened.
+    """
     init_nodes: set[ast.AST] = set()
     for function, _ in dataset.init_methods():
         init_nodes.update(ast.walk(function))
@@ -103,10 +109,26 @@ def stored_elsewhere(project: Project, dataset: DatasetClass, attr: str) -> bool
     for module in {id(m): m for m in (dataset.module, *project.modules)}.values():
         for node in module.scopes.attributes.get(attr, ()):
             if isinstance(node.ctx, ast.Store) and node not in init_nodes:
+                if not reopens and _reopened(module, node):
+                    continue
                 if is_self_attribute(node):
                     owner = module.scopes.enclosing(node, (ast.ClassDef,))
                     if owner is not None and id(owner) not in family:
                         continue  # another class's own attribute of the same name
+                return True
+    return False
+
+
+def _reopened(module: ModuleModel, target: ast.Attribute) -> bool:
+    """``self.f.close()`` then ``self.f = open(...)`` in the same block."""
+    statement = module.scopes.parents.get(target)
+    block = getattr(module.scopes.parents.get(statement), "body", None) if statement else None
+    if not isinstance(block, list) or statement not in block:
+        return False
+    for earlier in block[: block.index(statement)]:
+        call = earlier.value if isinstance(earlier, ast.Expr) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute):
+            if call.func.attr == "close" and dotted_name(call.func.value) == f"self.{target.attr}":
                 return True
     return False
 
@@ -245,7 +267,7 @@ def check_shared_handles(project: Project) -> Iterator[Hit]:
             opener = _handle_opener(project, owner.module, value, owner, 0)
             if opener is None or _closed_in(dataset, attr):
                 continue
-            if stored_elsewhere(project, dataset, attr):
+            if stored_elsewhere(project, dataset, attr, reopens=False):
                 continue
             # self.file = h5py.File(p); self.images = self.file["images"]: one handle, two names
             family = [attr] + [

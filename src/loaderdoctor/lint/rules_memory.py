@@ -455,6 +455,8 @@ class _Flow:
                 return _ARRAY  # point_set[0:n, :]
             if base.level == _BIG and not base.what.startswith("per-record"):
                 return base  # data["annotations"]
+            if base.level == _BIG and not isinstance(node.slice, ast.Slice):
+                return _row(base.source)  # annotations[i]: one record, as a loop over them binds
             if base is _FRAME:
                 return base
             return _field(base)
