@@ -86,6 +86,145 @@ def _module_hits(project: Project, model: ModuleModel) -> Iterator[Hit]:
             f"and runs it again, which fails {spawn_where(project, loader)}",
             severity=spawn_severity(project, loader),
         )
+    yield from _factory_hits(project, model)
+
+
+def _factory_hits(project: Project, model: ModuleModel) -> Iterator[Hit]:
+    """``loader = get_loader(opt)`` (or ``CreateDataLoader(opt).load_data()``) at import time,
+    then iterated there: a DataLoader that a project function or method returns."""
+    for statement in model.tree.body:
+        if not isinstance(statement, ast.Assign) or not isinstance(statement.value, ast.Call):
+            continue
+        names = [t.id for t in statement.targets if isinstance(t, ast.Name)]
+        if not names or model.placement(statement) is not Placement.UNGUARDED:
+            continue
+        uses = [
+            node
+            for node in model.scopes.nodes
+            if isinstance(node, ast.Name)
+            and node.id in names
+            and isinstance(node.ctx, ast.Load)
+            and node.lineno > statement.lineno
+            and model.scopes.scope_of(node) is model.tree
+            and model.placement(node) is Placement.UNGUARDED
+        ]
+        if not any(_consumes(model, use) for use in uses):
+            continue
+        found = returned_loader(project, model, statement.value, 0)
+        if found is None:
+            continue
+        loader, where = found
+        line = f"line {loader.node.lineno}" + (f" of {where.path}" if where is not model else "")
+        yield Hit(
+            model,
+            statement.value,
+            "LD101",
+            f"`{model.segment(statement.value.func)}()` returns a DataLoader with num_workers="
+            f"{loader.workers_text} ({line}), which is iterated at module top level without an "
+            '`if __name__ == "__main__":` guard: each spawned worker re-imports the script and '
+            f"starts workers again while bootstrapping, which fails {spawn_where(project, loader)}",
+            severity=spawn_severity(project, loader),
+        )
+
+
+def returned_loader(
+    project: Project, model: ModuleModel, call: ast.Call, depth: int
+) -> tuple[LoaderCall, ModuleModel] | None:
+    """The worker DataLoader a call of a project function, or of a method of an object a project
+    function returns, gives back: built there, held by a local, or kept in ``self.x``."""
+    if depth > _MAX_CALL_DEPTH:
+        return None
+    found = project.function(model, call.func)
+    if found is not None:
+        return _loader_returned_by(project, found[0], found[1], None, depth)
+    if isinstance(call.func, ast.Attribute):  # data_loader.load_data()
+        owner = _instance_class(project, model, call.func.value, depth)
+        if owner is not None:
+            method = _method(project, owner[0], owner[1], call.func.attr, depth)
+            if method is not None:
+                return _loader_returned_by(project, method[0], method[1], method[2], depth)
+    return None
+
+
+def _loader_returned_by(
+    project: Project,
+    model: ModuleModel,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    cls: ast.ClassDef | None,
+    depth: int,
+) -> tuple[LoaderCall, ModuleModel] | None:
+    for node in walk_local(function):
+        if isinstance(node, ast.Return) and node.value is not None:
+            found = _loader_value(project, model, node.value, cls, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _loader_value(
+    project: Project, model: ModuleModel, value: ast.AST, cls: ast.ClassDef | None, depth: int
+) -> tuple[LoaderCall, ModuleModel] | None:
+    if depth > _MAX_CALL_DEPTH:
+        return None
+    candidates: list[ast.AST] = []
+    if isinstance(value, ast.Call):
+        for loader in _candidates(project, model):
+            if loader.node is value:
+                return loader, model
+        return returned_loader(project, model, value, depth + 1)
+    if isinstance(value, ast.Name):
+        candidates = [
+            b for b in model.scopes.lookup(value.id, value)[:4] if isinstance(b, ast.expr)
+        ]
+    elif (
+        isinstance(value, ast.Attribute) and cls is not None and dotted_name(value.value) == "self"
+    ):
+        candidates = [  # return self.dataloader: what any method of the class stores there
+            node.value
+            for node in ast.walk(cls)
+            if isinstance(node, ast.Assign)
+            and any(dotted_name(t) == f"self.{value.attr}" for t in node.targets)
+        ]
+    for candidate in candidates:
+        found = _loader_value(project, model, candidate, cls, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _instance_class(
+    project: Project, model: ModuleModel, node: ast.AST, depth: int
+) -> tuple[ModuleModel, ast.ClassDef] | None:
+    """The project class of ``node``: built here, or returned by a project factory function."""
+    found = project.class_of_instance(model, node)
+    if found is not None or not isinstance(node, ast.Name):
+        return found
+    binding = model.scopes.single_binding(node.id, node)
+    factory = project.function(model, binding.func) if isinstance(binding, ast.Call) else None
+    if factory is None or depth > _MAX_CALL_DEPTH:
+        return None
+    for returned in walk_local(factory[1]):
+        if isinstance(returned, ast.Return) and returned.value is not None:
+            found = _instance_class(project, factory[0], returned.value, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _method(
+    project: Project, model: ModuleModel, cls: ast.ClassDef, name: str, depth: int
+) -> tuple[ModuleModel, ast.FunctionDef | ast.AsyncFunctionDef, ast.ClassDef] | None:
+    """``cls.name``, looked up through the project's base classes."""
+    for statement in cls.body:
+        if isinstance(statement, _FUNCTIONS) and statement.name == name:
+            return model, statement, cls
+    for base in cls.bases if depth <= _MAX_CALL_DEPTH else []:
+        resolved = project.resolve(model, base)
+        if resolved is not None and isinstance(resolved[1], ast.ClassDef):
+            found = _method(project, resolved[0], resolved[1], name, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _candidates(project: Project, model: ModuleModel) -> list[LoaderCall]:
