@@ -161,7 +161,7 @@ def _held_hits(
     project: Project, model: ModuleModel, loader: LoaderCall, constructor: str, argument: ast.AST
 ) -> Iterator[Hit]:
     short = constructor.split(".")[-1]
-    for node, what in _held_callables(model, argument, 0):
+    for node, what in _held_callables(model, argument, 0, project):
         yield _hit(
             project,
             model,
@@ -211,8 +211,11 @@ _WRAPPERS = frozenset(
 )
 
 
-def _held_callables(model: ModuleModel, node: ast.AST, depth: int) -> Iterator[tuple[ast.AST, str]]:
-    """Lambdas and local functions inside an argument, followed through local variables.
+def _held_callables(
+    model: ModuleModel, node: ast.AST, depth: int, project: Project | None = None
+) -> Iterator[tuple[ast.AST, str]]:
+    """Lambdas and local functions inside an argument, followed through local variables and,
+    given the project, into what a project function returns (``get_transform(size)``).
 
     ``depth`` counts nodes, not variables: ``tf = Compose([ToTensor(), gray])`` with
     ``gray = Lambda(lambda x: ...)`` is five nodes from the argument down to the lambda.
@@ -223,7 +226,7 @@ def _held_callables(model: ModuleModel, node: ast.AST, depth: int) -> Iterator[t
         yield node, "a lambda"
     elif isinstance(node, (ast.List, ast.Tuple)):
         for element in node.elts:
-            yield from _held_callables(model, element, depth + 1)
+            yield from _held_callables(model, element, depth + 1, project)
     elif isinstance(node, ast.Name):
         for binding in model.scopes.lookup(node.id, node):
             if isinstance(binding, _FUNCTIONS):
@@ -231,12 +234,32 @@ def _held_callables(model: ModuleModel, node: ast.AST, depth: int) -> Iterator[t
                 if isinstance(outer, _FUNCTIONS):
                     yield node, f"`{node.id}`, a function defined inside `{outer.name}()`,"
             elif isinstance(binding, ast.expr):
-                yield from _held_callables(model, binding, depth + 1)
+                yield from _held_callables(model, binding, depth + 1, project)
     elif isinstance(node, ast.Call):
         last = (model.scopes.qualified(node.func) or "").split(".")[-1]
         if last in _WRAPPERS:
             for argument in (*node.args, *(k.value for k in node.keywords)):
-                yield from _held_callables(model, argument, depth + 1)
+                yield from _held_callables(model, argument, depth + 1, project)
+        elif project is not None and depth < 8:
+            yield from _returned_callables(project, model, node, depth)
+
+
+def _returned_callables(
+    project: Project, model: ModuleModel, call: ast.Call, depth: int
+) -> Iterator[tuple[ast.AST, str]]:
+    """A lambda inside what a project function returns, reported at the call that gets it."""
+    found = project.function(model, call.func)
+    if found is None:
+        return
+    for node in walk_local(found[1]):
+        if isinstance(node, ast.Return) and node.value is not None:
+            inner = next(_held_callables(found[0], node.value, depth + 4, project), None)
+            if inner is not None:
+                where = f"line {node.lineno}" + (
+                    f" of {found[0].path}" if found[0] is not model else ""
+                )
+                yield call, f"{inner[1]} in what `{dotted_name(call.func)}()` returns ({where})"
+                return
 
 
 # -- LD104 -------------------------------------------------------------------------------------
