@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from loaderdoctor.lint.calls import Caller, Path
 from loaderdoctor.lint.model import DatasetClass, FunctionNode, Hit, ModuleModel
@@ -261,6 +262,7 @@ def _is_cuda_device(model: ModuleModel, node: ast.AST, dataset: DatasetClass | N
 
 def check_shared_handles(project: Project) -> Iterator[Hit]:
     for dataset in project.worker_datasets():
+        yield from _held_handles(project, dataset)
         workers = dataset.worker_methods()
         assignments = list(init_assignments(dataset))
         for attr, value, function, owner in assignments:
@@ -295,6 +297,41 @@ def check_shared_handles(project: Project) -> Iterator[Hit]:
                 "forked workers share one handle (one offset, one connection), and spawn "
                 "cannot pickle it",
             )
+
+
+def _held_handles(project: Project, dataset: DatasetClass) -> Iterator[Hit]:
+    """A handle opened in ``__init__`` of an object the Dataset keeps (``self.reader =
+    H5Reader(path)``, ``H5Reader.__init__``: ``self.file = h5py.File(path)``)."""
+    for held in held_objects(project, dataset):
+        for attr, value in _own_assignments(project, held):
+            opener = _handle_opener(project, held.module, value, None, 0)
+            if opener is None or not _drawn_in(held, attr) or _touched_outside_init(held, attr):
+                continue
+            yield Hit(
+                held.module,
+                value,
+                "LD106",
+                f"`self.{attr}` holds {opener}, opened in `{held.cls.name}.__init__`; "
+                f"`{dataset.name}` keeps that object in `self.{held.path}` and uses it in "
+                f"`{held.user}`: forked workers share one handle (one offset, one connection), "
+                "and spawn cannot pickle it",
+            )
+
+
+def _touched_outside_init(held: HeldObject, attr: str) -> bool:
+    """``self.attr`` closed or set again outside ``__init__``: opened lazily, or managed."""
+    for statement in held.cls.body:
+        if isinstance(statement, _FUNCTIONS) and statement.name != "__init__":
+            for node in walk_local(statement):
+                if is_self_attribute(node, attr) and isinstance(
+                    getattr(node, "ctx", None), ast.Store
+                ):
+                    return True
+                parent = node
+                if isinstance(parent, ast.Attribute) and is_self_attribute(parent.value, attr):
+                    if parent.attr == "close":
+                        return True
+    return False
 
 
 def _root_attribute(value: ast.AST) -> str | None:
@@ -387,7 +424,7 @@ def _as_list(body: object) -> list[ast.AST]:
 
 
 def _handle_opener(
-    project: Project, model: ModuleModel, value: ast.expr, owner: DatasetClass, depth: int
+    project: Project, model: ModuleModel, value: ast.expr, owner: DatasetClass | None, depth: int
 ) -> str | None:
     """What kind of handle ``value`` opens, in words, or None."""
     if depth > 3 or not isinstance(value, ast.Call):
@@ -407,7 +444,7 @@ def _handle_opener(
         and isinstance(receiver, ast.Name)
         and receiver.id == "self"
     ):
-        helper = owner.find(value.func.attr)  # self.env = self._open_env(path)
+        helper = owner.find(value.func.attr) if owner else None  # self.env = self._open_env()
         if helper is not None:
             return _returned_handle(project, helper[1].module, helper[0], helper[1], depth)
         return None
@@ -418,7 +455,11 @@ def _handle_opener(
 
 
 def _returned_handle(
-    project: Project, model: ModuleModel, function: FunctionNode, owner: DatasetClass, depth: int
+    project: Project,
+    model: ModuleModel,
+    function: FunctionNode,
+    owner: DatasetClass | None,
+    depth: int,
 ) -> str | None:
     """The handle a helper returns, directly or through a local it opened."""
     for node in walk_local(function):
@@ -600,7 +641,30 @@ def _library_transform(
 
 
 def check_copied_generators(project: Project) -> Iterator[Hit]:
+    seen: set[int] = set()
     for dataset in project.worker_datasets():
+        for held in held_objects(project, dataset):
+            for attr, value in _own_assignments(project, held):
+                factory = _rng_factory(held.module, value)
+                if factory is None or id(value) in seen or not _drawn_in(held, attr):
+                    continue
+                if _reseeded_by_name(project, attr):
+                    continue
+                seen.add(id(value))
+                yield Hit(
+                    held.module,
+                    value,
+                    "LD109",
+                    f"`self.{attr} = {factory}(...)` is created in `{held.cls.name}.__init__`, and "
+                    f"`{dataset.name}` holds that object in `self.{held.path}` and uses it in "
+                    f"`{held.user}`: every worker gets a copy of the same generator state, so "
+                    "the random augmentations repeat num_workers times",
+                    fix=(
+                        "Reseed it in every worker, in worker_init_fn: `info = torch.utils.data."
+                        f"get_worker_info(); info.dataset.{held.path}.{attr} = "
+                        "np.random.default_rng(info.seed)` (or draw from the global generators)."
+                    ),
+                )
         workers = dataset.worker_methods()
         for attr, value, _, owner in init_assignments(dataset):
             factory = _rng_factory(owner.module, value)
@@ -633,6 +697,11 @@ def _rng_factory(model: ModuleModel, value: ast.expr) -> str | None:
 def _reseeded(project: Project, dataset: DatasetClass, attr: str) -> bool:
     if stored_elsewhere(project, dataset, attr):
         return True
+    return _reseeded_by_name(project, attr)
+
+
+def _reseeded_by_name(project: Project, attr: str) -> bool:
+    """``x.rng.seed(...)`` or ``x.rng = ...`` anywhere: a worker_init_fn that reseeds it."""
     for module in project.modules:
         for holder in module.scopes.attributes.get(attr, ()):
             node = module.scopes.parents.get(holder)
@@ -640,5 +709,89 @@ def _reseeded(project: Project, dataset: DatasetClass, attr: str) -> bool:
                 if node.attr in _RESEEDS or node.attr == "bit_generator":
                     return True
                 if isinstance(node.ctx, ast.Store):
+                    return True
+    return False
+
+
+# -- objects a Dataset holds -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeldObject:
+    """An instance of a project class that a Dataset keeps, one or two attributes down."""
+
+    module: ModuleModel
+    cls: ast.ClassDef
+    path: str  # "transform" or "transform.mask_func", from the Dataset's self
+    user: str  # the worker method that reads the Dataset's attribute
+
+
+def held_objects(project: Project, dataset: DatasetClass) -> Iterator[HeldObject]:
+    """Project objects the Dataset keeps in ``self.x`` and uses in a worker, and the project
+    objects those keep in turn (``self.transform = Aug()``, ``Aug.__init__``:
+    ``self.mask_func = MaskFunc()``), whether built in ``__init__`` or passed to it."""
+    workers = dataset.worker_methods()
+    seen: set[int] = set()
+    for function, owner in dataset.init_methods():
+        caller = Caller(owner.module, function, owner.node, dataset)
+        for attr, _, _ in self_assignments(function):
+            user = uses_self_attribute(workers, attr)
+            if user is None:
+                continue
+            for module, value in project.graph.attribute_values(caller, attr):
+                for held_module, cls in _classes_of(project, module, value):
+                    if id(cls) in seen:
+                        continue
+                    seen.add(id(cls))
+                    held = HeldObject(held_module, cls, attr, user)
+                    yield held
+                    yield from _inner_objects(project, held, seen)
+
+
+def _inner_objects(project: Project, held: HeldObject, seen: set[int]) -> Iterator[HeldObject]:
+    """The project objects a held object keeps in turn (one level more)."""
+    init = project.graph.method(held.module, held.cls, "__init__")
+    if init is None:
+        return
+    caller = Caller(init.module, init.function, held.cls, None)
+    for attr, _, _ in self_assignments(init.function):
+        for module, value in project.graph.attribute_values(caller, attr):
+            for inner_module, cls in _classes_of(project, module, value):
+                if id(cls) not in seen:
+                    seen.add(id(cls))
+                    yield HeldObject(inner_module, cls, f"{held.path}.{attr}", held.user)
+
+
+def _classes_of(
+    project: Project, model: ModuleModel, value: ast.AST
+) -> list[tuple[ModuleModel, ast.ClassDef]]:
+    """The project classes ``value`` builds, alone or listed in a Compose."""
+    if (
+        isinstance(value, ast.Call)
+        and value.args
+        and isinstance(value.args[0], (ast.List, ast.Tuple))
+    ):
+        found = project.classes_of_instance(model, value)
+        if found:
+            return found
+        return [c for e in value.args[0].elts for c in project.classes_of_instance(model, e)]
+    return project.classes_of_instance(model, value)
+
+
+def _own_assignments(project: Project, held: HeldObject) -> Iterator[tuple[str, ast.expr]]:
+    init = project.graph.method(held.module, held.cls, "__init__")
+    if init is not None and init.cls is held.cls:
+        for attr, value, _ in self_assignments(init.function):
+            yield attr, value
+
+
+def _drawn_in(held: HeldObject, attr: str) -> bool:
+    """Whether a method of the held class other than ``__init__`` reads ``self.attr``."""
+    for statement in held.cls.body:
+        if isinstance(statement, _FUNCTIONS) and statement.name != "__init__":
+            for node in walk_local(statement):
+                if is_self_attribute(node, attr) and isinstance(
+                    getattr(node, "ctx", None), ast.Load
+                ):
                     return True
     return False
