@@ -144,10 +144,16 @@ def _parse(file: _File, options: _Options, report: LintReport) -> ModuleModel | 
 
 
 def _loader_of(
-    file: _File, options: _Options, report: LintReport
+    file: _File, options: _Options, report: LintReport, sources: dict[int, _Source]
 ) -> Callable[[], ModuleModel | None]:
+    """Parse a module the text scan passed over once a name resolves into it. It is one of the
+    files being linted, so what the rules find in it (a generator in a helper class) counts."""
+
     def load() -> ModuleModel | None:
-        return _parse(file, options, report)
+        model = _parse(file, options, report)
+        if model is not None:
+            sources[id(model)] = file.source
+        return model
 
     return load
 
@@ -164,10 +170,11 @@ def _check_project(files: list[_File], options: _Options, report: LintReport) ->
                 sources[id(model)] = file.source
         else:
             pending.append(
-                PendingModule(file.module_name, _loader_of(file, options, report), file.source.text)
+                PendingModule(
+                    file.module_name, _loader_of(file, options, report, sources), file.source.text
+                )
             )
     project = Project(modules, pending, options.platform)
-    checked = {id(model) for model in modules}
     found: dict[tuple[str, int, int, int, str], LintFinding] = {}
     threshold = SEVERITIES.index(options.min_severity)
     noqa: dict[int, dict[int, frozenset[str] | None]] = {}
@@ -176,8 +183,6 @@ def _check_project(files: list[_File], options: _Options, report: LintReport) ->
             continue
         for hit in check(project):
             model = hit.module
-            if id(model) not in checked:
-                continue  # a module read only to resolve a name is not reported on
             line = getattr(hit.node, "lineno", 1)
             suppressed = noqa.get(id(model))
             if suppressed is None:

@@ -46,6 +46,9 @@ _DESERIALISERS = {
     "lvis.LVIS": "an LVIS index",
     "mmcv.load": "mmcv.load",
     "mmengine.load": "mmengine.load",
+    # A record written as a Python literal on each line: eval(line), ast.literal_eval(line).
+    "eval": "eval",
+    "ast.literal_eval": "ast.literal_eval",
 }
 # Loaders whose result is often tensors or arrays (no copy-on-read) but may be Python objects.
 _MAYBE_OBJECTS = {"torch.load": "torch.load", "numpy.load": "numpy.load(allow_pickle=True)"}
@@ -143,6 +146,14 @@ _PICKLED_CACHE = _Kind(
     "Python objects unpickled from `numpy.load(allow_pickle=True)` (per-entry lists, tuples "
     "and numpy array headers; what grows per worker is those objects, not the array data)",
     "numpy.load(allow_pickle=True)",
+)
+# One dict of numpy arrays per item: each read writes the dict's and the arrays' object headers,
+# spread over the pages the per-item objects sit on, not the arrays' data.
+_ARRAY_RECORDS = _Kind(
+    _BIG,
+    "per-item dicts of numpy arrays (a dict and an array header per item are Python objects; "
+    "what grows per worker is those, not the array data)",
+    "numpy",
 )
 _FILE = _Kind(_NEUTRAL, "an open file")
 _FRAME = _Kind(_NEUTRAL, "a pandas DataFrame")
@@ -334,7 +345,7 @@ class _Flow:
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             self._fill_call(node.value)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
-            self._bind(node.target, self._item(self.kind(node.iter)))
+            self._bind_turn(node.target, node.iter, self._item(self.kind(node.iter)))
             self._block(node.body)
             self._block(node.orelse)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
@@ -376,6 +387,27 @@ class _Flow:
                 assert isinstance(target.value, ast.Attribute)
                 self.arrays.add(target.value.attr)
             self._fill(target.value, self._element(value), value)
+
+    def _looked_up(self, node: ast.AST, depth: int) -> bool:
+        """``mapping[key]`` with a key that changes per turn, of a loaded mapping."""
+        if not isinstance(node, ast.Subscript) or isinstance(node.slice, (ast.Constant, ast.Slice)):
+            return False
+        base = self.kind(node.value, depth + 1)
+        return base.level == _BIG and not base.what.startswith("per-record")
+
+    def _bind_turn(self, target: ast.AST, iterable: ast.AST, kind: _Kind) -> None:
+        """What a loop binds per turn; ``i`` of ``for i, record in enumerate(data)`` is an int."""
+        if (
+            isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Name)
+            and iterable.func.id == "enumerate"
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+        ):
+            self._bind(target.elts[0], NONE)
+            self._bind(target.elts[1], kind)
+        else:
+            self._bind(target, kind)
 
     def _bind(self, target: ast.AST, kind: _Kind) -> None:
         for node in ast.walk(target):
@@ -425,10 +457,12 @@ class _Flow:
             return _records(kind.source)
         if isinstance(value, (ast.Tuple, ast.List, ast.Dict)):
             elements = value.values if isinstance(value, ast.Dict) else value.elts
-            for element in elements:
-                inner = self.kind(element)
+            kinds = [self.kind(element) for element in elements]
+            for inner in kinds:
                 if inner.level == _INFO:
                     return _listing(f"tuples holding {inner.what}", inner.source)
+            if isinstance(value, ast.Dict) and any(inner is _ARRAY for inner in kinds):
+                return _ARRAY_RECORDS  # {"points": cloud[:, :3], "labels": cloud[:, 3]} per item
             return NONE  # tuples of values computed here (a schedule, a grid): not data
         if kind.level == _INFO:
             return kind
@@ -454,7 +488,7 @@ class _Flow:
             if base is _ARRAY:
                 return _ARRAY  # point_set[0:n, :]
             if base.level == _BIG and not base.what.startswith("per-record"):
-                return base  # data["annotations"]
+                return base  # data["annotations"], cache[root]
             if base.level == _BIG and not isinstance(node.slice, ast.Slice):
                 return _row(base.source)  # annotations[i]: one record, as a loop over them binds
             if base is _FRAME:
@@ -491,7 +525,7 @@ class _Flow:
             return _loaded(_DESERIALISERS[name])
         if name in _MAYBE_OBJECTS:
             if name == "numpy.load" and not _allows_pickle(node):
-                return NONE
+                return _ARRAY
             return _Kind(_INFO, f"objects loaded with `{_MAYBE_OBJECTS[name]}`", name)
         if name.startswith("pandas.read_"):
             return _FRAME
@@ -606,9 +640,13 @@ class _Flow:
             source = NONE
             for generator in node.generators:
                 iterable = self.kind(generator.iter, depth + 1)
-                self._bind(generator.target, self._item(iterable))
+                self._bind_turn(generator.target, generator.iter, self._item(iterable))
                 source = source.stronger(iterable)
             element: ast.AST = node.value if isinstance(node, ast.DictComp) else node.elt
+            if self._looked_up(element, depth):
+                # [class_to_idx[name] for name in names]: one value per turn, often a small int;
+                # a flat list of them is not a table of Python records.
+                return _listing("values looked up in loaded data", self.kind(element).source)
             kind = self.kind(element, depth + 1)
             if kind.level >= _ROW:
                 return _records(kind.source)  # [json.loads(line) for line in f], [r for r in data]
