@@ -46,7 +46,7 @@ def test_clean_folder_says_what_was_read_in_one_line() -> None:
     assert (result.returncode, result.stderr) == (0, "")
     assert re.fullmatch(
         rf"0 findings in {len(clean)} files, {lines:,} lines, \d+\.\d\d s; "
-        r"3 info hidden \(--severity info shows them\)\n",
+        r"5 info hidden \(--severity info shows them\)\n",
         result.stdout,
     ), result.stdout
 
