@@ -94,6 +94,7 @@ class CallGraph:
     def __init__(self, project: ProjectIndex) -> None:
         self.project = project
         self._edges: dict[int, list[Edge]] = {}
+        self._values: dict[tuple[int, str], list[tuple[ModuleModel, ast.expr]]] = {}
 
     def callees(self, caller: Caller) -> list[Edge]:
         key = id(caller.function)
@@ -202,11 +203,21 @@ class CallGraph:
 
     # -- attribute and argument flow -------------------------------------------------------
 
-    def attribute_values(self, caller: Caller, attr: str) -> Iterator[tuple[ModuleModel, ast.expr]]:
+    def attribute_values(self, caller: Caller, attr: str) -> list[tuple[ModuleModel, ast.expr]]:
         """What ``self.attr`` is set to in ``__init__``, following its parameters to the
         arguments every project call of the class passes (the caller's module with each)."""
         if caller.cls is None:
-            return
+            return []
+        key = (id(caller.cls), attr)
+        found = self._values.get(key)
+        if found is None:
+            found = self._values[key] = list(self._attribute_values(caller, attr))
+        return found
+
+    def _attribute_values(
+        self, caller: Caller, attr: str
+    ) -> Iterator[tuple[ModuleModel, ast.expr]]:
+        assert caller.cls is not None
         init = self.method(caller.module, caller.cls, "__init__")
         if init is None:
             return

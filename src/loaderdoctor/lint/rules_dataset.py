@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -68,13 +69,23 @@ _RNG_FACTORIES = frozenset(
 _RESEEDS = frozenset({"seed", "manual_seed", "set_state", "setstate", "__setstate__"})
 
 
-def self_assignments(function: ast.AST) -> Iterator[tuple[str, ast.expr, ast.Assign]]:
+def self_assignments(function: ast.AST) -> tuple[tuple[str, ast.expr, ast.Assign], ...]:
+    """``self.x = value`` in ``function`` (not in nested ones): (x, value, statement)."""
+    return _self_assignments(function)
+
+
+# Several rules ask this of the same ``__init__`` (and of every class a Dataset holds); a node is
+# keyed by identity, and a lint run holds a few thousand functions at most.
+@functools.lru_cache(maxsize=4096)
+def _self_assignments(function: ast.AST) -> tuple[tuple[str, ast.expr, ast.Assign], ...]:
+    found = []
     for node in walk_local(function):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if is_self_attribute(target):
                     assert isinstance(target, ast.Attribute)
-                    yield target.attr, node.value, node
+                    found.append((target.attr, node.value, node))
+    return tuple(found)
 
 
 def init_assignments(
@@ -730,14 +741,13 @@ def held_objects(project: Project, dataset: DatasetClass) -> Iterator[HeldObject
     """Project objects the Dataset keeps in ``self.x`` and uses in a worker, and the project
     objects those keep in turn (``self.transform = Aug()``, ``Aug.__init__``:
     ``self.mask_func = MaskFunc()``), whether built in ``__init__`` or passed to it."""
-    workers = dataset.worker_methods()
+    read = _worker_reads(dataset)
     seen: set[int] = set()
     for function, owner in dataset.init_methods():
         caller = Caller(owner.module, function, owner.node, dataset)
-        for attr, _, _ in self_assignments(function):
-            user = uses_self_attribute(workers, attr)
-            if user is None:
-                continue
+        attrs = {attr for attr, value, _ in self_assignments(function) if _may_hold(value)}
+        for attr in sorted(attrs & read.keys()):
+            user = read[attr]
             for module, value in project.graph.attribute_values(caller, attr):
                 for held_module, cls in _classes_of(project, module, value):
                     if id(cls) in seen:
@@ -746,6 +756,22 @@ def held_objects(project: Project, dataset: DatasetClass) -> Iterator[HeldObject
                     held = HeldObject(held_module, cls, attr, user)
                     yield held
                     yield from _inner_objects(project, held, seen)
+
+
+def _worker_reads(dataset: DatasetClass) -> dict[str, str]:
+    """``self.x`` read in a worker method -> the first such method's name."""
+    read: dict[str, str] = {}
+    for function, _ in dataset.worker_methods():
+        for node in walk_local(function):
+            if is_self_attribute(node) and isinstance(getattr(node, "ctx", None), ast.Load):
+                assert isinstance(node, ast.Attribute)
+                read.setdefault(node.attr, function.name)
+    return read
+
+
+def _may_hold(value: ast.expr) -> bool:
+    """Whether ``self.x = value`` may keep an object: a call, a name, a choice of them."""
+    return isinstance(value, (ast.Call, ast.Name, ast.IfExp, ast.BoolOp))
 
 
 def _inner_objects(project: Project, held: HeldObject, seen: set[int]) -> Iterator[HeldObject]:

@@ -92,21 +92,20 @@ def _module_hits(project: Project, model: ModuleModel) -> Iterator[Hit]:
 def _factory_hits(project: Project, model: ModuleModel) -> Iterator[Hit]:
     """``loader = get_loader(opt)`` (or ``CreateDataLoader(opt).load_data()``) at import time,
     then iterated there: a DataLoader that a project function or method returns."""
+    loads: dict[str, list[ast.Name]] | None = None
     for statement in model.tree.body:
         if not isinstance(statement, ast.Assign) or not isinstance(statement.value, ast.Call):
             continue
         names = [t.id for t in statement.targets if isinstance(t, ast.Name)]
         if not names or model.placement(statement) is not Placement.UNGUARDED:
             continue
+        if loads is None:
+            loads = _top_level_loads(model)
         uses = [
             node
-            for node in model.scopes.nodes
-            if isinstance(node, ast.Name)
-            and node.id in names
-            and isinstance(node.ctx, ast.Load)
-            and node.lineno > statement.lineno
-            and model.scopes.scope_of(node) is model.tree
-            and model.placement(node) is Placement.UNGUARDED
+            for name in names
+            for node in loads.get(name, ())
+            if node.lineno > statement.lineno and model.placement(node) is Placement.UNGUARDED
         ]
         if not any(_consumes(model, use) for use in uses):
             continue
@@ -125,6 +124,18 @@ def _factory_hits(project: Project, model: ModuleModel) -> Iterator[Hit]:
             f"starts workers again while bootstrapping, which fails {spawn_where(project, loader)}",
             severity=spawn_severity(project, loader),
         )
+
+
+def _top_level_loads(model: ModuleModel) -> dict[str, list[ast.Name]]:
+    """Names read by the module's own top-level code (not inside a function or class)."""
+    loads: dict[str, list[ast.Name]] = {}
+    for statement in model.tree.body:
+        if isinstance(statement, (*_FUNCTIONS, ast.ClassDef)):
+            continue
+        for node in walk_local(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                loads.setdefault(node.id, []).append(node)
+    return loads
 
 
 def returned_loader(
