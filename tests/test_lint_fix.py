@@ -296,3 +296,22 @@ def test_reseed_fix_uses_the_module_own_torch_name() -> None:
     assert (
         new_text == "import numpy\nimport torch as T\nnumpy.random.seed(T.initial_seed() % 2**32)\n"
     )
+
+
+def test_fixed_worker_seed_becomes_torch_initial_seed() -> None:
+    new_text, descriptions = fixed(
+        """\
+        import numpy as np
+        import torch
+        from torch.utils.data import DataLoader
+
+
+        def worker_init(worker_id):
+            np.random.seed(42 + worker_id)
+
+
+        loader = DataLoader(range(8), num_workers=2, worker_init_fn=worker_init)
+        """
+    )
+    assert new_text.splitlines()[6] == "    np.random.seed(torch.initial_seed() % 2**32)"
+    assert descriptions == ["seeded from `torch.initial_seed()`"]

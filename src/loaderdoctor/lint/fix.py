@@ -20,7 +20,7 @@ from loaderdoctor.lint.engine import character_column, check_paths, read_source
 from loaderdoctor.lint.findings import FixRecord, LintFinding, LintReport
 from loaderdoctor.lint.model import LoaderCall, ModuleModel
 from loaderdoctor.lint.project import Project
-from loaderdoctor.lint.rules_seed import state_reseed
+from loaderdoctor.lint.rules_seed import fixed_reseeds, state_reseed
 
 _HOISTABLE = ("collate_fn", "worker_init_fn")
 _WORKER_ONLY_OPTIONS = ("prefetch_factor", "persistent_workers", "timeout")
@@ -64,7 +64,7 @@ def fix_source(
     if not wanted:
         return source, []
     model = ModuleModel(ast.parse(source), source, path=path)
-    Project([model])
+    project = Project([model])
     offsets = _Offsets(source)
     lines = source.splitlines()
     edits: list[_Edit] = []
@@ -112,7 +112,7 @@ def fix_source(
         argument
         for call in model.calls
         if (argument := state_reseed(model, call)) is not None and reported(call, "LD110")
-    ]
+    ] + [argument for _, call, argument in fixed_reseeds(project) if reported(call, "LD110")]
     edits.extend(_reseed_from_torch(model, reseeds, offsets))
     records.extend(FixRecord(path, a.lineno, "LD110", _RESEEDED) for a in reseeds)
     return _apply(source, edits), records

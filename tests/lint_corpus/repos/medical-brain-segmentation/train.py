@@ -8,7 +8,7 @@ def data_loaders(args):
     dataset_train = BrainSegmentationDataset(args.images, subset="train")
 
     def worker_init(worker_id):
-        np.random.seed(42 + worker_id)
+        np.random.seed(42 + worker_id)  # want: LD110
 
     loader_train = DataLoader(
         dataset_train,
