@@ -155,6 +155,11 @@ _ARRAY_RECORDS = _Kind(
     "what grows per worker is those, not the array data)",
     "numpy",
 )
+_NUMBER_RECORDS = _Kind(
+    _BIG,
+    "per-record lists of numbers parsed from text (a list and a Python int or float per value)",
+    "int/float",
+)
 _FILE = _Kind(_NEUTRAL, "an open file")
 _FRAME = _Kind(_NEUTRAL, "a pandas DataFrame")
 _SAFE = _Kind(_NONE, "safe")
@@ -452,6 +457,8 @@ class _Flow:
 
     def _element(self, value: ast.AST) -> _Kind:
         """What a container holds once ``value`` is put in it, once per record."""
+        if _parsed_numbers(value):
+            return _NUMBER_RECORDS  # truth[name].append([int(float(v)) for v in box.split(",")])
         kind = self.kind(value)
         if kind.level >= _ROW:
             return _records(kind.source)
@@ -674,6 +681,21 @@ def _at_or_after(statement: ast.stmt, line: int) -> bool:
         return True
     end = statement.end_lineno or statement.lineno
     return end >= line and not isinstance(statement, _COMPOUND)
+
+
+def _parsed_numbers(node: ast.AST) -> bool:
+    """``[int(v) for v in text.split(",")]`` or ``[float(a), float(b)]``: numbers parsed into a
+    list per record, where one numpy row would hold them without a Python object each."""
+    if isinstance(node, ast.ListComp):
+        elements: list[ast.expr] = [node.elt]
+    elif isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) > 1:
+        elements = node.elts
+    else:
+        return False
+    return all(
+        isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("int", "float")
+        for e in elements
+    )
 
 
 def _field(base: _Kind) -> _Kind:

@@ -1,4 +1,4 @@
-# expect: LD107 LD107 LD107
+# expect: LD107 LD107 LD107 LD107
 # ruff: noqa
 # Records written as Python literals, one per line, and one dict of numpy arrays per item.
 import ast
@@ -46,7 +46,24 @@ class Clouds(Dataset):
         return len(self.samples)
 
 
+class Boxes(Dataset):
+    def __init__(self, label_path):
+        self.truth = {}
+        for line in open(label_path):
+            name, *boxes = line.split(" ")
+            self.truth[name] = []
+            for box in boxes:
+                self.truth[name].append([int(float(v)) for v in box.split(",")])
+        self.names = list(self.truth)
+
+    def __getitem__(self, index):
+        return self.truth[self.names[index]]
+
+    def __len__(self):
+        return len(self.names)
+
+
 if __name__ == "__main__":
-    for dataset in (Evaluated("a.txt"), Literal("b.txt"), Clouds(["c.npy"])):
+    for dataset in (Evaluated("a.txt"), Literal("b.txt"), Clouds(["c.npy"]), Boxes("d.txt")):
         for batch in DataLoader(dataset, num_workers=2):
             pass
