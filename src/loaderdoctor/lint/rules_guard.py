@@ -66,9 +66,10 @@ def _module_hits(project: Project, model: ModuleModel) -> Iterator[Hit]:
     cache: dict[int, tuple[LoaderCall, ModuleModel] | None] = {}
     for node in _import_time_calls(model):
         found = project.function(model, node.func)
-        if found is None:
-            continue
-        started = _starts_workers(project, found[0], found[1], 0, cache)
+        if found is not None:
+            started = _starts_workers(project, found[0], found[1], 0, cache)
+        else:
+            started = _method_starts_workers(project, model, node)
         if started is None:
             continue
         loader, where = started
@@ -124,6 +125,35 @@ def _factory_hits(project: Project, model: ModuleModel) -> Iterator[Hit]:
             f"starts workers again while bootstrapping, which fails {spawn_where(project, loader)}",
             severity=spawn_severity(project, loader),
         )
+
+
+def _method_starts_workers(
+    project: Project, model: ModuleModel, call: ast.Call
+) -> tuple[LoaderCall, ModuleModel] | None:
+    """``trainer.train()`` at import time, where ``trainer`` is a project object whose class
+    keeps a worker DataLoader in ``self.x`` (``self.dataloader = cycle(DataLoader(...))``) and
+    the method iterates it (``next(self.dataloader)``, ``for batch in self.loader``)."""
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    owner = _instance_class(project, model, call.func.value, 0)
+    method = _method(project, owner[0], owner[1], call.func.attr, 0) if owner else None
+    if method is None:
+        return None
+    where, function, cls = method
+    loaders = {id(loader.node): loader for loader in _candidates(project, where)}
+    stored: dict[str, LoaderCall] = {}
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = dotted_name(node.targets[0]) or ""
+            for inner in ast.walk(node.value) if target.startswith("self.") else ():
+                if id(inner) in loaders:
+                    stored.setdefault(target, loaders[id(inner)])
+    for node in walk_local(function):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            loader = stored.get(dotted_name(node) or "")
+            if loader is not None and _consumes(where, node):
+                return loader, where
+    return None
 
 
 def _top_level_loads(model: ModuleModel) -> dict[str, list[ast.Name]]:
@@ -206,17 +236,30 @@ def _loader_value(
 def _instance_class(
     project: Project, model: ModuleModel, node: ast.AST, depth: int
 ) -> tuple[ModuleModel, ast.ClassDef] | None:
-    """The project class of ``node``: built here, or returned by a project factory function."""
+    """The project class of ``node``: built here, returned by a project factory function or by
+    a method (``Loaders().build(4)`` returning ``self``)."""
     found = project.class_of_instance(model, node)
-    if found is not None or not isinstance(node, ast.Name):
+    if found is not None or depth > _MAX_CALL_DEPTH:
         return found
-    binding = model.scopes.single_binding(node.id, node)
-    factory = project.function(model, binding.func) if isinstance(binding, ast.Call) else None
-    if factory is None or depth > _MAX_CALL_DEPTH:
+    if isinstance(node, ast.Name):
+        if node.id == "self":
+            cls = model.scopes.enclosing(node, (ast.ClassDef,))
+            return (model, cls) if isinstance(cls, ast.ClassDef) else None
+        binding = model.scopes.single_binding(node.id, node)
+        return _instance_class(project, model, binding, depth + 1) if binding else None
+    if not isinstance(node, ast.Call):
         return None
-    for returned in walk_local(factory[1]):
+    function: tuple[ModuleModel, ast.FunctionDef | ast.AsyncFunctionDef] | None
+    function = project.function(model, node.func)
+    if function is None and isinstance(node.func, ast.Attribute):
+        owner = _instance_class(project, model, node.func.value, depth + 1)
+        method = _method(project, owner[0], owner[1], node.func.attr, depth) if owner else None
+        function = (method[0], method[1]) if method else None
+    if function is None:
+        return None
+    for returned in walk_local(function[1]):
         if isinstance(returned, ast.Return) and returned.value is not None:
-            found = _instance_class(project, factory[0], returned.value, depth + 1)
+            found = _instance_class(project, function[0], returned.value, depth + 1)
             if found is not None:
                 return found
     return None
