@@ -737,10 +737,20 @@ class HeldObject:
     user: str  # the worker method that reads the Dataset's attribute
 
 
-def held_objects(project: Project, dataset: DatasetClass) -> Iterator[HeldObject]:
+def held_objects(project: Project, dataset: DatasetClass) -> tuple[HeldObject, ...]:
     """Project objects the Dataset keeps in ``self.x`` and uses in a worker, and the project
     objects those keep in turn (``self.transform = Aug()``, ``Aug.__init__``:
     ``self.mask_func = MaskFunc()``), whether built in ``__init__`` or passed to it."""
+    return _held_objects(project, dataset)
+
+
+# LD106 and LD109 both ask, for every Dataset of a run (keyed by identity; a run is one project).
+@functools.lru_cache(maxsize=256)
+def _held_objects(project: Project, dataset: DatasetClass) -> tuple[HeldObject, ...]:
+    return tuple(_find_held_objects(project, dataset))
+
+
+def _find_held_objects(project: Project, dataset: DatasetClass) -> Iterator[HeldObject]:
     read = _worker_reads(dataset)
     seen: set[int] = set()
     for function, owner in dataset.init_methods():
