@@ -48,6 +48,8 @@ import ast, json, sys, time
 from pathlib import Path
 start, cpu = time.perf_counter(), time.process_time()
 for path in sorted(Path(sys.argv[1]).rglob("*.py")):
+    if not path.is_file():  # fastMRI has a folder named unet_reproduce_20201111.py
+        continue
     try:
         ast.parse(path.read_bytes())
     except (SyntaxError, ValueError):

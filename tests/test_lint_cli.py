@@ -46,7 +46,7 @@ def test_clean_folder_says_what_was_read_in_one_line() -> None:
     assert (result.returncode, result.stderr) == (0, "")
     assert re.fullmatch(
         rf"0 findings in {len(clean)} files, {lines:,} lines, \d+\.\d\d s; "
-        r"3 info hidden \(--severity info shows them\)\n",
+        r"5 info hidden \(--severity info shows them\)\n",
         result.stdout,
     ), result.stdout
 
@@ -64,7 +64,7 @@ def test_unknown_rule_code_is_a_usage_error(option: str) -> None:
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.splitlines()[-1].endswith(
         f"{option}: 'LD999' is not a rule code or prefix; the codes are LD000, LD101, LD102, "
-        "LD103, LD104, LD105, LD106, LD107, LD108, LD109 (loaderdoctor lint --list-rules "
+        "LD103, LD104, LD105, LD106, LD107, LD108, LD109, LD110 (loaderdoctor lint --list-rules "
         "explains them)"
     ), result.stderr
 

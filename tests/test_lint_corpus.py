@@ -52,7 +52,7 @@ def test_every_rule_is_exercised_by_the_bad_corpus() -> None:
 
 def test_folder_walk_finds_py_and_notebooks_and_sorts() -> None:
     report = check_paths([CORPUS])
-    projects = list((CORPUS / "projects").rglob("*.py"))
+    projects = list((CORPUS / "projects").rglob("*.py")) + list((CORPUS / "repos").rglob("*.py"))
     assert report.files_checked == len(BAD) + len(CLEAN) + len(projects)
     keys = [(f.path, f.cell or 0, f.line, f.col, f.code) for f in report.findings]
     assert keys == sorted(keys)

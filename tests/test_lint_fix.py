@@ -254,3 +254,64 @@ def test_cli_fix_wraps_one_script_and_says_why_not_the_other(tmp_path: Path) -> 
     assert kept.read_text() == before
     assert wrapped.read_text().endswith('\n\nif __name__ == "__main__":\n    main()\n')
     assert check_source(wrapped.read_text(), str(wrapped)) == []
+
+
+def test_reseed_from_numpy_state_becomes_torch_initial_seed() -> None:
+    source = """\
+        import imgaug as ia
+        import numpy as np
+        from torch.utils.data import DataLoader
+
+
+        def worker_init_fn(worker_id):
+            np.random.seed(np.random.get_state()[1][0] + worker_id)
+            ia.seed(np.random.get_state()[1][0] + worker_id)  # augmenters too
+        """
+    new_text, descriptions = fixed(source)
+    assert new_text == textwrap.dedent(
+        """\
+        import imgaug as ia
+        import numpy as np
+        from torch.utils.data import DataLoader
+        import torch
+
+
+        def worker_init_fn(worker_id):
+            np.random.seed(torch.initial_seed() % 2**32)
+            ia.seed(torch.initial_seed() % 2**32)  # augmenters too
+        """
+    )
+    assert descriptions == ["seeded from `torch.initial_seed()`"] * 2
+    assert check_source(new_text) == []
+
+
+def test_reseed_fix_uses_the_module_own_torch_name() -> None:
+    new_text, _ = fixed(
+        """\
+        import numpy
+        import torch as T
+        numpy.random.seed(int(numpy.random.get_state()[1][0]) + 1)
+        """
+    )
+    assert (
+        new_text == "import numpy\nimport torch as T\nnumpy.random.seed(T.initial_seed() % 2**32)\n"
+    )
+
+
+def test_fixed_worker_seed_becomes_torch_initial_seed() -> None:
+    new_text, descriptions = fixed(
+        """\
+        import numpy as np
+        import torch
+        from torch.utils.data import DataLoader
+
+
+        def worker_init(worker_id):
+            np.random.seed(42 + worker_id)
+
+
+        loader = DataLoader(range(8), num_workers=2, worker_init_fn=worker_init)
+        """
+    )
+    assert new_text.splitlines()[6] == "    np.random.seed(torch.initial_seed() % 2**32)"
+    assert descriptions == ["seeded from `torch.initial_seed()`"]

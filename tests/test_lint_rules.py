@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from loaderdoctor.lint import RULES, LintFinding, LintReport, check_source
 
@@ -373,3 +374,33 @@ def test_linting_does_not_import_torch() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def _numpy_state_word(worker_id: int) -> None:
+    import numpy as np
+
+    info = torch.utils.data.get_worker_info()
+    assert info is not None
+    info.dataset.word = int(np.random.get_state()[1][0]) + worker_id
+
+
+class _StateWords(torch.utils.data.Dataset[int]):
+    """What LD110's expression evaluates to in each worker, in each epoch."""
+
+    word = -1
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int) -> int:
+        return self.word
+
+
+@pytest.mark.slow
+def test_ld110_premise_numpy_state_word_is_the_same_every_epoch_in_real_workers() -> None:
+    pytest.importorskip("numpy")
+    loader = torch.utils.data.DataLoader(
+        _StateWords(), num_workers=2, batch_size=None, worker_init_fn=_numpy_state_word, timeout=60
+    )
+    epochs = [sorted(int(word) for word in loader) for _ in range(3)]
+    assert epochs == [[2147483648, 2147483649]] * 3

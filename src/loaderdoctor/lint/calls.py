@@ -17,15 +17,37 @@ careful reader can tell.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from loaderdoctor.lint.model import _FUNCTIONS, DatasetClass, FunctionNode, ModuleModel
 from loaderdoctor.lint.scope import is_self_attribute, walk_local
 
-if TYPE_CHECKING:
-    from loaderdoctor.lint.project import Project
+
+class ProjectIndex(Protocol):
+    """The questions the call graph asks of the project that owns it (answered by
+    :class:`loaderdoctor.lint.project.Project`, which imports this module, not the other way)."""
+
+    def resolve(
+        self,
+        module: ModuleModel,
+        node: ast.AST,
+        depth: int = 0,
+        hint: re.Pattern[str] | None = None,
+    ) -> tuple[ModuleModel, ast.AST] | None: ...
+
+    def class_of_instance(
+        self, module: ModuleModel, node: ast.AST | None, depth: int = 0
+    ) -> tuple[ModuleModel, ast.ClassDef] | None: ...
+
+    def constructions(
+        self, module: ModuleModel, cls: ast.ClassDef
+    ) -> list[tuple[ModuleModel, ast.Call]]: ...
+
+    def dataset_of(self, node: ast.ClassDef) -> DatasetClass | None: ...
+
 
 MAX_DEPTH = 5
 
@@ -69,9 +91,10 @@ class Path:
 class CallGraph:
     """Edges computed on demand and cached, over every module of one project."""
 
-    def __init__(self, project: Project) -> None:
+    def __init__(self, project: ProjectIndex) -> None:
         self.project = project
         self._edges: dict[int, list[Edge]] = {}
+        self._values: dict[tuple[int, str], list[tuple[ModuleModel, ast.expr]]] = {}
 
     def callees(self, caller: Caller) -> list[Edge]:
         key = id(caller.function)
@@ -180,11 +203,21 @@ class CallGraph:
 
     # -- attribute and argument flow -------------------------------------------------------
 
-    def attribute_values(self, caller: Caller, attr: str) -> Iterator[tuple[ModuleModel, ast.expr]]:
+    def attribute_values(self, caller: Caller, attr: str) -> list[tuple[ModuleModel, ast.expr]]:
         """What ``self.attr`` is set to in ``__init__``, following its parameters to the
         arguments every project call of the class passes (the caller's module with each)."""
         if caller.cls is None:
-            return
+            return []
+        key = (id(caller.cls), attr)
+        found = self._values.get(key)
+        if found is None:
+            found = self._values[key] = list(self._attribute_values(caller, attr))
+        return found
+
+    def _attribute_values(
+        self, caller: Caller, attr: str
+    ) -> Iterator[tuple[ModuleModel, ast.expr]]:
+        assert caller.cls is not None
         init = self.method(caller.module, caller.cls, "__init__")
         if init is None:
             return

@@ -177,6 +177,23 @@ _ROWS: tuple[Rule, ...] = (
         ),
         severity="warning",
     ),
+    Rule(
+        code="LD110",
+        title="worker reseeded with a seed that is the same every epoch",
+        why=(
+            "torch seeds numpy in every worker from an array of words, and MT19937 seeded from "
+            "an array always starts its state with 2147483648: `np.random.get_state()[1][0] + "
+            "worker_id` in a worker_init_fn is the same number in every epoch and every run, "
+            "so each epoch repeats the last one's random augmentations; so does a seed built "
+            "only from constants, `worker_id` and run-wide settings (`42 + worker_id`)."
+        ),
+        fix=(
+            "Seed from torch's per-worker seed, which changes every epoch: "
+            "`np.random.seed(torch.initial_seed() % 2**32)` (torch already adds worker_id)."
+        ),
+        severity="warning",
+        fixable=True,
+    ),
 )
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _ROWS}

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loaderdoctor.lint import rules_dataset, rules_guard, rules_loader, rules_memory
+from loaderdoctor.lint import rules_dataset, rules_guard, rules_loader, rules_memory, rules_seed
 from loaderdoctor.lint.catalog import RULES, SEVERITIES
 from loaderdoctor.lint.findings import LintFinding, LintReport
 from loaderdoctor.lint.model import Hit, ModuleModel
@@ -30,6 +30,7 @@ CHECKS: dict[str, Check] = {
     "LD107": rules_memory.check_python_object_tables,
     "LD108": rules_dataset.check_opencv_threads,
     "LD109": rules_dataset.check_copied_generators,
+    "LD110": rules_seed.check_reseed_from_state,
 }
 SYNTAX_ERROR = "LD000"
 _CODE = re.compile(r"^LD\d{0,3}$")
@@ -43,7 +44,7 @@ _SKIPPED_DIRS = frozenset(
 # no rule can fire in a file that mentions no DataLoader, no Dataset protocol, no worker hook.
 _RELEVANT = re.compile(
     r"DataLoader|Dataset|__getitem__|__iter__|setNumThreads|set_start_method|"
-    r"multiprocessing_context"
+    r"multiprocessing_context|get_state\(\)\[1\]"
 )
 _CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^)]*)\)", re.MULTILINE)
 
@@ -143,10 +144,16 @@ def _parse(file: _File, options: _Options, report: LintReport) -> ModuleModel | 
 
 
 def _loader_of(
-    file: _File, options: _Options, report: LintReport
+    file: _File, options: _Options, report: LintReport, sources: dict[int, _Source]
 ) -> Callable[[], ModuleModel | None]:
+    """Parse a module the text scan passed over once a name resolves into it. It is one of the
+    files being linted, so what the rules find in it (a generator in a helper class) counts."""
+
     def load() -> ModuleModel | None:
-        return _parse(file, options, report)
+        model = _parse(file, options, report)
+        if model is not None:
+            sources[id(model)] = file.source
+        return model
 
     return load
 
@@ -163,10 +170,11 @@ def _check_project(files: list[_File], options: _Options, report: LintReport) ->
                 sources[id(model)] = file.source
         else:
             pending.append(
-                PendingModule(file.module_name, _loader_of(file, options, report), file.source.text)
+                PendingModule(
+                    file.module_name, _loader_of(file, options, report, sources), file.source.text
+                )
             )
     project = Project(modules, pending, options.platform)
-    checked = {id(model) for model in modules}
     found: dict[tuple[str, int, int, int, str], LintFinding] = {}
     threshold = SEVERITIES.index(options.min_severity)
     noqa: dict[int, dict[int, frozenset[str] | None]] = {}
@@ -175,8 +183,6 @@ def _check_project(files: list[_File], options: _Options, report: LintReport) ->
             continue
         for hit in check(project):
             model = hit.module
-            if id(model) not in checked:
-                continue  # a module read only to resolve a name is not reported on
             line = getattr(hit.node, "lineno", 1)
             suppressed = noqa.get(id(model))
             if suppressed is None:

@@ -2,6 +2,7 @@
 
 LD105: remove worker-only options given with num_workers=0.
 LD102: hoist a lambda passed as collate_fn/worker_init_fn to a module-level function.
+LD110: reseed a worker from ``torch.initial_seed()`` instead of numpy's own state word.
 LD101: move the code that runs at import into ``def main():`` and call it under the main guard,
 or say why that would change what the script does.
 """
@@ -19,6 +20,7 @@ from loaderdoctor.lint.engine import character_column, check_paths, read_source
 from loaderdoctor.lint.findings import FixRecord, LintFinding, LintReport
 from loaderdoctor.lint.model import LoaderCall, ModuleModel
 from loaderdoctor.lint.project import Project
+from loaderdoctor.lint.rules_seed import fixed_reseeds, state_reseed
 
 _HOISTABLE = ("collate_fn", "worker_init_fn")
 _WORKER_ONLY_OPTIONS = ("prefetch_factor", "persistent_workers", "timeout")
@@ -62,7 +64,7 @@ def fix_source(
     if not wanted:
         return source, []
     model = ModuleModel(ast.parse(source), source, path=path)
-    Project([model])
+    project = Project([model])
     offsets = _Offsets(source)
     lines = source.splitlines()
     edits: list[_Edit] = []
@@ -106,7 +108,38 @@ def fix_source(
                     f"hoisted the {parameter} lambda to module-level function `{name}`",
                 )
             )
+    reseeds = [
+        argument
+        for call in model.calls
+        if (argument := state_reseed(model, call)) is not None and reported(call, "LD110")
+    ] + [argument for _, call, argument in fixed_reseeds(project) if reported(call, "LD110")]
+    edits.extend(_reseed_from_torch(model, reseeds, offsets))
+    records.extend(FixRecord(path, a.lineno, "LD110", _RESEEDED) for a in reseeds)
     return _apply(source, edits), records
+
+
+_RESEEDED = "seeded from `torch.initial_seed()`"
+
+
+def _reseed_from_torch(
+    model: ModuleModel, arguments: list[ast.expr], offsets: _Offsets
+) -> list[_Edit]:
+    """Each seed argument becomes torch's per-worker seed (base_seed + worker_id, new every
+    epoch), cut to the 32 bits numpy accepts; ``import torch`` is added when the module lacks it."""
+    if not arguments:
+        return []
+    imports = model.scopes.imports.items()
+    torch_name = next((name for name, origin in imports if origin == "torch"), None)
+    edits = []
+    if torch_name is None:
+        torch_name = "torch"
+        statements = [s for s in model.tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+        line = (statements[-1].end_lineno or 1) if statements else 0  # after the last import
+        at = offsets.starts[min(line, len(offsets.starts) - 1)]
+        edits.append(_Edit(at, at, "import torch\n"))
+    text = f"{torch_name}.initial_seed() % 2**32"
+    edits.extend(_Edit(offsets.start(a), offsets.end(a), text) for a in arguments)
+    return edits
 
 
 def _removals(loader: LoaderCall, removed: list[ast.keyword], offsets: _Offsets) -> list[_Edit]:

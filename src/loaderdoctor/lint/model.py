@@ -10,13 +10,9 @@ from __future__ import annotations
 import ast
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from loaderdoctor import torch_signature
 from loaderdoctor.lint.scope import UNKNOWN, Scopes, dotted_name, is_positive, walk_local
-
-if TYPE_CHECKING:
-    from loaderdoctor.lint.project import Project
 
 # DataLoader's positional parameters, in order (torch.utils.data.DataLoader.__init__).
 LOADER_PARAMS = torch_signature.POSITIONAL
@@ -175,7 +171,6 @@ class ModuleModel:
         self.path = path
         self.module_name = module_name  # dotted, relative to the folder that was linted
         self.is_package = path.endswith("__init__.py")
-        self.project: Project  # set by the Project that holds this module
         self.scopes = Scopes(tree)
         self.classes: dict[str, ast.ClassDef] = {}
         self.calls: list[ast.Call] = []
@@ -347,17 +342,6 @@ class ModuleModel:
             return StartMethod.UNKNOWN
         return StartMethod.FORK if method == "fork" else StartMethod.SPAWN
 
-    def spawns(self, loader: LoaderCall) -> bool:
-        """Whether this loader pickles what it hands to workers on some target platform."""
-        if loader.start_method is StartMethod.SPAWN:
-            return True
-        # A context only known at run time (`sys.argv[1]`, a config value) may well be spawn, as
-        # a num_workers from a config may well be > 0: judged like the default, not skipped.
-        return (
-            loader.start_method in (StartMethod.DEFAULT, StartMethod.UNKNOWN)
-            and not self.project.fork_everywhere
-        )
-
     def _method_name(self, node: ast.AST, depth: int) -> str | None:
         if depth > 4:
             return None
@@ -396,13 +380,6 @@ class ModuleModel:
                     return Placement.GUARDED
             child, parent = parent, self.scopes.parents.get(parent)
         return Placement.UNGUARDED
-
-    # -- classes -----------------------------------------------------------------------------
-
-    def class_of_instance(self, node: ast.AST | None, depth: int = 0) -> ast.ClassDef | None:
-        """The class of this module whose instance ``node`` evaluates to, if a reader can tell."""
-        found = self.project.class_of_instance(self, node, depth)
-        return found[1] if found and found[0] is self else None
 
 
 def _is_super(node: ast.expr, owner: DatasetClass) -> bool:

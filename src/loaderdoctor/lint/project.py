@@ -76,7 +76,6 @@ class Project:
     # -- modules -----------------------------------------------------------------------------
 
     def _adopt(self, module: ModuleModel) -> None:
-        module.project = self
         self._index(module.module_name, module)
 
     def _index(self, name: str, entry: ModuleModel | PendingModule) -> None:
@@ -127,8 +126,6 @@ class Project:
                     else:
                         names[index] = module
                     break
-        if module is not None:
-            module.project = self
         return module
 
     def _checked(self, module: ModuleModel) -> bool:
@@ -205,6 +202,20 @@ class Project:
             if isinstance(binding, ast.expr):
                 return self.class_of_instance(module, binding, depth + 1)
         return None
+
+    def classes_of_instance(
+        self, module: ModuleModel, node: ast.AST | None
+    ) -> list[tuple[ModuleModel, ast.ClassDef]]:
+        """Every project class ``node`` may be an instance of: a name bound in each branch of
+        an ``if``/``elif`` (``train_set = VOC(...)`` or ``COCO(...)``) may hold any of them."""
+        if isinstance(node, ast.Name):
+            bindings = module.scopes.lookup(node.id, node)
+            if len(bindings) > 1:
+                found = [self.class_of_instance(module, b) for b in bindings[:16]]
+                unique = {id(f[1]): f for f in found if f is not None}
+                return list(unique.values())
+        single = self.class_of_instance(module, node)
+        return [single] if single is not None else []
 
     def function(
         self, module: ModuleModel, node: ast.AST, hint: re.Pattern[str] | None = None
@@ -324,11 +335,13 @@ class Project:
 
     def _loaders_with_classes(self) -> list[tuple[LoaderCall, ModuleModel, ast.ClassDef | None]]:
         if self._loader_classes is None:
-            found = []
+            found: list[tuple[LoaderCall, ModuleModel, ast.ClassDef | None]] = []
             for module in self.modules:
                 for loader in module.loaders:
-                    cls = self.class_of_instance(module, loader.arguments.get("dataset"))
-                    found.append((loader, module, cls[1] if cls else None))
+                    classes = self.classes_of_instance(module, loader.arguments.get("dataset"))
+                    found.extend((loader, module, cls) for _, cls in classes)
+                    if not classes:
+                        found.append((loader, module, None))
             self._loader_classes = found
         return self._loader_classes
 
@@ -347,6 +360,17 @@ class Project:
         if not relevant:
             return True
         return any(loader.may_start_workers for loader in relevant)
+
+    def spawns(self, loader: LoaderCall) -> bool:
+        """Whether this loader pickles what it hands to workers on some target platform."""
+        if loader.start_method is StartMethod.SPAWN:
+            return True
+        # A context only known at run time (`sys.argv[1]`, a config value) may well be spawn, as
+        # a num_workers from a config may well be > 0: judged like the default, not skipped.
+        return (
+            loader.start_method in (StartMethod.DEFAULT, StartMethod.UNKNOWN)
+            and not self.fork_everywhere
+        )
 
     def worker_datasets(self) -> Iterator[DatasetClass]:
         for dataset in self.datasets:

@@ -6,9 +6,16 @@ import ast
 from collections.abc import Iterator
 
 from loaderdoctor.lint.calls import Caller, Path
+from loaderdoctor.lint.held import (
+    HeldObject,
+    drawn_in,
+    held_objects,
+    own_assignments,
+    self_assignments,
+)
 from loaderdoctor.lint.model import DatasetClass, FunctionNode, Hit, ModuleModel
 from loaderdoctor.lint.project import Project
-from loaderdoctor.lint.scope import UNKNOWN, is_self_attribute, walk_local
+from loaderdoctor.lint.scope import UNKNOWN, dotted_name, is_self_attribute, walk_local
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # torch.cuda calls that only ask questions and do not create a CUDA context in the worker.
@@ -67,15 +74,6 @@ _RNG_FACTORIES = frozenset(
 _RESEEDS = frozenset({"seed", "manual_seed", "set_state", "setstate", "__setstate__"})
 
 
-def self_assignments(function: ast.AST) -> Iterator[tuple[str, ast.expr, ast.Assign]]:
-    for node in walk_local(function):
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if is_self_attribute(target):
-                    assert isinstance(target, ast.Attribute)
-                    yield target.attr, node.value, node
-
-
 def init_assignments(
     dataset: DatasetClass,
 ) -> Iterator[tuple[str, ast.expr, FunctionNode, DatasetClass]]:
@@ -94,15 +92,23 @@ def uses_self_attribute(methods: list[tuple[FunctionNode, DatasetClass]], attr: 
     return None
 
 
-def stored_elsewhere(dataset: DatasetClass, attr: str) -> bool:
-    """Whether ``.attr`` is (re)assigned outside ``__init__``: lazily, or by worker_init_fn."""
+def stored_elsewhere(
+    project: Project, dataset: DatasetClass, attr: str, reopens: bool = True
+) -> bool:
+    """Whether ``.attr`` is (re)assigned outside ``__init__``: lazily, or by worker_init_fn.
+
+    With ``reopens=False`` a store right after ``self.attr.close()`` does not count: reopening
+    a handle at the end of a file leaves every worker starting from the one ``__init__`` opened.
+    """
     init_nodes: set[ast.AST] = set()
     for function, _ in dataset.init_methods():
         init_nodes.update(ast.walk(function))
-    family = _class_family(dataset)
-    for module in {id(m): m for m in (dataset.module, *dataset.module.project.modules)}.values():
+    family = _class_family(project, dataset)
+    for module in {id(m): m for m in (dataset.module, *project.modules)}.values():
         for node in module.scopes.attributes.get(attr, ()):
             if isinstance(node.ctx, ast.Store) and node not in init_nodes:
+                if not reopens and _reopened(module, node):
+                    continue
                 if is_self_attribute(node):
                     owner = module.scopes.enclosing(node, (ast.ClassDef,))
                     if owner is not None and id(owner) not in family:
@@ -111,7 +117,21 @@ def stored_elsewhere(dataset: DatasetClass, attr: str) -> bool:
     return False
 
 
-def _class_family(dataset: DatasetClass) -> set[int]:
+def _reopened(module: ModuleModel, target: ast.Attribute) -> bool:
+    """``self.f.close()`` then ``self.f = open(...)`` in the same block."""
+    statement = module.scopes.parents.get(target)
+    block = getattr(module.scopes.parents.get(statement), "body", None) if statement else None
+    if not isinstance(block, list) or statement not in block:
+        return False
+    for earlier in block[: block.index(statement)]:
+        call = earlier.value if isinstance(earlier, ast.Expr) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute):
+            if call.func.attr == "close" and dotted_name(call.func.value) == f"self.{target.attr}":
+                return True
+    return False
+
+
+def _class_family(project: Project, dataset: DatasetClass) -> set[int]:
     """The class nodes of this Dataset, its bases and the project classes derived from it."""
     family: set[int] = set()
     pending = [dataset]
@@ -120,7 +140,6 @@ def _class_family(dataset: DatasetClass) -> set[int]:
         if id(current.node) not in family and len(family) < 64:
             family.add(id(current.node))
             pending.extend(current.bases)
-    project = dataset.module.project
     for other in project.datasets:
         if any(id(base.node) in family for base in other.bases):
             family.add(id(other.node))
@@ -147,7 +166,7 @@ def check_cuda_in_workers(project: Project) -> Iterator[Hit]:
             collate = loader.arguments.get("collate_fn")
             if collate is None or not loader.may_start_workers:
                 continue
-            function = _collate_function(model, collate)
+            function = _collate_function(project, model, collate)
             if function is None:
                 continue
             for node, what in _cuda_uses(model, function, None):
@@ -185,14 +204,15 @@ def _cuda_through_calls(project: Project, dataset: DatasetClass) -> Iterator[Hit
             return  # one per Dataset: the first path a reader can follow
 
 
-def _collate_function(model: ModuleModel, node: ast.expr) -> ast.AST | None:
+def _collate_function(project: Project, model: ModuleModel, node: ast.expr) -> ast.AST | None:
     if isinstance(node, ast.Lambda):
         return node
     if isinstance(node, ast.Name):
         binding = model.scopes.single_binding(node.id, node)
         if isinstance(binding, (*_FUNCTIONS, ast.Lambda)):
             return binding
-    cls = model.class_of_instance(node)
+    found = project.class_of_instance(model, node)
+    cls = found[1] if found and found[0] is model else None
     if cls is not None:
         for statement in cls.body:
             if isinstance(statement, _FUNCTIONS) and statement.name == "__call__":
@@ -239,13 +259,14 @@ def _is_cuda_device(model: ModuleModel, node: ast.AST, dataset: DatasetClass | N
 
 def check_shared_handles(project: Project) -> Iterator[Hit]:
     for dataset in project.worker_datasets():
+        yield from _held_handles(project, dataset)
         workers = dataset.worker_methods()
         assignments = list(init_assignments(dataset))
         for attr, value, function, owner in assignments:
-            opener = _handle_opener(owner.module, value, owner, 0)
+            opener = _handle_opener(project, owner.module, value, owner, 0)
             if opener is None or _closed_in(dataset, attr):
                 continue
-            if stored_elsewhere(dataset, attr):
+            if stored_elsewhere(project, dataset, attr, reopens=False):
                 continue
             # self.file = h5py.File(p); self.images = self.file["images"]: one handle, two names
             family = [attr] + [
@@ -253,7 +274,9 @@ def check_shared_handles(project: Project) -> Iterator[Hit]:
                 for derived, derived_value, _, _ in assignments
                 if derived != attr and _root_attribute(derived_value) == attr
             ]
-            read = _read_on_every_item(workers, family, _constant_flags(dataset, assignments))
+            read = _read_on_every_item(
+                workers, family, _constant_flags(project, dataset, assignments)
+            )
             if read is None:
                 continue
             name, user = read
@@ -273,6 +296,41 @@ def check_shared_handles(project: Project) -> Iterator[Hit]:
             )
 
 
+def _held_handles(project: Project, dataset: DatasetClass) -> Iterator[Hit]:
+    """A handle opened in ``__init__`` of an object the Dataset keeps (``self.reader =
+    H5Reader(path)``, ``H5Reader.__init__``: ``self.file = h5py.File(path)``)."""
+    for held in held_objects(project, dataset):
+        for attr, value in own_assignments(project, held):
+            opener = _handle_opener(project, held.module, value, None, 0)
+            if opener is None or not drawn_in(held, attr) or _touched_outside_init(held, attr):
+                continue
+            yield Hit(
+                held.module,
+                value,
+                "LD106",
+                f"`self.{attr}` holds {opener}, opened in `{held.cls.name}.__init__`; "
+                f"`{dataset.name}` keeps that object in `self.{held.path}` and uses it in "
+                f"`{held.user}`: forked workers share one handle (one offset, one connection), "
+                "and spawn cannot pickle it",
+            )
+
+
+def _touched_outside_init(held: HeldObject, attr: str) -> bool:
+    """``self.attr`` closed or set again outside ``__init__``: opened lazily, or managed."""
+    for statement in held.cls.body:
+        if isinstance(statement, _FUNCTIONS) and statement.name != "__init__":
+            for node in walk_local(statement):
+                if is_self_attribute(node, attr) and isinstance(
+                    getattr(node, "ctx", None), ast.Store
+                ):
+                    return True
+                parent = node
+                if isinstance(parent, ast.Attribute) and is_self_attribute(parent.value, attr):
+                    if parent.attr == "close":
+                        return True
+    return False
+
+
 def _root_attribute(value: ast.AST) -> str | None:
     """``x`` for ``self.x["images"]``, ``self.x.get(...)``, ``self.x.begin()``."""
     node = value
@@ -285,7 +343,9 @@ def _root_attribute(value: ast.AST) -> str | None:
 
 
 def _constant_flags(
-    dataset: DatasetClass, assignments: list[tuple[str, ast.expr, FunctionNode, DatasetClass]]
+    project: Project,
+    dataset: DatasetClass,
+    assignments: list[tuple[str, ast.expr, FunctionNode, DatasetClass]],
 ) -> dict[str, object]:
     """``self.use_cache = False`` in ``__init__``, never set again: a branch on it is dead."""
     values: dict[str, list[ast.expr]] = {}
@@ -296,7 +356,7 @@ def _constant_flags(
         for attr, found in values.items()
         if len(found) == 1
         and isinstance(found[0], ast.Constant)
-        and not stored_elsewhere(dataset, attr)
+        and not stored_elsewhere(project, dataset, attr)
     }
 
 
@@ -361,7 +421,7 @@ def _as_list(body: object) -> list[ast.AST]:
 
 
 def _handle_opener(
-    model: ModuleModel, value: ast.expr, owner: DatasetClass, depth: int
+    project: Project, model: ModuleModel, value: ast.expr, owner: DatasetClass | None, depth: int
 ) -> str | None:
     """What kind of handle ``value`` opens, in words, or None."""
     if depth > 3 or not isinstance(value, ast.Call):
@@ -381,29 +441,33 @@ def _handle_opener(
         and isinstance(receiver, ast.Name)
         and receiver.id == "self"
     ):
-        helper = owner.find(value.func.attr)  # self.env = self._open_env(path)
+        helper = owner.find(value.func.attr) if owner else None  # self.env = self._open_env()
         if helper is not None:
-            return _returned_handle(helper[1].module, helper[0], helper[1], depth)
+            return _returned_handle(project, helper[1].module, helper[0], helper[1], depth)
         return None
-    found = model.project.function(model, value.func)  # self.db = open_db(path), in utils
+    found = project.function(model, value.func)  # self.db = open_db(path), in utils
     if found is not None:
-        return _returned_handle(found[0], found[1], owner, depth)
+        return _returned_handle(project, found[0], found[1], owner, depth)
     return None
 
 
 def _returned_handle(
-    model: ModuleModel, function: FunctionNode, owner: DatasetClass, depth: int
+    project: Project,
+    model: ModuleModel,
+    function: FunctionNode,
+    owner: DatasetClass | None,
+    depth: int,
 ) -> str | None:
     """The handle a helper returns, directly or through a local it opened."""
     for node in walk_local(function):
         if isinstance(node, ast.Return) and node.value is not None:
-            found = _handle_opener(model, node.value, owner, depth + 1)
+            found = _handle_opener(project, model, node.value, owner, depth + 1)
             if found:
                 return found
             if isinstance(node.value, ast.Name):
                 for binding in model.scopes.lookup(node.value.id, node):
                     if isinstance(binding, ast.expr):
-                        found = _handle_opener(model, binding, owner, depth + 1)
+                        found = _handle_opener(project, model, binding, owner, depth + 1)
                         if found:
                             return found
     return None
@@ -446,9 +510,18 @@ def check_opencv_threads(project: Project) -> Iterator[Hit]:
         found = _first_opencv_use(project, dataset)
         if found is None:
             continue
-        method, owner, use, path = found
+        method, owner, use, path, library = found
         where = f"`{owner.name}.{method.name}`"
-        if path.edges:
+        if library:
+            yield Hit(
+                owner.module,
+                use,
+                "LD108",
+                f"{where} calls `{owner.module.segment(use.func)}` (`{library}`, which runs "
+                "OpenCV), but no module of the project calls `cv2.setNumThreads(0)`: every "
+                "worker starts a thread per core, num_workers x cores threads in all",
+            )
+        elif path.edges:
             end = path.end
             assert end is not None
             name = owner.module.scopes.qualified(use.func) if end.module is owner.module else None
@@ -475,13 +548,18 @@ def check_opencv_threads(project: Project) -> Iterator[Hit]:
 
 def _first_opencv_use(
     project: Project, dataset: DatasetClass
-) -> tuple[FunctionNode, DatasetClass, ast.Call, Path] | None:
-    """The first worker method that calls OpenCV, itself or through project functions."""
+) -> tuple[FunctionNode, DatasetClass, ast.Call, Path, str] | None:
+    """The first worker method that calls OpenCV, itself, through an OpenCV-backed library
+    (named, last), or through project functions."""
     starts = dataset.worker_methods()
     for method, owner in starts:  # a direct use first, as a reader sees it
         use = _opencv_call(owner.module, method)
         if use is not None:
-            return method, owner, use, Path(())
+            return method, owner, use, Path(()), ""
+    for method, owner in starts:  # then a library transform the Dataset holds or builds
+        held = library_opencv_call(project, Caller(owner.module, method, owner.node, dataset))
+        if held is not None:
+            return method, owner, held[0], Path(()), held[1]
     for method, owner in starts:
         start = Caller(owner.module, method, owner.node, dataset)
         for reached, path in project.graph.reach(start):
@@ -489,7 +567,7 @@ def _first_opencv_use(
                 continue
             use = _opencv_call(reached.module, reached.function)
             if use is not None:
-                return method, owner, use, path
+                return method, owner, use, path, ""
     return None
 
 
@@ -501,15 +579,93 @@ def _opencv_call(model: ModuleModel, function: ast.AST) -> ast.Call | None:
     return None
 
 
+# Libraries whose image transforms call OpenCV (resize, warp, blur, imread): calling one in a
+# worker starts OpenCV's thread pool there as a direct cv2 call does.
+OPENCV_LIBRARIES = ("albumentations", "imgaug", "mmcv")
+
+
+def opencv_library(name: str) -> bool:
+    return name.split(".")[0] in OPENCV_LIBRARIES
+
+
+def library_opencv_call(project: Project, caller: Caller) -> tuple[ast.Call, str] | None:
+    """A call in ``caller`` of an OpenCV-backed library (``A.Resize(...)(image=x)``,
+    ``mmcv.imread(path)``) or of a transform of one the Dataset holds (``self.aug(image=x)``,
+    set in ``__init__`` or passed to it by the project)."""
+    model = caller.module
+    for node in walk_local(caller.function):
+        if not isinstance(node, ast.Call):
+            continue
+        name = model.scopes.qualified(node.func) or ""
+        if opencv_library(name):
+            return node, name
+        if is_self_attribute(node.func) and caller.cls is not None:
+            assert isinstance(node.func, ast.Attribute)
+            for module, value in project.graph.attribute_values(caller, node.func.attr):
+                built = _library_transform(project, module, value, 0)
+                if built is not None:
+                    return node, built
+    return None
+
+
+def _library_transform(
+    project: Project, model: ModuleModel, value: ast.AST | None, depth: int
+) -> str | None:
+    """The constructor, when ``value`` is a transform of an OpenCV-backed library: built here,
+    held by a variable, or returned by a project function (``get_train_transforms()``)."""
+    if depth > 3 or value is None:
+        return None
+    candidates: list[tuple[ModuleModel, ast.AST | None]] = []
+    if isinstance(value, ast.Name):
+        bindings = model.scopes.lookup(value.id, value)[:4]
+        candidates = [(model, b) for b in bindings if isinstance(b, ast.expr)]
+    elif isinstance(value, ast.Call):
+        name = model.scopes.qualified(value.func) or ""
+        if opencv_library(name):
+            return name
+        found = project.function(model, value.func)
+        if found is not None:
+            returns = [n for n in walk_local(found[1]) if isinstance(n, ast.Return)]
+            candidates = [(found[0], n.value) for n in returns]
+    for module, candidate in candidates:
+        built = _library_transform(project, module, candidate, depth + 1)
+        if built is not None:
+            return built
+    return None
+
+
 # -- LD109 -------------------------------------------------------------------------------------
 
 
 def check_copied_generators(project: Project) -> Iterator[Hit]:
+    seen: set[int] = set()
     for dataset in project.worker_datasets():
+        for held in held_objects(project, dataset):
+            for attr, value in own_assignments(project, held):
+                factory = _rng_factory(held.module, value)
+                if factory is None or id(value) in seen or not drawn_in(held, attr):
+                    continue
+                if _reseeded_by_name(project, attr):
+                    continue
+                seen.add(id(value))
+                yield Hit(
+                    held.module,
+                    value,
+                    "LD109",
+                    f"`self.{attr} = {factory}(...)` is created in `{held.cls.name}.__init__`, and "
+                    f"`{dataset.name}` holds that object in `self.{held.path}` and uses it in "
+                    f"`{held.user}`: every worker gets a copy of the same generator state, so "
+                    "the random augmentations repeat num_workers times",
+                    fix=(
+                        "Reseed it in every worker, in worker_init_fn: `info = torch.utils.data."
+                        f"get_worker_info(); info.dataset.{held.path}.{attr} = "
+                        "np.random.default_rng(info.seed)` (or draw from the global generators)."
+                    ),
+                )
         workers = dataset.worker_methods()
         for attr, value, _, owner in init_assignments(dataset):
             factory = _rng_factory(owner.module, value)
-            if factory is None or _reseeded(dataset, attr):
+            if factory is None or _reseeded(project, dataset, attr):
                 continue
             user = uses_self_attribute(workers, attr)
             if user is not None:
@@ -535,10 +691,15 @@ def _rng_factory(model: ModuleModel, value: ast.expr) -> str | None:
     return name if name in _RNG_FACTORIES else None
 
 
-def _reseeded(dataset: DatasetClass, attr: str) -> bool:
-    if stored_elsewhere(dataset, attr):
+def _reseeded(project: Project, dataset: DatasetClass, attr: str) -> bool:
+    if stored_elsewhere(project, dataset, attr):
         return True
-    for module in dataset.module.project.modules:
+    return _reseeded_by_name(project, attr)
+
+
+def _reseeded_by_name(project: Project, attr: str) -> bool:
+    """``x.rng.seed(...)`` or ``x.rng = ...`` anywhere: a worker_init_fn that reseeds it."""
+    for module in project.modules:
         for holder in module.scopes.attributes.get(attr, ()):
             node = module.scopes.parents.get(holder)
             if isinstance(node, ast.Attribute) and node.value is holder:

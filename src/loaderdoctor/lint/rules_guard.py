@@ -40,11 +40,11 @@ def check_main_guard(project: Project) -> Iterator[Hit]:
     for model in project.modules:
         # A notebook's __main__ cannot be re-imported by a spawned worker: LD102 says so instead.
         if not model.notebook:
-            yield from _module_hits(model)
+            yield from _module_hits(project, model)
 
 
-def _module_hits(model: ModuleModel) -> Iterator[Hit]:
-    candidates = _candidates(model)
+def _module_hits(project: Project, model: ModuleModel) -> Iterator[Hit]:
+    candidates = _candidates(project, model)
     holders = _module_holders(model, candidates)
     uses = _holder_uses(model, holders)
     for loader in candidates:
@@ -60,15 +60,16 @@ def _module_hits(model: ModuleModel) -> Iterator[Hit]:
                 f"DataLoader with num_workers={loader.workers_text} is created and iterated at "
                 'module top level without an `if __name__ == "__main__":` guard: each spawned '
                 "worker re-imports the script and starts workers again while bootstrapping, "
-                f"which fails {spawn_where(model.project, loader)}",
-                severity=spawn_severity(model.project, loader),
+                f"which fails {spawn_where(project, loader)}",
+                severity=spawn_severity(project, loader),
             )
     cache: dict[int, tuple[LoaderCall, ModuleModel] | None] = {}
     for node in _import_time_calls(model):
-        found = model.project.function(model, node.func)
-        if found is None:
-            continue
-        started = _starts_workers(found[0], found[1], 0, cache)
+        found = project.function(model, node.func)
+        if found is not None:
+            started = _starts_workers(project, found[0], found[1], 0, cache)
+        else:
+            started = _method_starts_workers(project, model, node)
         if started is None:
             continue
         loader, where = started
@@ -83,13 +84,207 @@ def _module_hits(model: ModuleModel) -> Iterator[Hit]:
             f"`{name}()` runs at import time and iterates a DataLoader with num_workers="
             f"{loader.workers_text} ({line}), outside an "
             '`if __name__ == "__main__":` guard: each spawned worker re-imports the script '
-            f"and runs it again, which fails {spawn_where(model.project, loader)}",
-            severity=spawn_severity(model.project, loader),
+            f"and runs it again, which fails {spawn_where(project, loader)}",
+            severity=spawn_severity(project, loader),
+        )
+    yield from _factory_hits(project, model)
+
+
+def _factory_hits(project: Project, model: ModuleModel) -> Iterator[Hit]:
+    """``loader = get_loader(opt)`` (or ``CreateDataLoader(opt).load_data()``) at import time,
+    then iterated there: a DataLoader that a project function or method returns."""
+    loads: dict[str, list[ast.Name]] | None = None
+    for statement in model.tree.body:
+        if not isinstance(statement, ast.Assign) or not isinstance(statement.value, ast.Call):
+            continue
+        names = [t.id for t in statement.targets if isinstance(t, ast.Name)]
+        if not names or model.placement(statement) is not Placement.UNGUARDED:
+            continue
+        if loads is None:
+            loads = _top_level_loads(model)
+        uses = [
+            node
+            for name in names
+            for node in loads.get(name, ())
+            if node.lineno > statement.lineno and model.placement(node) is Placement.UNGUARDED
+        ]
+        if not any(_consumes(model, use) for use in uses):
+            continue
+        found = returned_loader(project, model, statement.value, 0)
+        if found is None:
+            continue
+        loader, where = found
+        line = f"line {loader.node.lineno}" + (f" of {where.path}" if where is not model else "")
+        yield Hit(
+            model,
+            statement.value,
+            "LD101",
+            f"`{model.segment(statement.value.func)}()` returns a DataLoader with num_workers="
+            f"{loader.workers_text} ({line}), which is iterated at module top level without an "
+            '`if __name__ == "__main__":` guard: each spawned worker re-imports the script and '
+            f"starts workers again while bootstrapping, which fails {spawn_where(project, loader)}",
+            severity=spawn_severity(project, loader),
         )
 
 
-def _candidates(model: ModuleModel) -> list[LoaderCall]:
-    return [loader for loader in model.loaders if loader.may_start_workers and model.spawns(loader)]
+def _method_starts_workers(
+    project: Project, model: ModuleModel, call: ast.Call
+) -> tuple[LoaderCall, ModuleModel] | None:
+    """``trainer.train()`` at import time, where ``trainer`` is a project object whose class
+    keeps a worker DataLoader in ``self.x`` (``self.dataloader = cycle(DataLoader(...))``) and
+    the method iterates it (``next(self.dataloader)``, ``for batch in self.loader``)."""
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    owner = _instance_class(project, model, call.func.value, 0)
+    method = _method(project, owner[0], owner[1], call.func.attr, 0) if owner else None
+    if method is None:
+        return None
+    where, function, cls = method
+    loaders = {id(loader.node): loader for loader in _candidates(project, where)}
+    stored: dict[str, LoaderCall] = {}
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = dotted_name(node.targets[0]) or ""
+            for inner in ast.walk(node.value) if target.startswith("self.") else ():
+                if id(inner) in loaders:
+                    stored.setdefault(target, loaders[id(inner)])
+    for node in walk_local(function):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            loader = stored.get(dotted_name(node) or "")
+            if loader is not None and _consumes(where, node):
+                return loader, where
+    return None
+
+
+def _top_level_loads(model: ModuleModel) -> dict[str, list[ast.Name]]:
+    """Names read by the module's own top-level code (not inside a function or class)."""
+    loads: dict[str, list[ast.Name]] = {}
+    for statement in model.tree.body:
+        if isinstance(statement, (*_FUNCTIONS, ast.ClassDef)):
+            continue
+        for node in walk_local(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                loads.setdefault(node.id, []).append(node)
+    return loads
+
+
+def returned_loader(
+    project: Project, model: ModuleModel, call: ast.Call, depth: int
+) -> tuple[LoaderCall, ModuleModel] | None:
+    """The worker DataLoader a call of a project function, or of a method of an object a project
+    function returns, gives back: built there, held by a local, or kept in ``self.x``."""
+    if depth > _MAX_CALL_DEPTH:
+        return None
+    found = project.function(model, call.func)
+    if found is not None:
+        return _loader_returned_by(project, found[0], found[1], None, depth)
+    if isinstance(call.func, ast.Attribute):  # data_loader.load_data()
+        owner = _instance_class(project, model, call.func.value, depth)
+        if owner is not None:
+            method = _method(project, owner[0], owner[1], call.func.attr, depth)
+            if method is not None:
+                return _loader_returned_by(project, method[0], method[1], method[2], depth)
+    return None
+
+
+def _loader_returned_by(
+    project: Project,
+    model: ModuleModel,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    cls: ast.ClassDef | None,
+    depth: int,
+) -> tuple[LoaderCall, ModuleModel] | None:
+    for node in walk_local(function):
+        if isinstance(node, ast.Return) and node.value is not None:
+            found = _loader_value(project, model, node.value, cls, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _loader_value(
+    project: Project, model: ModuleModel, value: ast.AST, cls: ast.ClassDef | None, depth: int
+) -> tuple[LoaderCall, ModuleModel] | None:
+    if depth > _MAX_CALL_DEPTH:
+        return None
+    candidates: list[ast.AST] = []
+    if isinstance(value, ast.Call):
+        for loader in _candidates(project, model):
+            if loader.node is value:
+                return loader, model
+        return returned_loader(project, model, value, depth + 1)
+    if isinstance(value, ast.Name):
+        candidates = [
+            b for b in model.scopes.lookup(value.id, value)[:4] if isinstance(b, ast.expr)
+        ]
+    elif (
+        isinstance(value, ast.Attribute) and cls is not None and dotted_name(value.value) == "self"
+    ):
+        candidates = [  # return self.dataloader: what any method of the class stores there
+            node.value
+            for node in ast.walk(cls)
+            if isinstance(node, ast.Assign)
+            and any(dotted_name(t) == f"self.{value.attr}" for t in node.targets)
+        ]
+    for candidate in candidates:
+        found = _loader_value(project, model, candidate, cls, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _instance_class(
+    project: Project, model: ModuleModel, node: ast.AST, depth: int
+) -> tuple[ModuleModel, ast.ClassDef] | None:
+    """The project class of ``node``: built here, returned by a project factory function or by
+    a method (``Loaders().build(4)`` returning ``self``)."""
+    found = project.class_of_instance(model, node)
+    if found is not None or depth > _MAX_CALL_DEPTH:
+        return found
+    if isinstance(node, ast.Name):
+        if node.id == "self":
+            cls = model.scopes.enclosing(node, (ast.ClassDef,))
+            return (model, cls) if isinstance(cls, ast.ClassDef) else None
+        binding = model.scopes.single_binding(node.id, node)
+        return _instance_class(project, model, binding, depth + 1) if binding else None
+    if not isinstance(node, ast.Call):
+        return None
+    function: tuple[ModuleModel, ast.FunctionDef | ast.AsyncFunctionDef] | None
+    function = project.function(model, node.func)
+    if function is None and isinstance(node.func, ast.Attribute):
+        owner = _instance_class(project, model, node.func.value, depth + 1)
+        method = _method(project, owner[0], owner[1], node.func.attr, depth) if owner else None
+        function = (method[0], method[1]) if method else None
+    if function is None:
+        return None
+    for returned in walk_local(function[1]):
+        if isinstance(returned, ast.Return) and returned.value is not None:
+            found = _instance_class(project, function[0], returned.value, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _method(
+    project: Project, model: ModuleModel, cls: ast.ClassDef, name: str, depth: int
+) -> tuple[ModuleModel, ast.FunctionDef | ast.AsyncFunctionDef, ast.ClassDef] | None:
+    """``cls.name``, looked up through the project's base classes."""
+    for statement in cls.body:
+        if isinstance(statement, _FUNCTIONS) and statement.name == name:
+            return model, statement, cls
+    for base in cls.bases if depth <= _MAX_CALL_DEPTH else []:
+        resolved = project.resolve(model, base)
+        if resolved is not None and isinstance(resolved[1], ast.ClassDef):
+            found = _method(project, resolved[0], resolved[1], name, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _candidates(project: Project, model: ModuleModel) -> list[LoaderCall]:
+    return [
+        loader for loader in model.loaders if loader.may_start_workers and project.spawns(loader)
+    ]
 
 
 def _module_holders(model: ModuleModel, candidates: list[LoaderCall]) -> _Holders:
@@ -172,6 +367,7 @@ def _import_time_calls(model: ModuleModel) -> Iterator[ast.Call]:
 
 
 def _starts_workers(
+    project: Project,
     model: ModuleModel,
     function: ast.FunctionDef | ast.AsyncFunctionDef,
     depth: int,
@@ -181,11 +377,11 @@ def _starts_workers(
     built in it, held by its module, or reached through the project functions it calls."""
     if id(function) in cache:
         return cache[id(function)]
-    if depth > _MAX_CALL_DEPTH or model.project.graph is None:
+    if depth > _MAX_CALL_DEPTH:
         return None
     cache[id(function)] = None  # recursion guard
     found: tuple[LoaderCall, ModuleModel] | None = None
-    candidates = _candidates(model)
+    candidates = _candidates(project, model)
     for loader in candidates:
         if model.scopes.scope_of(loader.node) is function and _is_consumed_in(
             model, loader, function
@@ -201,9 +397,11 @@ def _starts_workers(
                     found = holders[node.id], model
                     break
     if found is None:
-        for edge in model.project.graph.callees(Caller(model, function)):
+        for edge in project.graph.callees(Caller(model, function)):
             if edge.callee.cls is None:
-                found = _starts_workers(edge.callee.module, edge.callee.function, depth + 1, cache)
+                found = _starts_workers(
+                    project, edge.callee.module, edge.callee.function, depth + 1, cache
+                )
                 if found is not None:
                     break
     cache[id(function)] = found

@@ -21,17 +21,19 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 def check_unpicklable(project: Project) -> Iterator[Hit]:
     for model in project.modules:
         for loader in model.loaders:
-            if not loader.may_start_workers or not model.spawns(loader):
+            if not loader.may_start_workers or not project.spawns(loader):
                 continue
             for parameter in _PICKLED_CALLABLES:
                 value = loader.arguments.get(parameter)
-                reason = _unpicklable_reason(model, value, depth=0) if value is not None else None
+                reason = None
+                if value is not None:
+                    reason = _unpicklable_reason(project, model, value, depth=0)
                 if value is not None and reason is not None:
-                    yield _hit(model, loader, value, f"{parameter} is {reason}")
-            yield from _dataset_hits(model, loader)
+                    yield _hit(project, model, loader, value, f"{parameter} is {reason}")
+            yield from _dataset_hits(project, model, loader)
 
 
-def _hit(model: ModuleModel, loader: LoaderCall, node: ast.AST, what: str) -> Hit:
+def _hit(project: Project, model: ModuleModel, loader: LoaderCall, node: ast.AST, what: str) -> Hit:
     maybe = f" (num_workers={loader.workers_text})" if loader.workers is Workers.MAYBE else ""
     fix = None
     if _NOTEBOOK in what:  # a module-level definition can only live in a module
@@ -45,13 +47,15 @@ def _hit(model: ModuleModel, loader: LoaderCall, node: ast.AST, what: str) -> Hi
         node,
         "LD102",
         f"{what}: pickle cannot send it to spawn/forkserver workers, so the first epoch fails "
-        f"{spawn_where(model.project, loader)}{maybe}",
+        f"{spawn_where(project, loader)}{maybe}",
         fix=fix,
-        severity=spawn_severity(model.project, loader),
+        severity=spawn_severity(project, loader),
     )
 
 
-def _unpicklable_reason(model: ModuleModel, node: ast.AST, depth: int) -> str | None:
+def _unpicklable_reason(
+    project: Project, model: ModuleModel, node: ast.AST, depth: int
+) -> str | None:
     if depth > 4:
         return None
     if isinstance(node, ast.Lambda):
@@ -68,19 +72,19 @@ def _unpicklable_reason(model: ModuleModel, node: ast.AST, depth: int) -> str | 
                 return f"`{node.id}`, {_NOTEBOOK}"
             return None
         if isinstance(binding, ast.Call):
-            return _unpicklable_reason(model, binding, depth + 1)
+            return _unpicklable_reason(project, model, binding, depth + 1)
         return None
     if isinstance(node, ast.Call):
         if model.scopes.qualified(node.func) in ("functools.partial", "partial") and node.args:
-            inner = _unpicklable_reason(model, node.args[0], depth + 1)
+            inner = _unpicklable_reason(project, model, node.args[0], depth + 1)
             return f"a functools.partial of {inner}" if inner else None
-        found = model.project.class_of_instance(model, node)
+        found = project.class_of_instance(model, node)
         return _class_reason(found[0], found[1], "an instance of") if found else None
     if isinstance(node, ast.Attribute):
         owner = (
             model.scopes.enclosing(node, (ast.ClassDef,))
             if is_self_attribute(node)
-            else model.class_of_instance(node.value)
+            else _local_class_of_instance(project, model, node.value)
         )
         if isinstance(owner, ast.ClassDef):
             reason = _class_reason(model, owner, "a method of")
@@ -118,18 +122,26 @@ def lambda_attribute(model: ModuleModel, cls: ast.ClassDef) -> str | None:
     return None
 
 
-def _dataset_hits(model: ModuleModel, loader: LoaderCall) -> Iterator[Hit]:
+def _local_class_of_instance(
+    project: Project, model: ModuleModel, node: ast.AST
+) -> ast.ClassDef | None:
+    """The class of this module whose instance ``node`` evaluates to, if a reader can tell."""
+    found = project.class_of_instance(model, node)
+    return found[1] if found and found[0] is model else None
+
+
+def _dataset_hits(project: Project, model: ModuleModel, loader: LoaderCall) -> Iterator[Hit]:
     dataset = loader.arguments.get("dataset")
     construction: ast.AST | None = dataset
     if isinstance(dataset, ast.Name):
         construction = model.scopes.single_binding(dataset.id, dataset)
     if dataset is None or not isinstance(construction, ast.Call):
         return
-    found = model.project.class_of_instance(model, construction)
+    found = project.class_of_instance(model, construction)
     if found is not None:
         reason = _class_reason(found[0], found[1], "an instance of")
         if reason is not None:
-            yield _hit(model, loader, dataset, f"the Dataset is {reason}")
+            yield _hit(project, model, loader, dataset, f"the Dataset is {reason}")
             return
     constructor = model.scopes.qualified(construction.func) or ""
     if found is None and not _looks_like_dataset_constructor(constructor):
@@ -139,18 +151,19 @@ def _dataset_hits(model: ModuleModel, loader: LoaderCall) -> Iterator[Hit]:
     for position, argument in enumerate(construction.args):
         name = parameters[position] if position < len(parameters) else None
         if kept is None or name is None or name in kept:
-            yield from _held_hits(model, loader, constructor, argument)
+            yield from _held_hits(project, model, loader, constructor, argument)
     for keyword in construction.keywords:
         if kept is None or keyword.arg is None or keyword.arg in kept:
-            yield from _held_hits(model, loader, constructor, keyword.value)
+            yield from _held_hits(project, model, loader, constructor, keyword.value)
 
 
 def _held_hits(
-    model: ModuleModel, loader: LoaderCall, constructor: str, argument: ast.AST
+    project: Project, model: ModuleModel, loader: LoaderCall, constructor: str, argument: ast.AST
 ) -> Iterator[Hit]:
     short = constructor.split(".")[-1]
-    for node, what in _held_callables(model, argument, 0):
+    for node, what in _held_callables(model, argument, 0, project):
         yield _hit(
+            project,
             model,
             loader,
             node,
@@ -198,8 +211,11 @@ _WRAPPERS = frozenset(
 )
 
 
-def _held_callables(model: ModuleModel, node: ast.AST, depth: int) -> Iterator[tuple[ast.AST, str]]:
-    """Lambdas and local functions inside an argument, followed through local variables.
+def _held_callables(
+    model: ModuleModel, node: ast.AST, depth: int, project: Project | None = None
+) -> Iterator[tuple[ast.AST, str]]:
+    """Lambdas and local functions inside an argument, followed through local variables and,
+    given the project, into what a project function returns (``get_transform(size)``).
 
     ``depth`` counts nodes, not variables: ``tf = Compose([ToTensor(), gray])`` with
     ``gray = Lambda(lambda x: ...)`` is five nodes from the argument down to the lambda.
@@ -210,7 +226,7 @@ def _held_callables(model: ModuleModel, node: ast.AST, depth: int) -> Iterator[t
         yield node, "a lambda"
     elif isinstance(node, (ast.List, ast.Tuple)):
         for element in node.elts:
-            yield from _held_callables(model, element, depth + 1)
+            yield from _held_callables(model, element, depth + 1, project)
     elif isinstance(node, ast.Name):
         for binding in model.scopes.lookup(node.id, node):
             if isinstance(binding, _FUNCTIONS):
@@ -218,12 +234,32 @@ def _held_callables(model: ModuleModel, node: ast.AST, depth: int) -> Iterator[t
                 if isinstance(outer, _FUNCTIONS):
                     yield node, f"`{node.id}`, a function defined inside `{outer.name}()`,"
             elif isinstance(binding, ast.expr):
-                yield from _held_callables(model, binding, depth + 1)
+                yield from _held_callables(model, binding, depth + 1, project)
     elif isinstance(node, ast.Call):
         last = (model.scopes.qualified(node.func) or "").split(".")[-1]
         if last in _WRAPPERS:
             for argument in (*node.args, *(k.value for k in node.keywords)):
-                yield from _held_callables(model, argument, depth + 1)
+                yield from _held_callables(model, argument, depth + 1, project)
+        elif project is not None and depth < 8:
+            yield from _returned_callables(project, model, node, depth)
+
+
+def _returned_callables(
+    project: Project, model: ModuleModel, call: ast.Call, depth: int
+) -> Iterator[tuple[ast.AST, str]]:
+    """A lambda inside what a project function returns, reported at the call that gets it."""
+    found = project.function(model, call.func)
+    if found is None:
+        return
+    for node in walk_local(found[1]):
+        if isinstance(node, ast.Return) and node.value is not None:
+            inner = next(_held_callables(found[0], node.value, depth + 4, project), None)
+            if inner is not None:
+                where = f"line {node.lineno}" + (
+                    f" of {found[0].path}" if found[0] is not model else ""
+                )
+                yield call, f"{inner[1]} in what `{dotted_name(call.func)}()` returns ({where})"
+                return
 
 
 # -- LD104 -------------------------------------------------------------------------------------

@@ -46,6 +46,9 @@ _DESERIALISERS = {
     "lvis.LVIS": "an LVIS index",
     "mmcv.load": "mmcv.load",
     "mmengine.load": "mmengine.load",
+    # A record written as a Python literal on each line: eval(line), ast.literal_eval(line).
+    "eval": "eval",
+    "ast.literal_eval": "ast.literal_eval",
 }
 # Loaders whose result is often tensors or arrays (no copy-on-read) but may be Python objects.
 _MAYBE_OBJECTS = {"torch.load": "torch.load", "numpy.load": "numpy.load(allow_pickle=True)"}
@@ -144,6 +147,19 @@ _PICKLED_CACHE = _Kind(
     "and numpy array headers; what grows per worker is those objects, not the array data)",
     "numpy.load(allow_pickle=True)",
 )
+# One dict of numpy arrays per item: each read writes the dict's and the arrays' object headers,
+# spread over the pages the per-item objects sit on, not the arrays' data.
+_ARRAY_RECORDS = _Kind(
+    _BIG,
+    "per-item dicts of numpy arrays (a dict and an array header per item are Python objects; "
+    "what grows per worker is those, not the array data)",
+    "numpy",
+)
+_NUMBER_RECORDS = _Kind(
+    _BIG,
+    "per-record lists of numbers parsed from text (a list and a Python int or float per value)",
+    "int/float",
+)
 _FILE = _Kind(_NEUTRAL, "an open file")
 _FRAME = _Kind(_NEUTRAL, "a pandas DataFrame")
 _SAFE = _Kind(_NONE, "safe")
@@ -187,7 +203,7 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
         converted: set[str] = set()
         arrays: set[str] = set()
         for function, owner in dataset.init_methods():
-            flow = _Flow(owner.module, owner, 0)
+            flow = _Flow(project, owner.module, owner, 0)
             if function.name == "__init__" and owner is dataset:
                 flow.seed(_passed_in(project, dataset, function))
             flow.run(function)
@@ -219,7 +235,7 @@ def _passed_in(project: Project, dataset: DatasetClass, init: FunctionNode) -> d
     passed: dict[str, _Kind] = {}
     for module, call in project.constructions(dataset.module, dataset.node):
         scope = module.scopes.scope_of(call)
-        caller = _Flow(module, None, 1)
+        caller = _Flow(project, module, None, 1)
         caller.until = call.lineno  # what the arguments hold when the call is made
         if not isinstance(scope, ast.Lambda):
             caller.run(scope)
@@ -290,7 +306,10 @@ def _hit(
 class _Flow:
     """What each local and each ``self.x`` of one function holds, in two passes over it."""
 
-    def __init__(self, model: ModuleModel, owner: DatasetClass | None, depth: int) -> None:
+    def __init__(
+        self, project: Project, model: ModuleModel, owner: DatasetClass | None, depth: int
+    ) -> None:
+        self.project = project
         self.model = model
         self.owner = owner
         self.depth = depth
@@ -331,7 +350,7 @@ class _Flow:
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             self._fill_call(node.value)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
-            self._bind(node.target, self._item(self.kind(node.iter)))
+            self._bind_turn(node.target, node.iter, self._item(self.kind(node.iter)))
             self._block(node.body)
             self._block(node.orelse)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
@@ -373,6 +392,27 @@ class _Flow:
                 assert isinstance(target.value, ast.Attribute)
                 self.arrays.add(target.value.attr)
             self._fill(target.value, self._element(value), value)
+
+    def _looked_up(self, node: ast.AST, depth: int) -> bool:
+        """``mapping[key]`` with a key that changes per turn, of a loaded mapping."""
+        if not isinstance(node, ast.Subscript) or isinstance(node.slice, (ast.Constant, ast.Slice)):
+            return False
+        base = self.kind(node.value, depth + 1)
+        return base.level == _BIG and not base.what.startswith("per-record")
+
+    def _bind_turn(self, target: ast.AST, iterable: ast.AST, kind: _Kind) -> None:
+        """What a loop binds per turn; ``i`` of ``for i, record in enumerate(data)`` is an int."""
+        if (
+            isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Name)
+            and iterable.func.id == "enumerate"
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+        ):
+            self._bind(target.elts[0], NONE)
+            self._bind(target.elts[1], kind)
+        else:
+            self._bind(target, kind)
 
     def _bind(self, target: ast.AST, kind: _Kind) -> None:
         for node in ast.walk(target):
@@ -417,15 +457,19 @@ class _Flow:
 
     def _element(self, value: ast.AST) -> _Kind:
         """What a container holds once ``value`` is put in it, once per record."""
+        if _parsed_numbers(value):
+            return _NUMBER_RECORDS  # truth[name].append([int(float(v)) for v in box.split(",")])
         kind = self.kind(value)
         if kind.level >= _ROW:
             return _records(kind.source)
         if isinstance(value, (ast.Tuple, ast.List, ast.Dict)):
             elements = value.values if isinstance(value, ast.Dict) else value.elts
-            for element in elements:
-                inner = self.kind(element)
+            kinds = [self.kind(element) for element in elements]
+            for inner in kinds:
                 if inner.level == _INFO:
                     return _listing(f"tuples holding {inner.what}", inner.source)
+            if isinstance(value, ast.Dict) and any(inner is _ARRAY for inner in kinds):
+                return _ARRAY_RECORDS  # {"points": cloud[:, :3], "labels": cloud[:, 3]} per item
             return NONE  # tuples of values computed here (a schedule, a grid): not data
         if kind.level == _INFO:
             return kind
@@ -451,7 +495,9 @@ class _Flow:
             if base is _ARRAY:
                 return _ARRAY  # point_set[0:n, :]
             if base.level == _BIG and not base.what.startswith("per-record"):
-                return base  # data["annotations"]
+                return base  # data["annotations"], cache[root]
+            if base.level == _BIG and not isinstance(node.slice, ast.Slice):
+                return _row(base.source)  # annotations[i]: one record, as a loop over them binds
             if base is _FRAME:
                 return base
             return _field(base)
@@ -486,7 +532,7 @@ class _Flow:
             return _loaded(_DESERIALISERS[name])
         if name in _MAYBE_OBJECTS:
             if name == "numpy.load" and not _allows_pickle(node):
-                return NONE
+                return _ARRAY
             return _Kind(_INFO, f"objects loaded with `{_MAYBE_OBJECTS[name]}`", name)
         if name.startswith("pandas.read_"):
             return _FRAME
@@ -508,9 +554,9 @@ class _Flow:
             if found_kind is not None:
                 return found_kind
         if isinstance(func, (ast.Name, ast.Attribute)) and self.depth < _MAX_DEPTH:
-            found = self.model.project.function(self.model, func, _LOADS_SOMETHING)
+            found = self.project.function(self.model, func, _LOADS_SOMETHING)
             if found is not None:
-                flow = _Flow(found[0], None, self.depth + 1)
+                flow = _Flow(self.project, found[0], None, self.depth + 1)
                 flow.seed(self._arguments(node, found[1], method=False, depth=depth))
                 flow.run(found[1])
                 return flow.returns
@@ -561,7 +607,7 @@ class _Flow:
         if found is None or self.depth >= _MAX_DEPTH:
             return NONE
         function, owner = found
-        flow = _Flow(owner.module, owner, self.depth + 1)
+        flow = _Flow(self.project, owner.module, owner, self.depth + 1)
         flow.attributes = dict(self.attributes)  # self.coco set before the helper is called
         flow.seed(self._arguments(call, function, method=True, depth=depth))
         flow.run(function)
@@ -601,9 +647,13 @@ class _Flow:
             source = NONE
             for generator in node.generators:
                 iterable = self.kind(generator.iter, depth + 1)
-                self._bind(generator.target, self._item(iterable))
+                self._bind_turn(generator.target, generator.iter, self._item(iterable))
                 source = source.stronger(iterable)
             element: ast.AST = node.value if isinstance(node, ast.DictComp) else node.elt
+            if self._looked_up(element, depth):
+                # [class_to_idx[name] for name in names]: one value per turn, often a small int;
+                # a flat list of them is not a table of Python records.
+                return _listing("values looked up in loaded data", self.kind(element).source)
             kind = self.kind(element, depth + 1)
             if kind.level >= _ROW:
                 return _records(kind.source)  # [json.loads(line) for line in f], [r for r in data]
@@ -631,6 +681,21 @@ def _at_or_after(statement: ast.stmt, line: int) -> bool:
         return True
     end = statement.end_lineno or statement.lineno
     return end >= line and not isinstance(statement, _COMPOUND)
+
+
+def _parsed_numbers(node: ast.AST) -> bool:
+    """``[int(v) for v in text.split(",")]`` or ``[float(a), float(b)]``: numbers parsed into a
+    list per record, where one numpy row would hold them without a Python object each."""
+    if isinstance(node, ast.ListComp):
+        elements: list[ast.expr] = [node.elt]
+    elif isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) > 1:
+        elements = node.elts
+    else:
+        return False
+    return all(
+        isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("int", "float")
+        for e in elements
+    )
 
 
 def _field(base: _Kind) -> _Kind:

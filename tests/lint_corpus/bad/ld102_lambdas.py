@@ -1,4 +1,4 @@
-# expect: LD102 LD102 LD102
+# expect: LD102 LD102 LD102 LD110
 # ruff: noqa
 import torch
 from torch.utils.data import DataLoader, Dataset

@@ -1,0 +1,6 @@
+class BaseDataLoader:
+    def initialize(self, opt):
+        self.opt = opt
+
+    def load_data(self):
+        return None
