@@ -130,6 +130,8 @@ def test_incident_from_a_sink_record() -> None:
 def test_run_status(exit_code: int, actions: list[str], status: str) -> None:
     incidents = [RunIncident(cause="sample-error", action=action) for action in actions]
     assert run_status(exit_code, incidents) == status
+    # Healing that delivered not one sample healed nothing; a run without incidents is ok.
+    assert run_status(exit_code, incidents, 0) == ("crashed" if incidents else status)
 
 
 def test_exit_code_of_a_signal_is_128_plus_n() -> None:
@@ -317,7 +319,23 @@ def test_merge_sums_the_states_and_names_loaders_that_ran_as_plain_torch(tmp_pat
 @pytest.mark.parametrize(
     ("change", "verdict"),
     [
-        ({"action": "skipped"}, "verdict: 1 incident(s) healed (native-crash)"),
+        (
+            {"action": "skipped"},
+            "verdict: the command failed after 1 incident(s) (native-crash) were healed",
+        ),
+        (
+            {"action": "skipped", "exit_code": 0, "status": "healed"},
+            "verdict: 1 incident(s) healed (native-crash)",
+        ),
+        (
+            {"action": "skipped", "exit_code": 0, "status": "healed-with-loss"},
+            "verdict: 1 incident(s) healed, with healthy samples lost (native-crash)",
+        ),
+        (
+            {"action": "skipped", "exit_code": 0, "status": "crashed", "delivered": Delivered()},
+            "verdict: 1 incident(s) (native-crash), and not one sample delivered: nothing "
+            "was healed",
+        ),
         ({"incidents": []}, "verdict: no DataLoader worker died; the command failed on its own"),
         ({"incidents": [], "exit_code": 0}, "verdict: no DataLoader worker died"),
         (

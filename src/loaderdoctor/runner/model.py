@@ -236,10 +236,22 @@ class RunReport:
         return cls(**values)
 
 
-def run_status(exit_code: int, incidents: list[RunIncident]) -> RunStatus:
-    """crashed: the command failed or a loader raised; healed: every incident was healed;
-    healed-with-loss: healed, but healthy samples were lost (an incident's action "lost")."""
+def numeric_order(value: Any) -> tuple[int, Any]:
+    """Sort key of an index list as people read it: 2 before 10, then anything else by text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (0, value)
+    return (1, repr(value))
+
+
+def run_status(
+    exit_code: int, incidents: list[RunIncident], delivered_samples: int | None = None
+) -> RunStatus:
+    """crashed: the command failed or a loader raised, or healing delivered no sample at all
+    (skipping every sample heals nothing); healed: every incident was healed; healed-with-loss:
+    healed, but healthy samples were lost (an incident's action "lost")."""
     if exit_code != 0 or any(i.action not in HEALING_ACTIONS for i in incidents):
+        return "crashed"
+    if incidents and delivered_samples == 0:
         return "crashed"
     if any(i.action == "lost" for i in incidents):
         return "healed-with-loss"

@@ -26,7 +26,14 @@ import torch.utils.data
 import torch.utils.data.dataloader
 
 from loaderdoctor.runner import lifeline, protocol, subclasses
-from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, HEAL_WARNED_NAME, RUN_DIR_ENV
+from loaderdoctor.runner.model import numeric_order
+from loaderdoctor.runner.protocol import (
+    HANG_TIMEOUT_ENV,
+    HEAL_ENV,
+    HEAL_WARNED_NAME,
+    MAX_SKIPPED_ENV,
+    RUN_DIR_ENV,
+)
 from loaderdoctor.supervise import loader as supervised
 
 STATE_EVERY_S = 1.0
@@ -59,6 +66,7 @@ def _settings() -> tuple[float | None, bool]:
 
 
 HANG_TIMEOUT, HEAL = _settings()
+MAX_SKIPPED = os.environ.get(MAX_SKIPPED_ENV)  # checked by ``run`` before the command started
 HEAL_AVAILABLE = "heal" in inspect.signature(supervised.DataLoader.__init__).parameters
 
 
@@ -95,6 +103,8 @@ class RunDataLoader(supervised.DataLoader[_T_co]):
         if HEAL:
             if HEAL_AVAILABLE:
                 kwargs.setdefault("heal", True)
+                if MAX_SKIPPED is not None:
+                    kwargs.setdefault("max_skipped", MAX_SKIPPED)
             else:
                 _warn_heal_unavailable_once()
         super().__init__(*args, **kwargs)
@@ -145,6 +155,8 @@ def _run_stateful_base() -> type:
                 kwargs.setdefault("hang_timeout", HANG_TIMEOUT)
             if HEAL:
                 kwargs.setdefault("heal", True)
+                if MAX_SKIPPED is not None:
+                    kwargs.setdefault("max_skipped", MAX_SKIPPED)
             super().__init__(*args, **kwargs)
 
     return RunStateful
@@ -263,7 +275,7 @@ def _write_state(force: bool) -> None:
             "loaders": sum(1 for record in _records if record.iterated),
             "batches": sum(record.counts.get("batches", 0) for record in _records),
             "samples": sum(record.counts.get("samples", 0) for record in _records),
-            "quarantine": sorted(quarantine, key=repr),
+            "quarantine": sorted(quarantine, key=numeric_order),
             "pid": os.getpid(),
             "image": _image,
             "started": _started,

@@ -58,6 +58,9 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         allow_in_process: let healing's back-off load samples in this process after a cause that
             killed a worker process (default False: at least one worker process stays, so a
             sample that kills its process cannot kill the training).
+        max_skipped: how many samples healing may skip before it stops and raises, as a count
+            or a fraction of the dataset (default 0.5). The same failure on eight samples in a
+            row, with none delivered between, stops it too: a failure the samples share.
 
     Any other keyword reaches torch unchanged.
     """
@@ -84,10 +87,11 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         retries: int | None = None,
         quarantine: str | os.PathLike[str] | None = None,
         allow_in_process: bool = False,
+        max_skipped: int | float | None = None,
         **torch_keywords: Any,
     ) -> None:
         settings = Settings.from_keywords(
-            hang_timeout, heal, on_error, retries, quarantine, allow_in_process
+            hang_timeout, heal, on_error, retries, quarantine, allow_in_process, max_skipped
         )
         # torch's own keywords (and any a newer torch adds) go to torch as given: torch checks
         # them and raises its own TypeError for one it does not know.
@@ -113,6 +117,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         self.retries = settings.retries
         self.quarantine_path = settings.quarantine_path
         self.allow_in_process = settings.allow_in_process
+        self.max_skipped = max_skipped
         self._ld = Supervision.of(self, settings)
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
         self._ld_unsupervised = _unsupervised_reason(unknown)

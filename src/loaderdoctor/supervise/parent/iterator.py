@@ -34,7 +34,7 @@ from loaderdoctor.forensics import Diagnosis
 from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import live_quarantine
-from loaderdoctor.supervise.errors import LoaderError
+from loaderdoctor.supervise.errors import HealingStoppedError, LoaderError
 from loaderdoctor.supervise.files import BOOTSTRAP_DIR_ENV
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 from loaderdoctor.supervise.heal_policy import owed_again
@@ -419,7 +419,7 @@ class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProces
                     self._ld_epoch_done()
                     raise
                 except Exception as error:
-                    deliberate = error is self._ld_raising
+                    deliberate = error is self._ld_raising or isinstance(error, HealingStoppedError)
                     self._ld_raising = None  # holding it would be a cycle through its frames
                     if deliberate or origin_of(error) is None:
                         raise  # the user's (or torch's) exception, with its verdict
