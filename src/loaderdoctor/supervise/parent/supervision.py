@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import os
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise.batch_count import samples_delivered
-from loaderdoctor.supervise.heal import warn_sample_action
+from loaderdoctor.supervise.heal import user_stacklevel, warn_sample_action
 from loaderdoctor.supervise.heal_policy import Backoff
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
 from loaderdoctor.supervise.parent.incidents import (
@@ -41,6 +42,7 @@ from loaderdoctor.supervise.shared_failure import (
     SharedFailures,
     stop_diagnosis,
 )
+from loaderdoctor.supervise.worker import shared_handles
 from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SamplePolicy
 from loaderdoctor.system.oom_priority import (
     PROBE_OOM_SCORE_ADJ,
@@ -168,6 +170,7 @@ class Supervision:
             else None
         )
         self.shared_stop: Diagnosis | None = None
+        self.handles_warned = False  # a worker found a handle shared with the main process
         # The live pools' shared quarantines: each new entry reaches their workers at once
         # (``live_quarantine``), not only the batches the main process has not sent yet.
         self.live_quarantines: weakref.WeakSet[LiveQuarantine] = weakref.WeakSet()
@@ -275,6 +278,9 @@ class Supervision:
         from loaderdoctor.forensics import Evidence, diagnose
         from loaderdoctor.supervise.samples import sample_file
 
+        if event.get("kind") == shared_handles.EVENT_KIND:
+            self.warn_shared_handles(event)
+            return
         action = event.get("action", "skipped")
         counts = self.counts
         if action == "replaced":
@@ -317,6 +323,13 @@ class Supervision:
         self.sample_actions += 1
         self.quarantine_add(index, diagnosis)
         self.stop_if_shared(index, event)
+
+    def warn_shared_handles(self, event: dict[str, Any]) -> None:
+        """A worker found handles of the main process in the dataset: warn once per loader."""
+        if self.handles_warned:
+            return
+        self.handles_warned = True
+        warnings.warn(shared_handles.warning_text(event), UserWarning, stacklevel=user_stacklevel())
 
     def stop_if_shared(self, index: Any, event: dict[str, Any]) -> None:
         """Raise ``HealingStoppedError`` when this skip makes the failure a shared one (the same

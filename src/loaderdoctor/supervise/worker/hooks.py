@@ -23,7 +23,7 @@ from loaderdoctor import torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
 from loaderdoctor.supervise import files
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, LiveQuarantine
-from loaderdoctor.supervise.worker import sharer_guard
+from loaderdoctor.supervise.worker import shared_handles, sharer_guard
 from loaderdoctor.supervise.worker.context import WorkerContext
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
 from loaderdoctor.supervise.worker.loader_view import attach_context
@@ -37,6 +37,27 @@ from loaderdoctor.system.oom_priority import raise_oom_score
 TIMER_DUMP_FRACTION = 0.8
 TIMER_POLL_S = 0.1
 STAGE_TIMER_FRAME = "in _stage_timer_loop"  # how the timer's own thread shows in its dump
+
+
+def _handles(dataset: Any) -> dict[str, tuple[int, str]]:
+    try:
+        return shared_handles.find_handles(dataset)
+    except Exception:  # a dataset whose attributes cannot be read: nothing to say about them
+        return {}
+
+
+def _tell_inherited_handles(
+    context: WorkerContext, dataset: Any, before: dict[str, tuple[int, str]]
+) -> None:
+    """Send the main process the handles this worker shares with it (it warns once)."""
+    if not before:
+        return
+    after = _handles(dataset)
+    paths = shared_handles.inherited(before, after)
+    if paths:
+        kinds = {path: after[path][1] for path in paths}
+        context.outbox.record(shared_handles.event(dataset, paths, kinds))
+        context.outbox.flush()
 
 
 class SupervisedWorkerInit:
@@ -107,12 +128,14 @@ class SupervisedWorkerInit:
         except OSError:
             context.outbox.log = None
         torch_compat.show_user_dataset_in_worker_info(self.dataset)
+        handles_before = _handles(self.dataset)
         if self.user_init is not None:
             try:
                 self.user_init(worker_id)
             except Exception as error:
                 tag_exception(error, worker_id, index=None, stage="init")
                 raise
+        _tell_inherited_handles(context, self.dataset, handles_before)
         slot.stage(Stage.IDLE)
 
     def _arm_stack_dump(self, worker_id: int, stack_log: Any) -> None:
