@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from loaderdoctor.forensics import Diagnosis, catalog
-from loaderdoctor.supervise import heal_policy
+from loaderdoctor.supervise import heal_policy, sharing
 from loaderdoctor.supervise.heal_policy import (
     MAX_RESPAWNS,
     ActionKind,
@@ -73,6 +73,21 @@ TABLE = [
     # an exception that says "out of shared memory" may go in-process (no shm needed there)
     ("shm-exhausted", {"kind": "exception", "prefetch_factor": 1, "num_workers": 1}, (B, 0, 1)),
     ("fd-exhausted", {"kind": "exception"}, (B, 4, 1)),
+    # out of descriptors under file_descriptor sharing: torch's own fix first, the same pool
+    # again; under file_system already, the ladder
+    ("fd-exhausted", {"kind": "exception", "sharing_strategy": "file_descriptor"}, (S, 4, 2)),
+    (
+        "fd-exhausted",
+        {"kind": "exception", "stage": "send", "sharing_strategy": "file_descriptor"},
+        (S, 4, 2),
+    ),
+    ("fd-exhausted", {"sharing_strategy": "file_descriptor"}, (S, 4, 2)),
+    ("fd-exhausted", {"kind": "exception", "sharing_strategy": "file_system"}, (B, 4, 1)),
+    (
+        "fd-exhausted",
+        {"kind": "exception", "stage": "send", "sharing_strategy": "file_system"},
+        (B, 0, 1),
+    ),
     ("sample-error", {"kind": "exception"}, (R, 4, 2)),
     ("batch-lost", {"kind": "exception", "stage": "send"}, (B, 0, 1)),
     ("worker-exit", {"reached_worker_init": False}, (R, 4, 2)),
@@ -154,6 +169,8 @@ WHO_TABLE = [
     # a batch that could not be sent: its worker is alive
     ("batch-lost", {"kind": "exception", "stage": "send"}, False),
     ("fd-exhausted", {"kind": "exception"}, False),
+    # a death under the old strategy: every worker restarts under the new one
+    ("fd-exhausted", {"sharing_strategy": "file_descriptor"}, False),
     # streams and failures that are raised
     ("native-crash", {"iterable": True}, True),  # a stream worker is replaced alone too
     ("native-crash", {"heal": False}, False),
@@ -166,6 +183,18 @@ def test_replaces_one_worker(cause: str, changes: dict, alone: bool) -> None:
     at = replace(BASE, **changes)
     action = HealPolicy().decide(verdict(cause), at)
     assert replaces_one_worker(action, at) is alone
+
+
+def test_the_sharing_switch_is_in_the_action_once() -> None:
+    at = replace(BASE, kind="exception", sharing_strategy="file_descriptor")
+    switch = HealPolicy().decide(verdict("fd-exhausted"), at)
+    assert (switch.sharing_strategy, switch.note) == ("file_system", sharing.SWITCH_NOTE)
+    after = HealPolicy().decide(
+        verdict("fd-exhausted"), replace(at, sharing_strategy="file_system")
+    )
+    assert after.sharing_strategy is None
+    other = HealPolicy().decide(verdict("shm-exhausted"), at)
+    assert other.sharing_strategy is None
 
 
 def test_a_failed_probe_says_so_in_the_action() -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from loaderdoctor.forensics import catalog
 from loaderdoctor.forensics.evidence import Diagnosis
+from loaderdoctor.supervise import sharing
 
 
 def causes_that(heal_kind: str) -> frozenset[str]:
@@ -55,6 +56,8 @@ class Action:
     num_workers: int
     prefetch_factor: int
     note: str = ""
+    # torch's sharing strategy to switch to before the pool restarts (None: keep it)
+    sharing_strategy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class Situation:
     # The culprit is quarantined already: a worker that did not know it yet fetched it
     culprit_quarantined: bool = False
     in_process_allowed: bool = False  # the user's allow_in_process
+    sharing_strategy: str | None = None  # torch's, in this process (None: not known)
 
 
 def process_killing(cause: str, kind: str) -> bool:
@@ -124,6 +128,7 @@ def replaces_one_worker(action: Action, at: Situation) -> bool:
     """
     return (
         action.kind in (ActionKind.RESPAWN, ActionKind.QUARANTINE, ActionKind.PROBE)
+        and action.sharing_strategy is None  # every worker must start under the new strategy
         and (action.num_workers, action.prefetch_factor) == (at.num_workers, at.prefetch_factor)
         and at.kind in ("death", "hang")
     )
@@ -152,6 +157,10 @@ class HealPolicy:
             return replace(keep, kind=ActionKind.FALL_BACK)
         if at.respawns >= MAX_RESPAWNS:
             return raise_it
+        if cause == "fd-exhausted" and at.sharing_strategy == sharing.FILE_DESCRIPTOR:
+            # torch's own fix first (its message names it): tensors cross as named files, which
+            # hold no descriptor; only a second failure under it backs off.
+            return replace(keep, sharing_strategy=sharing.FILE_SYSTEM, note=sharing.SWITCH_NOTE)
         if at.kind == "exception" and at.stage == "send":
             # A batch that cannot be sent fails again from any worker: load it in-process.
             return Action(

@@ -228,6 +228,7 @@ class SupervisedMultiProcessingIter(PoolLifetime, torch_compat.HookedMultiProces
                 snapshot.dataset,
                 hang_timeout=supervision.settings.hang_timeout,
                 oom_score_adj=supervision.oom_score_adj,
+                sharing_strategy=supervision.worker_sharing_strategy,
                 live_quarantine=live_quarantine.for_pool(supervision, self._ld_iterable),
                 stream_resumes=(
                     self._ld_streams.resumes(snapshot.num_workers)

@@ -34,6 +34,7 @@ from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import FlightRecorder
+from loaderdoctor.supervise import sharing
 from loaderdoctor.supervise.errors import WorkerDiedError, WorkerHangError, attach
 from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of, user_stacklevel
 from loaderdoctor.supervise.heal_policy import (
@@ -267,6 +268,7 @@ class Recovery:
             culprit=ev.in_flight_index,
             culprit_quarantined=_quarantined(ev.in_flight_index, sup.quarantine),
             in_process_allowed=sup.settings.allow_in_process,
+            sharing_strategy=sharing.current(),
         )
         if self.iterable:
             at = replace(at, culprit=ev.iterable_position)
@@ -374,6 +376,8 @@ class Recovery:
                 "plain torch loading takes over for the rest of this loader's life"
             )
             sup.plain_torch = True
+        if action.sharing_strategy is not None:
+            sup.worker_sharing_strategy = sharing.switch_to(action.sharing_strategy)
         alone = self._respawned_alone(diagnosis, action, at, ev, replacement)
         sup.record(diagnosis, recorded_as)
         if action.kind is ActionKind.FALL_BACK:

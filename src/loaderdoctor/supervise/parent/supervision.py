@@ -171,6 +171,9 @@ class Supervision:
         )
         self.shared_stop: Diagnosis | None = None
         self.handles_warned = False  # a worker found a handle shared with the main process
+        # Healing switched torch's sharing strategy (out of descriptors): workers started from
+        # then on set it too (a spawned worker starts with torch's default)
+        self.worker_sharing_strategy: str | None = None
         # The live pools' shared quarantines: each new entry reaches their workers at once
         # (``live_quarantine``), not only the batches the main process has not sent yet.
         self.live_quarantines: weakref.WeakSet[LiveQuarantine] = weakref.WeakSet()

@@ -21,7 +21,7 @@ from torch.utils.data import get_worker_info
 
 from loaderdoctor import torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
-from loaderdoctor.supervise import files
+from loaderdoctor.supervise import files, sharing
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, LiveQuarantine
 from loaderdoctor.supervise.worker import shared_handles, sharer_guard
 from loaderdoctor.supervise.worker.context import WorkerContext
@@ -75,6 +75,7 @@ class SupervisedWorkerInit:
         oom_score_adj: int | None = None,
         live_quarantine: LiveQuarantine | None = None,
         collate: Any = None,
+        sharing_strategy: str | None = None,
     ) -> None:
         self.user_init = user_init
         # What the main process quarantines while this worker runs, read before each sample
@@ -91,8 +92,11 @@ class SupervisedWorkerInit:
         # sends it with this init); the dataset wrapper is the one torch hands each worker
         self.collate = collate
         self.hang_timeout = hang_timeout
+        # Healing switched the sharing strategy: a spawned worker must too (a forked one has it)
+        self.sharing_strategy = sharing_strategy
 
     def __call__(self, worker_id: int) -> None:
+        sharing.apply_in_worker(self.sharing_strategy)
         if self.oom_score_adj is not None:
             raise_oom_score(os.getpid(), self.oom_score_adj)
         slot = self.recorder.attach(worker_id)
