@@ -147,6 +147,12 @@ def test_spawn_pickling_failure_falls_back_loudly() -> None:
     assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
         ("unpicklable", "backed-off")
     ]
+    # never in the training process: forked workers, which pickle nothing, loaded the epoch
+    assert loader.incidents[0].diagnosis.evidence[-1] == (
+        "the epoch loads in 2 forked worker process(es) instead (multiprocessing_context="
+        "'fork', which pickles nothing and re-runs no script): isolated from the training process"
+    )
+    assert os.getpid() not in loader._ld.worker_pids and len(loader._ld.worker_pids) >= 2
 
 
 FAULT_KINDS = st.sampled_from(["raise", "raise-once", "kill", "kill-once", "hang", "ragged"])

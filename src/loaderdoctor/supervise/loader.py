@@ -147,7 +147,8 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         from loaderdoctor.supervise.parent.single_process import SupervisedSingleProcessIter
 
         workers, prefetch = self.num_workers, self.prefetch_factor
-        if workers and not sup.workers_cannot_start and sup.settings.heal:
+        foreseen = sup.workers_cannot_start or sup.fallback_start_method is not None
+        if workers and not foreseen and sup.settings.heal:
             _foreseen_start_failure(self, sup)
         if sup.workers_cannot_start:
             workers = 0
@@ -159,7 +160,11 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
                 overrides = {"num_workers": 0, "timeout": 0, "prefetch_factor": None}
             return SupervisedSingleProcessIter(LoaderSnapshot(self, **overrides), sup)
         self.check_worker_number_rationality()
-        snapshot = LoaderSnapshot(self, num_workers=workers, prefetch_factor=prefetch)
+        from loaderdoctor.supervise.parent.start_failure import fallback_overrides
+
+        snapshot = LoaderSnapshot(
+            self, num_workers=workers, prefetch_factor=prefetch, **fallback_overrides(sup)
+        )
         return SupervisedMultiProcessingIter(snapshot, sup)
 
     def __iter__(self) -> Any:
@@ -211,7 +216,7 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
         return
     unguarded = collect.unguarded_main_line()
     if unguarded is not None:
-        loads_in_process(sup, unguarded_diagnosis(unguarded, method))
+        loads_in_process(sup, unguarded_diagnosis(unguarded, method), method)
         return
     parts = (
         ("dataset", loader.dataset),
@@ -220,7 +225,7 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
     )
     fileless = collect.defined_in_fileless_main(parts)
     if fileless:
-        loads_in_process(sup, fileless_main_diagnosis(fileless, method))
+        loads_in_process(sup, fileless_main_diagnosis(fileless, method), method)
 
 
 def _unsupervised_reason(unknown: list[str]) -> str | None:

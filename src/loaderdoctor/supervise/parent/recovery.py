@@ -246,6 +246,8 @@ class Recovery:
         ):
             replacement = self.replace(ev.worker_id, dataset=self.current_dataset())
         if action.kind is ActionKind.PROBE:
+            if action.pool_stopped:
+                self.stop()  # nothing the pool holds contends with the re-try
             action = self._probe(diagnosis, at, ev.in_flight_index)
         if self.sup.backoff is not None:
             self.sup.backoff.failed()
@@ -269,6 +271,8 @@ class Recovery:
             culprit_quarantined=_quarantined(ev.in_flight_index, sup.quarantine),
             in_process_allowed=sup.settings.allow_in_process,
             sharing_strategy=sharing.current(),
+            isolated_probe=True,
+            loaded_fine_alone_before=sup.loaded_fine_alone,
         )
         if self.iterable:
             at = replace(at, culprit=ev.iterable_position)
@@ -319,6 +323,7 @@ class Recovery:
             self.sup.counts.probe_failures += 1
             return POLICY.decide(diagnosis, replace(at, probe_error=found))
         failed_again = found is not None
+        self.sup.loaded_fine_alone += not failed_again
         action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
         if failed_again and action.kind is ActionKind.QUARANTINE:
             reproduced_alone(diagnosis, culprit)  # its first evidence line says what the note did

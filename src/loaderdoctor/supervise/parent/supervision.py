@@ -174,6 +174,8 @@ class Supervision:
         # Healing switched torch's sharing strategy (out of descriptors): workers started from
         # then on set it too (a spawned worker starts with torch's default)
         self.worker_sharing_strategy: str | None = None
+        # Failures whose sample then loaded fine alone (a second one points at the pool)
+        self.loaded_fine_alone = 0
         # The live pools' shared quarantines: each new entry reaches their workers at once
         # (``live_quarantine``), not only the batches the main process has not sent yet.
         self.live_quarantines: weakref.WeakSet[LiveQuarantine] = weakref.WeakSet()
@@ -189,6 +191,8 @@ class Supervision:
         self.in_process_events: list[dict[str, Any]] = []
         # Workers cannot start at all (unpicklable, spawn bootstrapping) and healing is on.
         self.workers_cannot_start = False
+        # Workers cannot start under the loader's start method, and healing forks them instead
+        self.fallback_start_method: str | None = None
         # Each worker's oom_score_adj (raised right after its start; probes: higher still), and
         # why it could not be where it could not: the report says whether the protection is on.
         self.oom_score_adj = WORKER_OOM_SCORE_ADJ
