@@ -235,3 +235,25 @@ def test_on_error_skip_without_heal_skips_as_asked_and_heal_has_the_default_budg
     with pytest.raises(ValueError) as caught:
         DataLoader(_EveryOtherFails(), heal=True, max_skipped=-2)
     assert str(caught.value) == "max_skipped must be 0 or more samples, got -2"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("options", "last_line"),
+    [
+        (["--max-skipped", "3"], "loaderdoctor run: error: --max-skipped is healing's budget: "
+         "add --heal"),
+        (["--heal", "--max-skipped", "1.5"], "loaderdoctor run: error: argument --max-skipped: "
+         "max_skipped must be a count or a fraction in (0, 1], got 1.5"),
+    ],
+)  # fmt: skip
+def test_run_refuses_a_max_skipped_it_cannot_use(
+    tmp_path: Path, options: list[str], last_line: str
+) -> None:
+    result = run_python(
+        ["-m", "loaderdoctor", "run", "--report-dir", str(tmp_path), *options, "--", "true"],
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == last_line
+    assert not (tmp_path / "report.json").exists()

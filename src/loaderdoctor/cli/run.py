@@ -86,6 +86,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from loaderdoctor.runner.core import RunSettings, RunUsageError, outer_supervisor, run_command
 
+    if args.max_skipped is not None and not args.heal:
+        raise CommandError("--max-skipped is healing's budget: add --heal")
     outer = outer_supervisor()
     if outer is not None:
         return _run_under(outer, args.argv)
