@@ -214,12 +214,13 @@ def test_exactly_once_ledger(
         assert report.counts["skipped"] + sum(received) == 2 * (n - tail), (
             f"skipped {report.counts['skipped']}, received {sum(received)} ({faults})"
         )
-        # A death or hang healed without a change of pool shape replaced that worker alone
-        # (issue 14); the ledger above held across it.
+        # A death healed without a change of pool shape replaced that worker alone (issue 14);
+        # the ledger above held across it. (A hang's sample is re-tried with the pool stopped,
+        # so that pool restarts: the ledger held across that too.)
         for incident in loader.incidents:
-            if incident.action in ("respawned", "quarantined") and incident.diagnosis.cause in (
-                "killed-by-signal",
-                "worker-hang",
+            if (
+                incident.action in ("respawned", "quarantined")
+                and incident.diagnosis.cause == "killed-by-signal"
             ):
                 assert fnmatch.filter(
                     incident.diagnosis.evidence,
