@@ -88,6 +88,12 @@ def test_a_delivery_or_another_failure_breaks_the_streak() -> None:
     assert shared.failed(7, "OSError", "OSError: bad 7") is not None
 
 
+def test_a_budget_of_every_sample_never_stops() -> None:
+    shared = SharedFailures(Budget(fraction=1.0), dataset_len=10, streak=2)
+    for index in range(10):
+        assert shared.failed(index, "OSError", f"OSError: {index}") is None
+
+
 def test_skips_past_the_budget_stop_with_the_most_common_failure() -> None:
     shared = SharedFailures(Budget(fraction=0.3), dataset_len=10, streak=8)
     for index, message in ((0, "KeyError: 'a'"), (3, "OSError: x 3"), (6, "OSError: x 6")):

@@ -94,7 +94,8 @@ def likely_cause(signature: str) -> str:
 
 @dataclass(frozen=True)
 class Budget:
-    """``max_skipped``: how many samples healing may skip, as a count or a fraction."""
+    """``max_skipped``: how many samples healing may skip, as a count or a fraction (1.0: all
+    of them, and no failure, however shared, stops healing)."""
 
     count: int | None = None
     fraction: float | None = None
@@ -181,6 +182,8 @@ class SharedFailures:
         """A sample failed and was skipped; the ``Stop`` when healing must stop now."""
         if self.stopped is not None:
             return self.stopped
+        if self.budget.fraction == 1.0:  # every sample may be skipped: the user's word
+            return None
         signature = normalise(exception_type, message)
         self._examples.setdefault(signature, " ".join((message or "").split()))
         key = sample if _hashable(sample) else repr(sample)
