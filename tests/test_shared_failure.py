@@ -263,3 +263,38 @@ def test_run_refuses_a_max_skipped_it_cannot_use(
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1] == last_line
     assert not (tmp_path / "report.json").exists()
+
+
+class _MissingRoot(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> int:
+        raise FileNotFoundError(2, "No such file or directory", f"/nope/{index}.jpg")
+
+
+@pytest.mark.slow
+def test_stateful_dataloader_stops_healing_on_a_shared_failure_too() -> None:
+    pytest.importorskip("torchdata")
+    from loaderdoctor import StatefulDataLoader
+
+    loader = StatefulDataLoader(_MissingRoot(), batch_size=4, num_workers=2, heal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        with pytest.raises(HealingStoppedError) as caught:
+            for _ in loader:
+                pass
+    assert str(caught.value).splitlines()[0] == (
+        "loaderdoctor stopped healing: FileNotFoundError: [Errno <n>] No such file or directory: "
+        "'<path>'"
+    )
+    assert caught.value.diagnosis is not None
+    assert (
+        caught.value.diagnosis.evidence[1] == f"likely cause: {likely_cause('FileNotFoundError:')}"
+    )
+    assert [(i.diagnosis.cause, i.action) for i in loader.incidents][-1] == (
+        "shared-failure",
+        "raised",
+    )
+    assert loader.report.quarantine == []
+    del loader, caught  # torchdata's iterator ends before the interpreter's globals go
