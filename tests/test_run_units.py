@@ -186,6 +186,12 @@ def test_growth_of_spawn_workers_is_not_copy_on_read() -> None:
 def test_terminal_summary() -> None:
     report = sample_report()
     assert format_headline(report) == "the command failed: exit code 1 after 3.2 s"
+    healed_nothing = sample_report()
+    healed_nothing.incidents[0].action = "skipped"
+    healed_nothing.exit_code, healed_nothing.status = 0, "crashed"
+    assert format_headline(healed_nothing) == (
+        "the command succeeded but its DataLoaders delivered no sample: exit code 0 after 3.2 s"
+    )
     text = format_text(report, width=120, html=Path("/tmp/r/report.html"))
     lines = text.splitlines()
     assert lines[0] == "loaderdoctor run: the command failed: exit code 1 after 3.2 s"

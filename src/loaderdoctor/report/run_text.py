@@ -35,6 +35,10 @@ def format_headline(report: RunReport) -> str:
         return f"the command was interrupted: {after}"
     if report.exit_code != 0:
         return f"the command failed: {after}"
+    if report.status == "crashed" and not any(
+        i.action not in HEALING_ACTIONS for i in report.incidents
+    ):  # every incident healed, and yet not one sample delivered
+        return f"the command succeeded but its DataLoaders delivered no sample: {after}"
     if report.status == "crashed":  # it went on after a DataLoader raised
         return f"the command succeeded but a DataLoader raised: {after}"
     if report.status == "healed":
