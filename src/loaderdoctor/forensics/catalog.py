@@ -526,8 +526,10 @@ CAUSES: dict[str, Cause] = {
                 "max_skipped=0.9)` or `loaderdoctor run --heal --max-skipped 0.9`.",
             ),
             symptoms=(
-                "RuntimeError: Found no NVIDIA driver on your system.",
-                "FileNotFoundError: [Errno 2] No such file or directory: '/data/N.jpg'",
+                "loaderdoctor stopped healing: RuntimeError: Found no NVIDIA driver on your "
+                "system.",
+                "loaderdoctor stopped healing: FileNotFoundError: [Errno <n>] No such file or "
+                "directory: '<path>'",
             ),
             proof=(
                 "Each skipped sample's exception type and message are compared with numbers, "

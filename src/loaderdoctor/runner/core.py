@@ -35,7 +35,6 @@ from loaderdoctor.runner.model import (
     RunIncident,
     RunReport,
     UnsupervisedLoader,
-    numeric_order,
     run_status,
 )
 from loaderdoctor.runner.pdeathsig import parent_death_signal
@@ -350,7 +349,7 @@ def merge(
     for incident in incidents:
         if incident.action == "quarantined":
             quarantine.extend(i for i in incident.indices if i not in quarantine)
-    quarantine.sort(key=numeric_order)
+    quarantine.sort(key=protocol.numeric_order)
     exit_code, signal_name = exit_code_of(returncode)
     unsupervised_loaders = unsupervised_loaders_of(states)
     delivered = Delivered(

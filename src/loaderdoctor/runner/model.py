@@ -236,13 +236,6 @@ class RunReport:
         return cls(**values)
 
 
-def numeric_order(value: Any) -> tuple[int, Any]:
-    """Sort key of an index list as people read it: 2 before 10, then anything else by text."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (0, value)
-    return (1, repr(value))
-
-
 def run_status(
     exit_code: int, incidents: list[RunIncident], delivered_samples: int | None = None
 ) -> RunStatus:

@@ -26,7 +26,6 @@ import torch.utils.data
 import torch.utils.data.dataloader
 
 from loaderdoctor.runner import lifeline, protocol, subclasses
-from loaderdoctor.runner.model import numeric_order
 from loaderdoctor.runner.protocol import (
     HANG_TIMEOUT_ENV,
     HEAL_ENV,
@@ -275,7 +274,7 @@ def _write_state(force: bool) -> None:
             "loaders": sum(1 for record in _records if record.iterated),
             "batches": sum(record.counts.get("batches", 0) for record in _records),
             "samples": sum(record.counts.get("samples", 0) for record in _records),
-            "quarantine": sorted(quarantine, key=numeric_order),
+            "quarantine": sorted(quarantine, key=protocol.numeric_order),
             "pid": os.getpid(),
             "image": _image,
             "started": _started,
