@@ -148,6 +148,12 @@ def test_spawn_pickling_failure_falls_back_loudly() -> None:
     assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
         ("unpicklable", "backed-off")
     ]
+    # never in the training process: forked workers, which pickle nothing, loaded the epoch
+    assert loader.incidents[0].diagnosis.evidence[-1] == (
+        "the epoch loads in 2 forked worker process(es) instead (multiprocessing_context="
+        "'fork', which pickles nothing and re-runs no script): isolated from the training process"
+    )
+    assert os.getpid() not in loader._ld.worker_pids and len(loader._ld.worker_pids) >= 2
 
 
 FAULT_KINDS = st.sampled_from(["raise", "raise-once", "kill", "kill-once", "hang", "ragged"])
@@ -209,12 +215,13 @@ def test_exactly_once_ledger(
         assert report.counts["skipped"] + sum(received) == 2 * (n - tail), (
             f"skipped {report.counts['skipped']}, received {sum(received)} ({faults})"
         )
-        # A death or hang healed without a change of pool shape replaced that worker alone
-        # (issue 14); the ledger above held across it.
+        # A death healed without a change of pool shape replaced that worker alone (issue 14);
+        # the ledger above held across it. (A hang's sample is re-tried with the pool stopped,
+        # so that pool restarts: the ledger held across that too.)
         for incident in loader.incidents:
-            if incident.action in ("respawned", "quarantined") and incident.diagnosis.cause in (
-                "killed-by-signal",
-                "worker-hang",
+            if (
+                incident.action in ("respawned", "quarantined")
+                and incident.diagnosis.cause == "killed-by-signal"
             ):
                 assert fnmatch.filter(
                     incident.diagnosis.evidence,

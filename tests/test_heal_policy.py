@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from loaderdoctor.forensics import Diagnosis, catalog
-from loaderdoctor.supervise import heal_policy
+from loaderdoctor.supervise import heal_policy, sharing
 from loaderdoctor.supervise.heal_policy import (
     MAX_RESPAWNS,
     ActionKind,
@@ -73,6 +73,21 @@ TABLE = [
     # an exception that says "out of shared memory" may go in-process (no shm needed there)
     ("shm-exhausted", {"kind": "exception", "prefetch_factor": 1, "num_workers": 1}, (B, 0, 1)),
     ("fd-exhausted", {"kind": "exception"}, (B, 4, 1)),
+    # out of descriptors under file_descriptor sharing: torch's own fix first, the same pool
+    # again; under file_system already, the ladder
+    ("fd-exhausted", {"kind": "exception", "sharing_strategy": "file_descriptor"}, (S, 4, 2)),
+    (
+        "fd-exhausted",
+        {"kind": "exception", "stage": "send", "sharing_strategy": "file_descriptor"},
+        (S, 4, 2),
+    ),
+    ("fd-exhausted", {"sharing_strategy": "file_descriptor"}, (S, 4, 2)),
+    ("fd-exhausted", {"kind": "exception", "sharing_strategy": "file_system"}, (B, 4, 1)),
+    (
+        "fd-exhausted",
+        {"kind": "exception", "stage": "send", "sharing_strategy": "file_system"},
+        (B, 0, 1),
+    ),
     ("sample-error", {"kind": "exception"}, (R, 4, 2)),
     ("batch-lost", {"kind": "exception", "stage": "send"}, (B, 0, 1)),
     ("worker-exit", {"reached_worker_init": False}, (R, 4, 2)),
@@ -93,12 +108,74 @@ TABLE = [
         {"culprit": 3, "probe_failed_again": False, "resumes_exactly": False},
         (R, 4, 2),
     ),
+    # where the pool can be stopped first, a hang's sample is re-tried alone: stuck again, it
+    # is quarantined; fine alone, the pool was to blame: half the workers, nothing quarantined
+    ("worker-hang", {"kind": "hang", "culprit": 7, "isolated_probe": True}, (P, 4, 2)),
+    (
+        "worker-hang",
+        {"kind": "hang", "culprit": 7, "isolated_probe": True, "probe_failed_again": True},
+        (Q, 4, 2),
+    ),
+    (
+        "worker-hang",
+        {"kind": "hang", "culprit": 7, "isolated_probe": True, "probe_failed_again": False},
+        (B, 2, 1),
+    ),
+    (
+        "worker-hang",
+        {
+            "kind": "hang",
+            "culprit": 7,
+            "isolated_probe": True,
+            "num_workers": 3,
+            "prefetch_factor": 1,
+            "probe_failed_again": False,
+        },
+        (B, 1, 1),
+    ),
+    (
+        "worker-hang",
+        {
+            "kind": "hang",
+            "culprit": 7,
+            "isolated_probe": True,
+            "num_workers": 1,
+            "probe_failed_again": False,
+        },
+        (S, 1, 2),
+    ),
+    (
+        "worker-hang",
+        {"kind": "hang", "culprit": 7, "isolated_probe": True, "probe_error": "RuntimeError: boom"},
+        (S, 4, 2),
+    ),
+    # a death whose sample loads fine alone: not reproducible once; the second such points at
+    # the pool (never below one worker: it killed a process)
+    (
+        "native-crash",
+        {"culprit": 3, "probe_failed_again": False, "loaded_fine_alone_before": 1},
+        (B, 2, 1),
+    ),
+    (
+        "native-crash",
+        {
+            "culprit": 3,
+            "probe_failed_again": False,
+            "num_workers": 1,
+            "loaded_fine_alone_before": 1,
+        },
+        (S, 1, 2),
+    ),
     ("internal-error", {"kind": "exception"}, (F, 4, 2)),
     ("internal-error", {"kind": "exception", "heal": False}, (R, 4, 2)),
     ("internal-error", {"kind": "exception", "iterable": True}, (R, 4, 2)),
     ("internal-error", {"kind": "exception", "respawns": MAX_RESPAWNS}, (F, 4, 2)),
     # workers that could not start: the cause's catalog row decides (``start-failure``)
     ("unpicklable", {"kind": "start"}, (B, 0, 1)),
+    # where only spawn stands in the way, workers are forked: never the training process
+    ("unpicklable", {"kind": "start", "fork_fallback": True}, (B, 4, 2)),
+    ("main-guard-missing", {"kind": "start", "fork_fallback": True}, (B, 4, 2)),
+    ("process-limit", {"kind": "start", "fork_fallback": True}, (B, 0, 1)),
     ("unpicklable", {"kind": "start", "iterable": True}, (B, 0, 1)),  # no item read yet
     ("unpicklable", {"kind": "start", "heal": False}, (R, 4, 2)),
     ("process-limit", {"kind": "start", "respawns": MAX_RESPAWNS}, (B, 0, 1)),
@@ -169,6 +246,15 @@ WHO_TABLE = [
     # a batch that could not be sent: its worker is alive
     ("batch-lost", {"kind": "exception", "stage": "send"}, False),
     ("fd-exhausted", {"kind": "exception"}, False),
+    # a death under the old strategy: every worker restarts under the new one
+    ("fd-exhausted", {"sharing_strategy": "file_descriptor"}, False),
+    # a hang re-tried alone with the pool stopped: the pool is rebuilt, whatever follows
+    ("worker-hang", {"kind": "hang", "culprit": 7, "isolated_probe": True}, False),
+    (
+        "worker-hang",
+        {"kind": "hang", "culprit": 7, "isolated_probe": True, "probe_failed_again": True},
+        False,
+    ),
     # streams and failures that are raised
     ("native-crash", {"iterable": True}, True),  # a stream worker is replaced alone too
     ("native-crash", {"heal": False}, False),
@@ -181,6 +267,24 @@ def test_replaces_one_worker(cause: str, changes: dict, alone: bool) -> None:
     at = replace(BASE, **changes)
     action = HealPolicy().decide(verdict(cause), at)
     assert replaces_one_worker(action, at) is alone
+
+
+def test_the_fork_fallback_names_its_start_method() -> None:
+    at = replace(BASE, kind="start", fork_fallback=True)
+    assert HealPolicy().decide(verdict("unpicklable"), at).start_method == "fork"
+    assert HealPolicy().decide(verdict("process-limit"), at).start_method is None
+
+
+def test_the_sharing_switch_is_in_the_action_once() -> None:
+    at = replace(BASE, kind="exception", sharing_strategy="file_descriptor")
+    switch = HealPolicy().decide(verdict("fd-exhausted"), at)
+    assert (switch.sharing_strategy, switch.note) == ("file_system", sharing.SWITCH_NOTE)
+    after = HealPolicy().decide(
+        verdict("fd-exhausted"), replace(at, sharing_strategy="file_system")
+    )
+    assert after.sharing_strategy is None
+    other = HealPolicy().decide(verdict("shm-exhausted"), at)
+    assert other.sharing_strategy is None
 
 
 def test_a_failed_probe_says_so_in_the_action() -> None:

@@ -55,18 +55,18 @@ def matches(lines: list[str], patterns: list[str]) -> bool:
     )
 
 
-def test_unguarded_script_under_spawn_trains_once_in_the_main_process(
+def test_unguarded_script_under_spawn_trains_once_with_forked_workers(
     two_cpu_burners: None,
 ) -> None:
     # On main each of the two spawned workers re-ran the script, healed by loading in-process,
-    # and trained: three "epoch 0", three trainings.
+    # and trained: three "epoch 0", three trainings. Forked workers re-run nothing.
     result = run_python([UNGUARDED, "spawn", "heal"], timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert matches(result.stdout.splitlines(), ["epoch 0", "trained on 16 samples in pid *"])
     assert result.stderr.splitlines() == [
         f"{UNGUARDED}:23: HealWarning: loaderdoctor healed: The script has no "
-        '`if __name__ == "__main__":` guard [main-guard-missing] -> loading in the main process '
-        "(num_workers=0)",
+        '`if __name__ == "__main__":` guard [main-guard-missing] -> loading in 2 forked worker '
+        "process(es) (multiprocessing_context='fork')",
         "  samples = sum(len(batch) for (batch,) in loader)",
     ]
 
@@ -85,7 +85,8 @@ def test_run_heal_of_an_unguarded_script_trains_once(two_cpu_burners: None, tmp_
         f"line 15 of {UNGUARDED_PLAIN} (`samples = sum(len(batch) for (batch,) in loader)`) "
         'starts the epoch at the script\'s top level, outside `if __name__ == "__main__":`: '
         "each spawn worker would re-run the script first, training included",
-        "the epoch loads in the main process instead (num_workers=0)",
+        "the epoch loads in 2 forked worker process(es) instead (multiprocessing_context="
+        "'fork', which pickles nothing and re-runs no script): isolated from the training process",
     ]
 
 
@@ -299,7 +300,7 @@ def test_a_notebook_class_under_spawn_heals_like_the_other_start_failures(
 ) -> None:
     # A class defined in a __main__ without a file (a notebook cell; here python -c): each
     # spawned worker dies unpickling it. On main heal=True raised; now, as for an unpicklable
-    # dataset, the loader loads in the main process, says so once, and starts no worker.
+    # dataset, the loader forks its workers instead (they import nothing), and says so once.
     result = run_python(["-c", NOTEBOOK_CELL], timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == [
@@ -309,7 +310,8 @@ def test_a_notebook_class_under_spawn_heals_like_the_other_start_failures(
     ]
     assert result.stderr.splitlines() == [
         "<string>:10: HealWarning: loaderdoctor healed: Something that must cross between "
-        "processes cannot be pickled [unpicklable] -> loading in the main process (num_workers=0)"
+        "processes cannot be pickled [unpicklable] -> loading in 2 forked worker process(es) "
+        "(multiprocessing_context='fork')"
     ]
 
 

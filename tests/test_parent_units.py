@@ -270,12 +270,17 @@ def test_settings_fill_in_the_defaults_the_readme_states() -> None:
     from pathlib import Path
 
     from loaderdoctor.supervise.parent.supervision import Settings
+    from loaderdoctor.supervise.shared_failure import Budget
 
     assert Settings.from_keywords(None, False, None, None, None, False) == Settings(
         None, False, "raise", 0, None, False
     )
     healing = Settings.from_keywords(5.0, True, None, None, Path("/q.json"), True)
-    assert healing == Settings(5.0, True, "skip", 1, "/q.json", True)
+    assert healing == Settings(5.0, True, "skip", 1, "/q.json", True, Budget(fraction=0.5))
+    # on_error without healing skips what it is asked to: no budget unless one is given
+    assert Settings.from_keywords(None, False, "skip", None, None, False).max_skipped is None
+    budget = Settings.from_keywords(None, False, "skip", None, None, False, 10).max_skipped
+    assert budget == Budget(count=10)
     assert Settings.from_keywords(None, True, "replace", 3, None, False).retries == 3
 
 

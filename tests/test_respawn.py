@@ -157,7 +157,6 @@ def loader_for(
         ("sigkill", None),
         ("segv", None),
         ("exit", None),
-        ("hang", None),
         ("segv", "spawn"),
         ("sigkill", "forkserver"),
     ],
@@ -200,6 +199,30 @@ def test_one_dead_worker_of_four_is_replaced_alone(fault: str, method: str | Non
     assert seeds[replacement] == seeds[before[VICTIM_WORKER]]
     assert len(seeds[replacement]) == 1
     assert len({next(iter(seeds[pid])) for pid in after}) == 4
+
+
+def test_a_hung_workers_sample_is_re_tried_with_the_pool_stopped() -> None:
+    """A hang may be the sample's or the pool's (a slot the other workers hold): the sample is
+    re-tried alone with the pool stopped, and stuck again it is quarantined; the pool restarts
+    (the other workers' warm state is the price of telling the two apart)."""
+    loader = loader_for("hang")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        iterator = iter(loader)
+        before = [process.pid for process in iterator._workers]
+        samples = [int(i) for batch in iterator for i in batch["index"]]
+    assert samples == HEALTHY  # every healthy sample, exactly once, in torch's order
+    report = loader.report
+    assert [(i.diagnosis.cause, i.action, i.diagnosis.indices) for i in report.incidents] == [
+        ("worker-hang", "quarantined", [VICTIM])
+    ]
+    assert report.quarantine == [VICTIM]
+    assert report.incidents[0].diagnosis.evidence[0] == (
+        f"re-tried alone in a fresh worker, sample {VICTIM} failed again: the failure follows "
+        "the sample"
+    )
+    # a new pool of four besides the four it started with
+    assert len(loader._ld.worker_pids - set(before)) == len(before)
 
 
 def test_a_replaced_worker_persists_into_the_next_epoch() -> None:

@@ -143,6 +143,8 @@ def test_incident_from_a_sink_record() -> None:
 def test_run_status(exit_code: int, actions: list[str], status: str) -> None:
     incidents = [RunIncident(cause="sample-error", action=action) for action in actions]
     assert run_status(exit_code, incidents) == status
+    # Healing that delivered not one sample healed nothing; a run without incidents is ok.
+    assert run_status(exit_code, incidents, 0) == ("crashed" if incidents else status)
 
 
 def test_exit_code_of_a_signal_is_128_plus_n() -> None:
@@ -197,6 +199,12 @@ def test_growth_of_spawn_workers_is_not_copy_on_read() -> None:
 def test_terminal_summary() -> None:
     report = sample_report()
     assert format_headline(report) == "the command failed: exit code 1 after 3.2 s"
+    healed_nothing = sample_report()
+    healed_nothing.incidents[0].action = "skipped"
+    healed_nothing.exit_code, healed_nothing.status = 0, "crashed"
+    assert format_headline(healed_nothing) == (
+        "the command succeeded but its DataLoaders delivered no sample: exit code 0 after 3.2 s"
+    )
     text = format_text(report, width=120, html=Path("/tmp/r/report.html"))
     lines = text.splitlines()
     assert lines[0] == "loaderdoctor run: the command failed: exit code 1 after 3.2 s"
@@ -411,7 +419,23 @@ def test_merge_sums_the_states_and_names_loaders_that_ran_as_plain_torch(tmp_pat
 @pytest.mark.parametrize(
     ("change", "verdict"),
     [
-        ({"action": "skipped"}, "verdict: 1 incident(s) healed (native-crash)"),
+        (
+            {"action": "skipped"},
+            "verdict: the command failed after 1 incident(s) (native-crash) were healed",
+        ),
+        (
+            {"action": "skipped", "exit_code": 0, "status": "healed"},
+            "verdict: 1 incident(s) healed (native-crash)",
+        ),
+        (
+            {"action": "skipped", "exit_code": 0, "status": "healed-with-loss"},
+            "verdict: 1 incident(s) healed, with healthy samples lost (native-crash)",
+        ),
+        (
+            {"action": "skipped", "exit_code": 0, "status": "crashed", "delivered": Delivered()},
+            "verdict: 1 incident(s) (native-crash), and not one sample delivered: nothing "
+            "was healed",
+        ),
         ({"incidents": []}, "verdict: no DataLoader worker died; the command failed on its own"),
         ({"incidents": [], "exit_code": 0}, "verdict: no DataLoader worker died"),
         (

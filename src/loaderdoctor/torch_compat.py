@@ -675,8 +675,15 @@ class IteratorBooks:
         )
 
     def shut_down(self) -> None:
-        """torch's own shutdown of the iterator's workers, queues and threads."""
-        self._it._shutdown_workers()
+        """torch's own shutdown of the iterator's workers, queues and threads; then the batches
+        its reorder buffer received let go: a stopped pool's undelivered batches are loaded again
+        by its successor, and kept here their tensors would hold their shared memory (under the
+        ``file_descriptor`` strategy one open descriptor each) while the successor starts."""
+        it = self._it
+        it._shutdown_workers()
+        for task, info in list(it._task_info.items()):
+            if len(info) == 2:
+                it._task_info[task] = info[:1]
 
 
 __all__ = [

@@ -27,12 +27,30 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _budget(text: str) -> str:
+    from loaderdoctor.supervise.shared_failure import Budget
+
+    try:
+        Budget.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     parser.usage = (
         "loaderdoctor run [OPTIONS] -- COMMAND [ARGS...] | run [OPTIONS] SCRIPT.py [ARGS...]"
     )
     parser.add_argument(
         "--heal", action="store_true", help="skip or replace bad samples and respawn dead workers"
+    )
+    parser.add_argument(
+        "--max-skipped",
+        type=_budget,
+        default=None,
+        metavar="N",
+        help="with --heal: stop and raise once more samples than this are skipped, a count or a "
+        "fraction of the dataset (default 0.5)",
     )
     parser.add_argument(
         "--hang-timeout",
@@ -68,6 +86,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from loaderdoctor.runner.core import RunSettings, RunUsageError, outer_supervisor, run_command
 
+    if args.max_skipped is not None and not args.heal:
+        raise CommandError("--max-skipped is healing's budget: add --heal")
     outer = outer_supervisor()
     if outer is not None:
         return _run_under(outer, args.argv)
@@ -82,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         command=list(args.argv),
         report_dir=args.report_dir,
         heal=args.heal,
+        max_skipped=args.max_skipped,
         hang_timeout_s=args.hang_timeout,
         memory_interval_s=max(args.memory_interval, 0.05),
     )

@@ -748,6 +748,39 @@ CAUSES: dict[str, Cause] = {
             ),
         ),
         Cause(
+            id="shared-failure",
+            heals=frozenset(),
+            title="Healing stopped: many samples fail alike, so the samples are not to blame",
+            explanation=(
+                "While healing, the same failure hit sample after sample with none delivered "
+                "between, or more samples failed than max_skipped allows. A failure every "
+                "sample shares is not a bad sample: CUDA used in the Dataset where the workers "
+                "have no GPU (no NVIDIA driver, or a forked worker), a data root that does not "
+                "exist, a package the workers cannot import, a wrong transform argument. "
+                "Skipping on would quarantine the whole dataset and call the run healed."
+            ),
+            fixes=(
+                "Read the shared message and its likely cause above, and fix that one thing "
+                "(the data path, the import, the device); no sample needs fixing.",
+                "Reproduce it in the main process: `dataset[0]` fails the same way.",
+                "If many samples really are bad, raise the budget: `DataLoader(..., "
+                "max_skipped=0.9)` or `loaderdoctor run --heal --max-skipped 0.9`.",
+            ),
+            symptoms=(
+                "loaderdoctor stopped healing: RuntimeError: Found no NVIDIA driver on your "
+                "system.",
+                "loaderdoctor stopped healing: FileNotFoundError: [Errno <n>] No such file or "
+                "directory: '<path>'",
+            ),
+            proof=(
+                "Each skipped sample's exception type and message are compared with numbers, "
+                "paths and addresses masked. Eight different samples failing alike with no "
+                "sample delivered between, or more skipped samples than max_skipped (a count, "
+                "or a fraction of the dataset; default 0.5), stop healing; the verdict names "
+                "the shared message and, from its wording, the likely cause."
+            ),
+        ),
+        Cause(
             id="internal-error",
             proven_by=(
                 "an exception whose innermost frame is loaderdoctor's own code, not tagged as "

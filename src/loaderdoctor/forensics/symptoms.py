@@ -546,6 +546,15 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "without a main guard that code starts the workers again; the error line below it says.",
         needs="rerun-main",
     ),
+    # loaderdoctor's own words when healing stopped on a failure every sample shared.
+    Symptom(
+        "healing-stopped",
+        "text",
+        r"loaderdoctor stopped healing:|\[shared-failure\b",
+        (("shared-failure", 0.95),),
+        "Healing stopped: one failure hit sample after sample, so it is not the samples'.",
+        words=("healing", "shared"),
+    ),
     # macOS.
     Symptom(
         "objc-fork",
@@ -645,6 +654,7 @@ PRIORS: dict[str, float] = {
     "process-limit": 0.01,
     "batch-lost": 0.01,
     "internal-error": 0.0,
+    "shared-failure": 0.0,  # said by loaderdoctor itself: its own line names it
 }
 
 TELLS: dict[str, Tell] = {

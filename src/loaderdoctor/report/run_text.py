@@ -37,6 +37,10 @@ def format_headline(report: RunReport) -> str:
         return f"the command was interrupted: {after}"
     if report.exit_code != 0:
         return f"the command failed: {after}"
+    if report.status == "crashed" and not any(
+        i.action not in HEALING_ACTIONS for i in report.incidents
+    ):  # every incident healed, and yet not one sample delivered
+        return f"the command succeeded but its DataLoaders delivered no sample: {after}"
     if report.status == "crashed":  # it went on after a DataLoader raised
         return f"the command succeeded but a DataLoader raised: {after}"
     if report.status == "healed":
@@ -46,15 +50,25 @@ def format_headline(report: RunReport) -> str:
 
 def format_verdict(report: RunReport) -> str:
     """The summary's last line, what a log's reader looks for first: the incident that ended the
-    run (its cause, title and where), what was healed, or that no worker died."""
+    run (its cause, title and where), what was healed, or that no worker died. It says what
+    report.json's status says: never "healed" for a run whose status is not."""
     raised = [i for i in report.incidents if i.action not in HEALING_ACTIONS]
     if raised:
         first = raised[0]
+        where = format_where(first)
         more = f" (+{len(raised) - 1} more)" if len(raised) > 1 else ""
-        return f"verdict: {first.cause}: {first.title} ({format_where(first)}){more}"
+        place = f" ({where})" if where != "-" else ""
+        return f"verdict: {first.cause}: {first.title}{place}{more}"
     if report.incidents:
-        causes = sorted({i.cause for i in report.incidents})
-        return f"verdict: {len(report.incidents)} incident(s) healed ({', '.join(causes)})"
+        causes = ", ".join(sorted({i.cause for i in report.incidents}))
+        count = f"{len(report.incidents)} incident(s)"
+        if report.status == "crashed" and report.delivered.samples == 0 and report.exit_code == 0:
+            return f"verdict: {count} ({causes}), and not one sample delivered: nothing was healed"
+        if report.status == "crashed":
+            return f"verdict: the command failed after {count} ({causes}) were healed"
+        if report.status == "healed-with-loss":
+            return f"verdict: {count} healed, with healthy samples lost ({causes})"
+        return f"verdict: {count} healed ({causes})"
     if report.exit_code != 0 and not (report.interrupted or report.signal == "SIGINT"):
         return "verdict: no DataLoader worker died; the command failed on its own"
     return "verdict: no DataLoader worker died"
@@ -186,7 +200,9 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
     if report.incidents:
         parts.append(Text(f"  {len(report.incidents)} incident(s):"))
         parts.append(_incident_table(report))
-        for incident in report.incidents[:MAX_DETAILED_INCIDENTS]:
+        # The incidents that ended the run first: the one the last line names is explained.
+        detailed = sorted(report.incidents, key=lambda i: i.action in HEALING_ACTIONS)
+        for incident in detailed[:MAX_DETAILED_INCIDENTS]:
             parts.extend(_incident_details(incident))
     if report.quarantine:
         shown = ", ".join(repr(i) for i in report.quarantine[:20])

@@ -43,6 +43,7 @@ from loaderdoctor.runner.protocol import (
     HANG_TIMEOUT_ENV,
     HEAL_ENV,
     INCIDENTS_DIRNAME,
+    MAX_SKIPPED_ENV,
     REPORT_NAME,
     RUN_DIR_ENV,
     RUN_RECORD_NAME,
@@ -70,6 +71,7 @@ class RunSettings:
     report_dir: Path = Path(DEFAULT_REPORT_DIR)
     heal: bool = False
     hang_timeout_s: float = DEFAULT_HANG_TIMEOUT_S  # 0 disables the watchdog
+    max_skipped: str | None = None  # a count or a fraction, as --max-skipped gave it
     memory_interval_s: float = 0.5
 
 
@@ -130,6 +132,10 @@ def child_environment(settings: RunSettings, report_dir: Path) -> dict[str, str]
     env[RUN_DIR_ENV] = str(report_dir)
     env[HANG_TIMEOUT_ENV] = repr(float(settings.hang_timeout_s))
     env[HEAL_ENV] = "1" if settings.heal else "0"
+    if settings.max_skipped is not None:
+        env[MAX_SKIPPED_ENV] = settings.max_skipped
+    else:
+        env.pop(MAX_SKIPPED_ENV, None)
     env[SUPERVISOR_ENV] = str(os.getpid())
     return env
 
@@ -343,18 +349,20 @@ def merge(
     for incident in incidents:
         if incident.action == "quarantined":
             quarantine.extend(i for i in incident.indices if i not in quarantine)
+    quarantine.sort(key=protocol.numeric_order)
     exit_code, signal_name = exit_code_of(returncode)
     unsupervised_loaders = unsupervised_loaders_of(states)
+    delivered = Delivered(
+        sum(r.delivered.batches for r in ranks), sum(r.delivered.samples for r in ranks)
+    )
     return RunReport(
-        status=run_status(exit_code, incidents),
+        status=run_status(exit_code, incidents, delivered.samples),
         command=command,
         exit_code=exit_code,
         duration_s=round(duration_s, 3),
         incidents=incidents,
         quarantine=quarantine,
-        delivered=Delivered(
-            sum(r.delivered.batches for r in ranks), sum(r.delivered.samples for r in ranks)
-        ),
+        delivered=delivered,
         ranks=ranks,
         memory=memory,
         signal=signal_name,

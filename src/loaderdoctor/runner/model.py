@@ -236,10 +236,15 @@ class RunReport:
         return cls(**values)
 
 
-def run_status(exit_code: int, incidents: list[RunIncident]) -> RunStatus:
-    """crashed: the command failed or a loader raised; healed: every incident was healed;
-    healed-with-loss: healed, but healthy samples were lost (an incident's action "lost")."""
+def run_status(
+    exit_code: int, incidents: list[RunIncident], delivered_samples: int | None = None
+) -> RunStatus:
+    """crashed: the command failed or a loader raised, or healing delivered no sample at all
+    (skipping every sample heals nothing); healed: every incident was healed; healed-with-loss:
+    healed, but healthy samples were lost (an incident's action "lost")."""
     if exit_code != 0 or any(i.action not in HEALING_ACTIONS for i in incidents):
+        return "crashed"
+    if incidents and delivered_samples == 0:
         return "crashed"
     if any(i.action == "lost" for i in incidents):
         return "healed-with-loss"

@@ -25,7 +25,12 @@ import torch.utils.data
 import torch.utils.data.dataloader
 
 from loaderdoctor.runner import lifeline, protocol, subclasses
-from loaderdoctor.runner.protocol import HANG_TIMEOUT_ENV, HEAL_ENV, RUN_DIR_ENV
+from loaderdoctor.runner.protocol import (
+    HANG_TIMEOUT_ENV,
+    HEAL_ENV,
+    MAX_SKIPPED_ENV,
+    RUN_DIR_ENV,
+)
 from loaderdoctor.supervise import loader as supervised
 
 STATE_EVERY_S = 1.0
@@ -58,6 +63,9 @@ def _settings() -> tuple[float | None, bool]:
 
 
 HANG_TIMEOUT, HEAL = _settings()
+MAX_SKIPPED = os.environ.get(MAX_SKIPPED_ENV)  # checked by ``run`` before the command started
+
+
 _T_co = TypeVar("_T_co", covariant=True)
 
 
@@ -75,6 +83,8 @@ class RunDataLoader(supervised.DataLoader[_T_co]):
             kwargs.setdefault("hang_timeout", HANG_TIMEOUT)
         if HEAL:
             kwargs.setdefault("heal", True)
+            if MAX_SKIPPED is not None:
+                kwargs.setdefault("max_skipped", MAX_SKIPPED)
         super().__init__(*args, **kwargs)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -123,6 +133,8 @@ def _run_stateful_base() -> type:
                 kwargs.setdefault("hang_timeout", HANG_TIMEOUT)
             if HEAL:
                 kwargs.setdefault("heal", True)
+                if MAX_SKIPPED is not None:
+                    kwargs.setdefault("max_skipped", MAX_SKIPPED)
             super().__init__(*args, **kwargs)
 
     return RunStateful
@@ -238,7 +250,7 @@ def _write_state(force: bool) -> None:
             "loaders": sum(1 for record in _records if record.iterated),
             "batches": sum(record.counts.get("batches", 0) for record in _records),
             "samples": sum(record.counts.get("samples", 0) for record in _records),
-            "quarantine": sorted(quarantine, key=repr),
+            "quarantine": sorted(quarantine, key=protocol.numeric_order),
             "pid": os.getpid(),
             "image": _image,
             "started": _started,

@@ -27,9 +27,18 @@ if TYPE_CHECKING:
 RUN_DIR_ENV = "LOADERDOCTOR_RUN_DIR"
 HANG_TIMEOUT_ENV = "LOADERDOCTOR_RUN_HANG_TIMEOUT"
 HEAL_ENV = "LOADERDOCTOR_RUN_HEAL"
+MAX_SKIPPED_ENV = "LOADERDOCTOR_RUN_MAX_SKIPPED"  # --max-skipped as given; unset: the default
 # The pid of the ``loaderdoctor run`` process: its direct child watches it (``lifeline``), and
 # a ``loaderdoctor run`` started under it sees that it is already supervised.
 SUPERVISOR_ENV = "LOADERDOCTOR_RUN_SUPERVISOR"
+
+
+def numeric_order(value: Any) -> tuple[int, Any]:
+    """Sort key of an index list as people read it: 2 before 10, then anything else by text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (0, value)
+    return (1, repr(value))
+
 
 # --- the files ----------------------------------------------------------------------------------
 REPORT_NAME = "report.json"

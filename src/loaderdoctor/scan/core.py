@@ -218,6 +218,7 @@ def _scan_round(
         worker_init_fn=cap,
         on_error="skip",
         heal=True,
+        max_skipped=1.0,  # a scan names every bad sample, however many fail alike
         hang_timeout=timeout,
     )
     failure: LoaderError | None = None

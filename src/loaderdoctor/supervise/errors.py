@@ -24,6 +24,11 @@ class WorkerHangError(WorkerDiedError):
     """A worker made no progress past the hang timeout and was killed."""
 
 
+class HealingStoppedError(LoaderError):
+    """Healing stopped: many samples failed alike (or past ``max_skipped``), so the failure is not
+    the samples' (cause ``shared-failure``)."""
+
+
 class WorkerStartError(LoaderError):
     """Workers could not be started with a RuntimeError (other start failures keep their type)."""
 

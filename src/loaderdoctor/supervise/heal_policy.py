@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from loaderdoctor.forensics import catalog
 from loaderdoctor.forensics.evidence import Diagnosis
+from loaderdoctor.supervise import sharing
 
 
 def causes_that(heal_kind: str) -> frozenset[str]:
@@ -37,6 +38,15 @@ NOT_EXACT_NOTE = (
     "not healed: this loader's state cannot resume a new pool with every healthy sample once "
     "(torchdata's StatefulDataLoader with in_order=False)"
 )
+# Start failures only spawn and forkserver have (what they must pickle, the main script they
+# re-run): forked workers start where those cannot, so samples still load outside the training
+# process. The process limit is not among them: no start method gets a process past it.
+SPAWN_ONLY = frozenset({"unpicklable", "main-guard-missing"})
+FORK_NOTE = (
+    "the epoch loads in {workers} forked worker process(es) instead "
+    "(multiprocessing_context='fork', which pickles nothing and re-runs no script): "
+    "isolated from the training process"
+)
 # A rung is climbed back after this many batches delivered without an environmental failure, or
 # at the start of an epoch when the whole previous epoch was healthy, whichever comes first.
 CLIMB_AFTER_BATCHES = 1000
@@ -59,6 +69,13 @@ class Action:
     num_workers: int
     prefetch_factor: int
     note: str = ""
+    # torch's sharing strategy to switch to before the pool restarts (None: keep it)
+    sharing_strategy: str | None = None
+    # The start method the pool restarts with (None: the loader's own)
+    start_method: str | None = None
+    # The pool is stopped before the culprit is re-tried alone (nothing it holds contends with
+    # the re-try), so it is rebuilt, never resumed with one worker replaced.
+    pool_stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,14 @@ class Situation:
     # A pool stopped now can be resumed with every healthy sample once (not so from torchdata's
     # state with in_order=False: batches arrive out of order, and its snapshots lag behind).
     resumes_exactly: bool = True
+    sharing_strategy: str | None = None  # torch's, in this process (None: not known)
+    # Workers that cannot start under the loader's start method may be forked instead (Linux,
+    # and the loader's method is not fork already)
+    fork_fallback: bool = False
+    # The caller can stop its pool before a re-try alone (``Action.pool_stopped``)
+    isolated_probe: bool = False
+    # Earlier deaths of this loader whose sample then loaded fine alone
+    loaded_fine_alone_before: int = 0
 
 
 def process_killing(cause: str, kind: str) -> bool:
@@ -135,6 +160,8 @@ def replaces_one_worker(action: Action, at: Situation) -> bool:
     """
     return (
         action.kind in (ActionKind.RESPAWN, ActionKind.QUARANTINE, ActionKind.PROBE)
+        and action.sharing_strategy is None  # every worker must start under the new strategy
+        and not action.pool_stopped
         and (action.num_workers, action.prefetch_factor) == (at.num_workers, at.prefetch_factor)
         and at.kind in ("death", "hang")
     )
@@ -162,13 +189,17 @@ class HealPolicy:
         if not at.heal:
             return raise_it
         if at.kind == "start":  # a stream too: nothing of it was read yet
-            return self._start(diagnosis, raise_it)
+            return self._start(diagnosis, at, raise_it)
         if at.iterable:
             return self._stream(diagnosis, at, keep)
         if cause == "internal-error":
             return replace(keep, kind=ActionKind.FALL_BACK)
         if at.respawns >= MAX_RESPAWNS:
             return raise_it
+        if cause == "fd-exhausted" and at.sharing_strategy == sharing.FILE_DESCRIPTOR:
+            # torch's own fix first (its message names it): tensors cross as named files, which
+            # hold no descriptor; only a second failure under it backs off.
+            return replace(keep, sharing_strategy=sharing.FILE_SYSTEM, note=sharing.SWITCH_NOTE)
         if at.kind == "exception" and at.stage == "send":
             # A batch that cannot be sent fails again from any worker: load it in-process.
             return Action(
@@ -191,6 +222,8 @@ class HealPolicy:
                 ),
             )
         if cause == "worker-hang" and at.culprit is not None:
+            if at.isolated_probe:
+                return self._hang(at, keep)
             return replace(keep, kind=ActionKind.QUARANTINE)
         if cause in SAMPLE_DEATHS and at.culprit is not None:
             return self._sample_death(diagnosis, at, keep)
@@ -198,11 +231,21 @@ class HealPolicy:
             return self._back_off(diagnosis, at, "")
         return keep
 
-    def _start(self, diagnosis: Diagnosis, raise_it: Action) -> Action:
-        """Workers that could not start: loading moves to the main process where the cause's
-        catalog row says so (``start-failure``); else the user sees the failure."""
+    def _start(self, diagnosis: Diagnosis, at: Situation, raise_it: Action) -> Action:
+        """Workers that could not start, where the cause's catalog row says healing goes on
+        (``start-failure``): forked workers where only spawn's pickling or re-run script stood
+        in the way, so a sample that kills its process still cannot kill the training; else the
+        main process. Any other start failure the user sees."""
         if diagnosis.cause not in START_FAILURES:
             return raise_it
+        if diagnosis.cause in SPAWN_ONLY and at.fork_fallback and at.num_workers > 0:
+            return Action(
+                ActionKind.BACK_OFF,
+                at.num_workers,
+                at.prefetch_factor,
+                FORK_NOTE.format(workers=at.num_workers),
+                start_method="fork",
+            )
         return Action(ActionKind.BACK_OFF, 0, 1, IN_PROCESS_NOTE)
 
     def _sample_death(self, diagnosis: Diagnosis, at: Situation, keep: Action) -> Action:
@@ -229,7 +272,52 @@ class HealPolicy:
                 at,
                 f"sample {at.culprit!r} loaded fine alone: the machine, not the sample",
             )
+        if at.loaded_fine_alone_before and at.num_workers > 1:
+            return self._fewer_workers(
+                at,
+                f"sample {at.culprit!r} loaded fine alone, as another dead worker's sample did "
+                "before: the pool, not the samples (workers contending for memory or a "
+                "resource)",
+            )
         return replace(keep, note=f"sample {at.culprit!r} loaded fine alone: not reproducible")
+
+    def _hang(self, at: Situation, keep: Action) -> Action:
+        """A worker stuck on a sample: re-try the sample alone with the pool stopped (a slot,
+        a lock or memory the other workers hold cannot keep it waiting then). Stuck again
+        alone: the sample's fault, quarantined. Fine alone: the pool's, so fewer workers; the
+        sample is owed still and loads in the smaller pool."""
+        stopped = replace(keep, pool_stopped=True)
+        if at.probe_error is not None:
+            return replace(
+                stopped,
+                note=(
+                    f"sample {at.culprit!r} could not be re-tried alone ({at.probe_error}): "
+                    "not quarantined, it loads again in the new pool"
+                ),
+            )
+        if at.probe_failed_again is None:
+            return replace(stopped, kind=ActionKind.PROBE)
+        if at.probe_failed_again:
+            return replace(
+                stopped,
+                kind=ActionKind.QUARANTINE,
+                note=f"sample {at.culprit!r} got stuck again alone in a fresh worker",
+            )
+        if at.num_workers <= 1:
+            return replace(
+                stopped,
+                note=f"sample {at.culprit!r} loaded fine alone in a fresh worker: not reproducible",
+            )
+        return self._fewer_workers(
+            at,
+            f"sample {at.culprit!r} loaded fine alone with the pool stopped: the pool, not the "
+            "sample (workers contending for a resource, a lock or memory)",
+        )
+
+    def _fewer_workers(self, at: Situation, note: str) -> Action:
+        """Half the workers (at least one), prefetch 1: a rung of the ladder, skipping the
+        prefetch-only rung, which leaves as many workers contending."""
+        return Action(ActionKind.BACK_OFF, max(at.num_workers // 2, 1), 1, note, pool_stopped=True)
 
     def _stream(self, diagnosis: Diagnosis, at: Situation, keep: Action) -> Action:
         """A stream (IterableDataset): the dead worker's replacement resumes its stream, skipping
@@ -343,6 +431,7 @@ __all__ = [
     "MAX_RESPAWNS",
     "POLICY",
     "SAMPLE_DEATHS",
+    "SPAWN_ONLY",
     "Action",
     "ActionKind",
     "Backoff",

@@ -58,6 +58,9 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         allow_in_process: let healing's back-off load samples in this process after a cause that
             killed a worker process (default False: at least one worker process stays, so a
             sample that kills its process cannot kill the training).
+        max_skipped: how many samples healing may skip before it stops and raises, as a count
+            or a fraction of the dataset (default 0.5). The same failure on eight samples in a
+            row, with none delivered between, stops it too: a failure the samples share.
 
     Any other keyword reaches torch unchanged.
     """
@@ -84,10 +87,11 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         retries: int | None = None,
         quarantine: str | os.PathLike[str] | None = None,
         allow_in_process: bool = False,
+        max_skipped: int | float | None = None,
         **torch_keywords: Any,
     ) -> None:
         settings = Settings.from_keywords(
-            hang_timeout, heal, on_error, retries, quarantine, allow_in_process
+            hang_timeout, heal, on_error, retries, quarantine, allow_in_process, max_skipped
         )
         # torch's own keywords (and any a newer torch adds) go to torch as given: torch checks
         # them and raises its own TypeError for one it does not know.
@@ -113,6 +117,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         self.retries = settings.retries
         self.quarantine_path = settings.quarantine_path
         self.allow_in_process = settings.allow_in_process
+        self.max_skipped = max_skipped
         self._ld = Supervision.of(self, settings)
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
         self._ld_unsupervised = _unsupervised_reason(unknown)
@@ -142,7 +147,8 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         from loaderdoctor.supervise.parent.single_process import SupervisedSingleProcessIter
 
         workers, prefetch = self.num_workers, self.prefetch_factor
-        if workers and not sup.workers_cannot_start and sup.settings.heal:
+        foreseen = sup.workers_cannot_start or sup.fallback_start_method is not None
+        if workers and not foreseen and sup.settings.heal:
             _foreseen_start_failure(self, sup)
         if sup.workers_cannot_start:
             workers = 0
@@ -154,7 +160,11 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
                 overrides = {"num_workers": 0, "timeout": 0, "prefetch_factor": None}
             return SupervisedSingleProcessIter(LoaderSnapshot(self, **overrides), sup)
         self.check_worker_number_rationality()
-        snapshot = LoaderSnapshot(self, num_workers=workers, prefetch_factor=prefetch)
+        from loaderdoctor.supervise.parent.start_failure import fallback_overrides
+
+        snapshot = LoaderSnapshot(
+            self, num_workers=workers, prefetch_factor=prefetch, **fallback_overrides(sup)
+        )
         return SupervisedMultiProcessingIter(snapshot, sup)
 
     def __iter__(self) -> Any:
@@ -209,7 +219,7 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
         return
     unguarded = collect.unguarded_main_line()
     if unguarded is not None:
-        loads_in_process(sup, unguarded_diagnosis(unguarded, method))
+        loads_in_process(sup, unguarded_diagnosis(unguarded, method), method)
         return
     parts = (
         ("dataset", loader.dataset),
@@ -218,7 +228,7 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
     )
     fileless = collect.defined_in_fileless_main(parts)
     if fileless:
-        loads_in_process(sup, fileless_main_diagnosis(fileless, method))
+        loads_in_process(sup, fileless_main_diagnosis(fileless, method), method)
 
 
 def _unsupervised_reason(unknown: list[str]) -> str | None:

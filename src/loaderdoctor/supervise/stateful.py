@@ -59,10 +59,11 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
         retries: int | None = None,
         quarantine: str | os.PathLike[str] | None = None,
         allow_in_process: bool = False,
+        max_skipped: int | float | None = None,
         **kwargs: Any,
     ) -> None:
         settings = Settings.from_keywords(
-            hang_timeout, heal, on_error, retries, quarantine, allow_in_process
+            hang_timeout, heal, on_error, retries, quarantine, allow_in_process, max_skipped
         )
         super().__init__(*args, **kwargs)
         loader: Any = self

@@ -22,6 +22,7 @@ from loaderdoctor.supervise.parent.single_process import (
     SupervisedSingleProcessIter,
 )
 from loaderdoctor.supervise.parent.start_failure import (
+    fallback_overrides,
     loads_in_process,
     start_diagnosis,
     start_error,
@@ -79,15 +80,20 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
         self._ld_cleanup()
         sup = self._ld_sup
         diagnosis = start_diagnosis(error, self._ld_snapshot, self._ld_start_method)
-        if not loads_in_process(sup, diagnosis):
+        if not loads_in_process(sup, diagnosis, self._ld_start_method):
             sup.record(diagnosis, "raised")
             try:
                 raise start_error(error, diagnosis)
             finally:
                 error = None  # type: ignore[assignment]  # no cycle through the traceback
-        self._ld_successor = SupervisedSingleProcessIter(
-            self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
-            sup,
+        forked = fallback_overrides(sup)
+        self._ld_successor = (
+            SupervisedMultiProcessingIter(self._ld_snapshot.with_overrides(**forked), sup)
+            if forked
+            else SupervisedSingleProcessIter(
+                self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
+                sup,
+            )
         )
         self._ld_state = IterState.HANDED_OVER
 
@@ -155,7 +161,7 @@ def probe_batch(snapshot: LoaderSnapshot, indices: list[Any]) -> Any:
         multiprocessing_context=snapshot.multiprocessing_context,
     )
     settings = Settings(
-        hang_timeout=PROBE_TIMEOUT_S,
+        hang_timeout=probe_timeout(snapshot),
         heal=False,
         on_error="raise",
         retries=0,
@@ -178,6 +184,13 @@ def probe_batch(snapshot: LoaderSnapshot, indices: list[Any]) -> Any:
         logger.warning("loaderdoctor: %s could not be re-tried alone", what, exc_info=True)
         return f"{type(error).__name__}: {error}"
     return None
+
+
+def probe_timeout(snapshot: LoaderSnapshot) -> float:
+    """How long a re-try alone may stay on one sample: the loader's own hang_timeout where it
+    is shorter (longer, the sample would hang the loader too)."""
+    loader_timeout = snapshot.__dict__.get("hang_timeout")
+    return min(loader_timeout or PROBE_TIMEOUT_S, PROBE_TIMEOUT_S)
 
 
 def _fails_at(diagnosis: Diagnosis, index: Any) -> bool:

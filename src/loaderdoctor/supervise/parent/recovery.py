@@ -35,6 +35,7 @@ from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import FlightRecorder
+from loaderdoctor.supervise import sharing
 from loaderdoctor.supervise.errors import WorkerDiedError, WorkerHangError, attach
 from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of, user_stacklevel
 from loaderdoctor.supervise.heal_policy import (
@@ -283,6 +284,8 @@ class Recovery:
         ):
             replacement = self.replace(ev.worker_id, dataset=self.current_dataset())
         if action.kind is ActionKind.PROBE:
+            if action.pool_stopped:
+                self.stop()  # nothing the pool holds contends with the re-try
             action = self._probe(diagnosis, at, ev.in_flight_index)
         if self.sup.backoff is not None:
             self.sup.backoff.failed()
@@ -314,6 +317,9 @@ class Recovery:
             in_process_allowed=sup.settings.allow_in_process,
             workers_fixed=self.resume_point is not None,
             resumes_exactly=self.resume_point is None or bool(self.snapshot.in_order),
+            sharing_strategy=sharing.current(),
+            isolated_probe=True,
+            loaded_fine_alone_before=sup.loaded_fine_alone,
         )
         if self.iterable:
             at = replace(at, culprit=ev.iterable_position)
@@ -364,6 +370,7 @@ class Recovery:
             self.sup.counts.probe_failures += 1
             return POLICY.decide(diagnosis, replace(at, probe_error=found))
         failed_again = found is not None
+        self.sup.loaded_fine_alone += not failed_again
         action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
         if failed_again and action.kind is ActionKind.QUARANTINE:
             reproduced_alone(diagnosis, culprit)  # its first evidence line says what the note did
@@ -421,6 +428,8 @@ class Recovery:
                 "plain torch loading takes over for the rest of this loader's life"
             )
             sup.plain_torch = True
+        if action.sharing_strategy is not None:
+            sup.worker_sharing_strategy = sharing.switch_to(action.sharing_strategy)
         alone = self._respawned_alone(diagnosis, action, at, ev, replacement)
         sup.record(diagnosis, recorded_as)
         if action.kind is ActionKind.FALL_BACK:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import multiprocessing
+import sys
 import warnings
 from typing import Any
 
@@ -48,11 +50,15 @@ def unguarded_diagnosis(main_line: str, start_method: str) -> Diagnosis:
     )
 
 
-def loads_in_process(supervision: Any, diagnosis: Diagnosis) -> bool:
+def loads_in_process(
+    supervision: Any, diagnosis: Diagnosis, start_method: str | None = None
+) -> bool:
     """Workers that cannot start (pickling, an unguarded main script, the process limit): True
-    when healing moves loading to the main process for the rest of the loader's life (the
-    cause's catalog row says ``start-failure``: ``HealPolicy.decide``), said once; False when
-    the failure is the user's to see (the caller raises it)."""
+    when healing goes on without them for the rest of the loader's life (the cause's catalog
+    row says ``start-failure``: ``HealPolicy.decide``), said once: in forked workers where only
+    spawn stood in the way (``supervision.fallback_start_method``), else in the main process
+    (``supervision.workers_cannot_start``); False when the failure is the user's to see (the
+    caller raises it)."""
     num_workers, prefetch_factor = supervision.base_settings
     action = POLICY.decide(
         diagnosis,
@@ -63,20 +69,48 @@ def loads_in_process(supervision: Any, diagnosis: Diagnosis) -> bool:
             num_workers=num_workers,
             prefetch_factor=prefetch_factor,
             kind="start",
+            fork_fallback=can_fork_instead(start_method),
         ),
     )
     if action.kind is not ActionKind.BACK_OFF:
         return False
     diagnosis.evidence.append(action.note)
     supervision.record(diagnosis, action.kind.value)
-    supervision.workers_cannot_start = True
+    if action.start_method is not None:
+        supervision.fallback_start_method = action.start_method
+        where = (
+            f"loading in {action.num_workers} forked worker process(es) "
+            f"(multiprocessing_context={action.start_method!r})"
+        )
+    else:
+        supervision.workers_cannot_start = True
+        where = "loading in the main process (num_workers=0)"
     warnings.warn(
-        f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> loading in the main "
-        "process (num_workers=0)",
+        f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> {where}",
         HealWarning,
         stacklevel=user_stacklevel(),
     )
     return True
+
+
+def can_fork_instead(start_method: str | None) -> bool:
+    """Whether workers that cannot start under ``start_method`` may be forked instead: Linux
+    only (macOS kills a forked child that touches Objective-C state; Windows has no fork)."""
+    return (
+        start_method is not None
+        and start_method != "fork"
+        and sys.platform.startswith("linux")
+        and "fork" in multiprocessing.get_all_start_methods()
+    )
+
+
+def fallback_overrides(supervision: Any) -> dict[str, Any]:
+    """What a pool's snapshot changes after workers could not start: the start method healing
+    chose (``loads_in_process``), or nothing."""
+    method = supervision.fallback_start_method
+    if method is None:
+        return {}
+    return {"multiprocessing_context": multiprocessing.get_context(method)}
 
 
 def fileless_main_diagnosis(parts: list[str], start_method: str) -> Diagnosis:
@@ -136,6 +170,8 @@ def unpicklable_object(loader: Any) -> tuple[str, str] | None:
 
 
 __all__ = [
+    "can_fork_instead",
+    "fallback_overrides",
     "fileless_main_diagnosis",
     "loads_in_process",
     "start_diagnosis",

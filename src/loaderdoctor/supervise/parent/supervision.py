@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import os
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise.batch_count import samples_delivered
-from loaderdoctor.supervise.heal import warn_sample_action
+from loaderdoctor.supervise.heal import user_stacklevel, warn_sample_action
 from loaderdoctor.supervise.heal_policy import Backoff
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
 from loaderdoctor.supervise.parent.incidents import (
@@ -35,6 +36,13 @@ from loaderdoctor.supervise.parent.quarantine import (
     write_quarantine,
 )
 from loaderdoctor.supervise.parent.quarantine import now as quarantine_now
+from loaderdoctor.supervise.shared_failure import (
+    DEFAULT_BUDGET,
+    Budget,
+    SharedFailures,
+    stop_diagnosis,
+)
+from loaderdoctor.supervise.worker import shared_handles
 from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SamplePolicy
 from loaderdoctor.system.oom_priority import (
     PROBE_OOM_SCORE_ADJ,
@@ -65,6 +73,8 @@ class Settings:
     retries: int
     quarantine_path: str | None
     allow_in_process: bool
+    # None: no stop (on_error="skip" without heal skips whatever it is asked to, as told)
+    max_skipped: Budget | None = None
 
     @classmethod
     def from_keywords(
@@ -75,6 +85,7 @@ class Settings:
         retries: int | None,
         quarantine: str | os.PathLike[str] | None,
         allow_in_process: bool,
+        max_skipped: object = None,
     ) -> Settings:
         """The keyword-only extras of a supervised loader (``loaderdoctor.DataLoader`` and
         ``StatefulDataLoader`` alike), checked, with their defaults filled in; ValueError for a
@@ -97,7 +108,16 @@ class Settings:
             retries=retries,
             quarantine_path=os.fspath(quarantine) if quarantine is not None else None,
             allow_in_process=allow_in_process,
+            max_skipped=_budget(max_skipped, heal),
         )
+
+
+def _budget(max_skipped: object, heal: bool) -> Budget | None:
+    """The skip budget: the user's, else the default where healing is on; None (no stop) for
+    ``on_error`` without healing, whose user asked for every bad sample to be skipped."""
+    if max_skipped is not None:
+        return Budget.parse(max_skipped)
+    return DEFAULT_BUDGET if heal else None
 
 
 class LoaderSnapshot:
@@ -142,8 +162,22 @@ class Supervision:
         self.counts = Counts()
         self.sample_actions = 0  # skips and replacements warned about (rate-limited)
         self.quarantine: dict[int, QuarantineEntry] = {}
+        length = dataset_length(dataset)
         if settings.quarantine_path is not None:
-            self.quarantine = read_quarantine(settings.quarantine_path, dataset_length(dataset))
+            self.quarantine = read_quarantine(settings.quarantine_path, length)
+        # Failures every sample shares, or skips past the budget: healing stops (``stop_if_shared``)
+        self.shared = (
+            SharedFailures(settings.max_skipped, length)
+            if settings.max_skipped is not None
+            else None
+        )
+        self.shared_stop: Diagnosis | None = None
+        self.handles_warned = False  # a worker found a handle shared with the main process
+        # Healing switched torch's sharing strategy (out of descriptors): workers started from
+        # then on set it too (a spawned worker starts with torch's default)
+        self.worker_sharing_strategy: str | None = None
+        # Failures whose sample then loaded fine alone (a second one points at the pool)
+        self.loaded_fine_alone = 0
         # The live pools' shared quarantines: each new entry reaches their workers at once
         # (``live_quarantine``), not only the batches the main process has not sent yet.
         self.live_quarantines: weakref.WeakSet[LiveQuarantine] = weakref.WeakSet()
@@ -159,6 +193,8 @@ class Supervision:
         self.in_process_events: list[dict[str, Any]] = []
         # Workers cannot start at all (unpicklable, spawn bootstrapping) and healing is on.
         self.workers_cannot_start = False
+        # Workers cannot start under the loader's start method, and healing forks them instead
+        self.fallback_start_method: str | None = None
         # Each worker's oom_score_adj (raised right after its start; probes: higher still), and
         # why it could not be where it could not: the report says whether the protection is on.
         self.oom_score_adj = WORKER_OOM_SCORE_ADJ
@@ -182,7 +218,10 @@ class Supervision:
         """One batch handed to the user: the loader's delivered counts (the only ones kept),
         counted here, at the delivery, from what the batch holds."""
         self.counts.batches += 1
-        self.counts.samples += samples if samples is not None else samples_delivered(indices, batch)
+        count = samples if samples is not None else samples_delivered(indices, batch)
+        self.counts.samples += count
+        if self.shared is not None:
+            self.shared.delivered(count)
         self.tell_watchers("delivered")
 
     def delivered_batch(self, indices: Any, data: Any) -> Any:
@@ -248,6 +287,9 @@ class Supervision:
         from loaderdoctor.forensics import Evidence, diagnose
         from loaderdoctor.supervise.samples import sample_file
 
+        if event.get("kind") == shared_handles.EVENT_KIND:
+            self.warn_shared_handles(event)
+            return
         action = event.get("action", "skipped")
         counts = self.counts
         if action == "replaced":
@@ -292,6 +334,50 @@ class Supervision:
         warn_sample_action(diagnosis.title, diagnosis.cause, action, event, self.sample_actions)
         self.sample_actions += 1
         self.quarantine_add(index, diagnosis)
+        self.stop_if_shared(index, event)
+
+    def warn_shared_handles(self, event: dict[str, Any]) -> None:
+        """A worker found handles of the main process in the dataset: warn once per loader."""
+        if self.handles_warned:
+            return
+        self.handles_warned = True
+        warnings.warn(shared_handles.warning_text(event), UserWarning, stacklevel=user_stacklevel())
+
+    def stop_if_shared(self, index: Any, event: dict[str, Any]) -> None:
+        """Raise ``HealingStoppedError`` when this skip makes the failure a shared one (the same
+        failure on a streak of samples, or skips past ``max_skipped``). The streak's samples
+        leave the quarantine: the failure was not theirs."""
+        if self.shared is None:
+            return
+        sample = (
+            index if event.get("position") is None else (event.get("worker"), event["position"])
+        )
+        stop = self.shared.failed(sample, event.get("exception_type"), event.get("message"))
+        if stop is None:
+            return
+        from loaderdoctor.forensics.verdict_text import format_verdict
+        from loaderdoctor.supervise.errors import HealingStoppedError
+
+        diagnosis = stop_diagnosis(stop, self.epoch)
+        if self.shared_stop is None:
+            if stop.reason == "shared":
+                self.quarantine_release(stop.samples)
+            self.record(diagnosis, "raised")
+            self.shared_stop = diagnosis
+        raise HealingStoppedError(
+            f"loaderdoctor stopped healing: {stop.signature}\n{format_verdict(diagnosis)}",
+            diagnosis,
+        )
+
+    def quarantine_release(self, indices: Any) -> None:
+        """Take samples out of the quarantine and its file (the live pools' append-only tables
+        keep them: healing stops, so those pools load nothing more)."""
+        released = [i for i in indices if isinstance(i, int) and i in self.quarantine]
+        for index in released:
+            del self.quarantine[index]
+        path = self.settings.quarantine_path
+        if released and path is not None:
+            write_quarantine(path, self.quarantine)
 
     def _note_substitute(self, index: Any, substitute: Any) -> None:
         """A quarantined sample's place was filled by a substitute (on_error="replace", which

@@ -36,7 +36,7 @@ from loaderdoctor.forensics import Diagnosis
 from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import files, live_quarantine
-from loaderdoctor.supervise.errors import LoaderError
+from loaderdoctor.supervise.errors import HealingStoppedError, LoaderError
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 from loaderdoctor.supervise.heal_policy import owed_again
 from loaderdoctor.supervise.parent import collect
@@ -185,6 +185,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
                 snapshot.dataset,
                 hang_timeout=supervision.settings.hang_timeout,
                 oom_score_adj=supervision.oom_score_adj,
+                sharing_strategy=supervision.worker_sharing_strategy,
                 live_quarantine=live_quarantine.for_pool(supervision, self._ld_iterable),
                 stream_resumes=(
                     self._ld_streams.resumes(snapshot.num_workers)
@@ -329,7 +330,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
                     self._ld_epoch_done()
                     raise
                 except Exception as error:  # broad on purpose: ours become internal-error
-                    deliberate = error is self._ld_raising
+                    deliberate = error is self._ld_raising or isinstance(error, HealingStoppedError)
                     self._ld_raising = None  # holding it would be a cycle through its frames
                     if deliberate or origin_of(error) is None:
                         raise  # the user's (or torch's) exception, with its verdict

@@ -39,6 +39,10 @@ POLL_S = 0.1
 RECEIVE_ERROR_GRACE_S = 1.0
 
 
+# multiprocessing's words when a descriptor sent over a Unix socket did not arrive
+ANCDATA_LOST = "items of ancdata"
+
+
 class WorkerWatch:
     def __init__(
         self,
@@ -275,6 +279,10 @@ class WorkerWatch:
         usage = process_open_files(os.getpid())
         if usage and usage[0] >= usage[1] * 0.95:
             exhausted.append((None, os.getpid(), *usage))
+        if not exhausted and ANCDATA_LOST in str(error):
+            # recvmsg() truncated the descriptor the worker sent (MSG_CTRUNC): this process had
+            # no room for it then, though receiving may have freed some since.
+            return self._main_process_out_of_files(error)
         if not exhausted:
             return None
         first_worker = exhausted[0][0]
@@ -294,7 +302,7 @@ class WorkerWatch:
         ev.notes.append("receiving a batch failed: the sender could not pass file descriptors")
         return ev
 
-    def _main_process_out_of_files(self, error: OSError) -> Evidence:
+    def _main_process_out_of_files(self, error: Exception) -> Evidence:
         ev = Evidence(
             kind="exception",
             pid=os.getpid(),
@@ -302,7 +310,7 @@ class WorkerWatch:
             epoch=self.epoch,
             exception_type=type(error).__name__,
             exception_message=str(error),
-            errno=error.errno,
+            errno=errno_module.EMFILE,
             sharing_strategy=collect.sharing_strategy(),
         )
         files = open_files()

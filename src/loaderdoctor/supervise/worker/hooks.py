@@ -21,10 +21,10 @@ from torch.utils.data import get_worker_info
 
 from loaderdoctor import torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
-from loaderdoctor.supervise import files
+from loaderdoctor.supervise import files, sharing
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, LiveQuarantine
 from loaderdoctor.supervise.pickle_path import unpicklable_path
-from loaderdoctor.supervise.worker import sharer_guard
+from loaderdoctor.supervise.worker import shared_handles, sharer_guard
 from loaderdoctor.supervise.worker.context import WorkerContext
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
 from loaderdoctor.supervise.worker.loader_view import attach_context
@@ -38,6 +38,27 @@ from loaderdoctor.system.oom_priority import raise_oom_score
 TIMER_DUMP_FRACTION = 0.8
 TIMER_POLL_S = 0.1
 STAGE_TIMER_FRAME = "in _stage_timer_loop"  # how the timer's own thread shows in its dump
+
+
+def _handles(dataset: Any) -> dict[str, tuple[int, str]]:
+    try:
+        return shared_handles.find_handles(dataset)
+    except Exception:  # a dataset whose attributes cannot be read: nothing to say about them
+        return {}
+
+
+def _tell_inherited_handles(
+    context: WorkerContext, dataset: Any, before: dict[str, tuple[int, str]]
+) -> None:
+    """Send the main process the handles this worker shares with it (it warns once)."""
+    if not before:
+        return
+    after = _handles(dataset)
+    paths = shared_handles.inherited(before, after)
+    if paths:
+        kinds = {path: after[path][1] for path in paths}
+        context.outbox.record(shared_handles.event(dataset, paths, kinds))
+        context.outbox.flush()
 
 
 class SupervisedWorkerInit:
@@ -55,6 +76,7 @@ class SupervisedWorkerInit:
         oom_score_adj: int | None = None,
         live_quarantine: LiveQuarantine | None = None,
         collate: Any = None,
+        sharing_strategy: str | None = None,
     ) -> None:
         self.user_init = user_init
         # What the main process quarantines while this worker runs, read before each sample
@@ -71,8 +93,11 @@ class SupervisedWorkerInit:
         # sends it with this init); the dataset wrapper is the one torch hands each worker
         self.collate = collate
         self.hang_timeout = hang_timeout
+        # Healing switched the sharing strategy: a spawned worker must too (a forked one has it)
+        self.sharing_strategy = sharing_strategy
 
     def __call__(self, worker_id: int) -> None:
+        sharing.apply_in_worker(self.sharing_strategy)
         if self.oom_score_adj is not None:
             raise_oom_score(os.getpid(), self.oom_score_adj)
         slot = self.recorder.attach(worker_id)
@@ -108,12 +133,14 @@ class SupervisedWorkerInit:
         except OSError:
             context.outbox.log = None
         torch_compat.show_user_dataset_in_worker_info(self.dataset)
+        handles_before = _handles(self.dataset)
         if self.user_init is not None:
             try:
                 self.user_init(worker_id)
             except Exception as error:
                 tag_exception(error, worker_id, index=None, stage="init")
                 raise
+        _tell_inherited_handles(context, self.dataset, handles_before)
         slot.stage(Stage.IDLE)
 
     def _arm_stack_dump(self, worker_id: int, stack_log: Any) -> None:

@@ -1,0 +1,287 @@
+"""Failures that are not the samples': one failure every sample shares, or more skips than the
+user's budget.
+
+Healing skips a sample that raises, on the belief that the sample is bad. When the same failure
+(exception type and message, numbers, paths and addresses masked) hits sample after sample with
+nothing delivered between, the belief is wrong: CUDA used in a worker on a machine without a GPU
+driver, a data root that does not exist, a package the workers cannot import. Skipping on would
+quarantine the whole dataset and report the run healed. ``SharedFailures`` watches the failures
+and the deliveries (plain data in, a ``Stop`` or None out) and says when healing must stop;
+``stop_diagnosis`` turns that into the verdict the user sees.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from loaderdoctor.forensics.catalog import CAUSES
+from loaderdoctor.forensics.evidence import Diagnosis
+
+SHARED_CAUSE = "shared-failure"
+# Distinct samples failing alike, with no sample delivered between, that make a failure shared.
+# Eight: a real run of bad files is rarely that long unbroken under a shuffled sampler, and a
+# shared failure costs at most eight innocent samples before it is named.
+SHARED_STREAK = 8
+# The default max_skipped: a run that skips more than half the samples it tried is not being
+# healed, whatever the failures say.
+DEFAULT_MAX_SKIPPED = 0.5
+# A fraction of the samples tried (where the dataset has no length) is judged only past this many
+# tried: the first failure alone is 100% of what was tried.
+MIN_TRIED_FOR_FRACTION = 32
+
+_MASKS = (
+    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:[/\\][^\s'\"/\\:,;()\[\]]+)+[/\\]?"), "<path>"),
+    (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
+)
+
+
+def normalise(exception_type: str | None, message: str | None) -> str:
+    """The failure's signature: its type and message with numbers, paths and addresses masked,
+    so that ``No such file: '/data/17.jpg'`` and ``No such file: '/data/18.jpg'`` are one."""
+    text = " ".join((message or "").split())
+    if exception_type and text.startswith(f"{exception_type}:"):
+        text = text[len(exception_type) + 1 :].strip()
+    for pattern, mask in _MASKS:
+        text = pattern.sub(mask, text)
+    return f"{exception_type or 'Exception'}: {text}"
+
+
+@dataclass(frozen=True)
+class LikelyCause:
+    """A row of the table that names what a shared message most likely means."""
+
+    pattern: re.Pattern[str]
+    text: str
+
+
+LIKELY_CAUSES = (
+    LikelyCause(
+        re.compile(r"NVIDIA driver|CUDA driver|no CUDA GPUs|not compiled with CUDA|CUDA", re.I),
+        "CUDA used in the Dataset or a transform, where the workers have no usable GPU (no "
+        "NVIDIA driver on this machine, or CUDA in a forked worker): load on the CPU and move "
+        "each batch to the GPU in the training loop",
+    ),
+    LikelyCause(
+        re.compile(r"^(ModuleNotFoundError|ImportError):", re.M),
+        "an import every sample needs fails (a package missing where the workers run)",
+    ),
+    LikelyCause(
+        re.compile(r"^(FileNotFoundError|NotADirectoryError):|No such file or directory", re.M),
+        "a file root that does not exist (a wrong data path, an unmounted volume): every "
+        "sample's file is missing",
+    ),
+    LikelyCause(
+        re.compile(r"^PermissionError:|Permission denied", re.M),
+        "the data root cannot be read by this user",
+    ),
+)
+GENERIC_CAUSE = (
+    "a bug in the Dataset or a transform, or a wrong argument to it, that every sample meets"
+)
+
+
+def likely_cause(signature: str) -> str:
+    for row in LIKELY_CAUSES:
+        if row.pattern.search(signature):
+            return row.text
+    return GENERIC_CAUSE
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``max_skipped``: how many samples healing may skip, as a count or a fraction (1.0: all
+    of them, and no failure, however shared, stops healing)."""
+
+    count: int | None = None
+    fraction: float | None = None
+
+    @classmethod
+    def parse(cls, value: object) -> Budget:
+        """A count (an int >= 0) or a fraction (a float in (0, 1]); ValueError otherwise.
+        A string from the command line is read as one or the other."""
+        if isinstance(value, str):
+            text = value.strip()
+            try:
+                value = int(text) if text.isdigit() else float(text)
+            except ValueError:
+                raise ValueError(
+                    f"max_skipped must be a count or a fraction in (0, 1], got {text!r}"
+                ) from None
+        if isinstance(value, bool):
+            raise ValueError(f"max_skipped must be a count or a fraction in (0, 1], got {value!r}")
+        if isinstance(value, int):
+            if value < 0:
+                raise ValueError(f"max_skipped must be 0 or more samples, got {value}")
+            return cls(count=value)
+        if isinstance(value, float) and math.isfinite(value) and 0 < value <= 1:
+            return cls(fraction=value)
+        raise ValueError(f"max_skipped must be a count or a fraction in (0, 1], got {value!r}")
+
+    def limit(self, dataset_len: int | None, tried: int) -> int | None:
+        """The most samples that may be skipped now (None: no judgement yet)."""
+        if self.count is not None:
+            return self.count
+        assert self.fraction is not None
+        if dataset_len is not None:
+            return math.floor(self.fraction * dataset_len)
+        if tried < MIN_TRIED_FOR_FRACTION:
+            return None
+        return math.floor(self.fraction * tried)
+
+    def describe(self) -> str:
+        if self.count is not None:
+            return f"max_skipped={self.count}"
+        return f"max_skipped={self.fraction:g}"
+
+
+DEFAULT_BUDGET = Budget(fraction=DEFAULT_MAX_SKIPPED)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Healing must stop: why (``shared``: one failure on a streak of samples; ``budget``: more
+    samples skipped than allowed), the failure most seen, and the samples it names."""
+
+    reason: str
+    signature: str
+    example: str  # one raw message of the signature, as the worker raised it
+    samples: tuple[Any, ...]  # the streak's samples (shared), or every one skipped (budget)
+    skipped: int
+    limit: int | None
+    budget: str
+    likely: str
+
+
+@dataclass
+class SharedFailures:
+    """Watches failed samples and delivered ones; says when healing must stop (then sticky)."""
+
+    budget: Budget = DEFAULT_BUDGET
+    dataset_len: int | None = None
+    streak: int = SHARED_STREAK
+    stopped: Stop | None = None
+    delivered_samples: int = 0
+    _streak_signature: str | None = None
+    _streak_samples: dict[Any, None] = field(default_factory=dict)
+    _skipped: dict[Any, str] = field(default_factory=dict)  # sample -> its signature
+    _examples: dict[str, str] = field(default_factory=dict)
+
+    def delivered(self, samples: int) -> None:
+        """Samples reached the user: a streak of failures is broken."""
+        if samples > 0:
+            self.delivered_samples += samples
+            self._streak_signature = None
+            self._streak_samples.clear()
+
+    def failed(self, sample: Any, exception_type: str | None, message: str | None) -> Stop | None:
+        """A sample failed and was skipped; the ``Stop`` when healing must stop now."""
+        if self.stopped is not None:
+            return self.stopped
+        if self.budget.fraction == 1.0:  # every sample may be skipped: the user's word
+            return None
+        signature = normalise(exception_type, message)
+        self._examples.setdefault(signature, " ".join((message or "").split()))
+        key = sample if _hashable(sample) else repr(sample)
+        self._skipped[key] = signature
+        if signature != self._streak_signature:
+            self._streak_signature = signature
+            self._streak_samples.clear()
+        self._streak_samples[key] = None
+        if len(self._streak_samples) >= self.streak:
+            self.stopped = self._stop("shared", signature, tuple(self._streak_samples), None)
+            return self.stopped
+        tried = self.delivered_samples + len(self._skipped)
+        limit = self.budget.limit(self.dataset_len, tried)
+        if limit is not None and len(self._skipped) > limit:
+            common = Counter(self._skipped.values()).most_common(1)[0][0]
+            self.stopped = self._stop("budget", common, tuple(self._skipped), limit)
+        return self.stopped
+
+    def _stop(
+        self, reason: str, signature: str, samples: tuple[Any, ...], limit: int | None
+    ) -> Stop:
+        return Stop(
+            reason=reason,
+            signature=signature,
+            example=self._examples[signature],
+            samples=samples,
+            skipped=len(self._skipped),
+            limit=limit,
+            budget=self.budget.describe(),
+            likely=likely_cause(signature),
+        )
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _shown(samples: tuple[Any, ...], most: int = 16) -> str:
+    ordered = sorted(samples, key=_numeric_first)
+    text = ", ".join(repr(s) for s in ordered[:most])
+    return text + (", …" if len(ordered) > most else "")
+
+
+def _numeric_first(value: Any) -> tuple[int, Any]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (0, value)
+    return (1, repr(value))
+
+
+def stop_diagnosis(stop: Stop, epoch: int | None) -> Diagnosis:
+    """The verdict of a stop: the failure is not the samples'; it names the shared message."""
+    cause = CAUSES[SHARED_CAUSE]
+    if stop.reason == "shared":
+        head = (
+            f"{len(stop.samples)} different samples failed with the same error, with no sample "
+            f"delivered between: {stop.example}"
+        )
+    else:
+        head = (
+            f"{stop.skipped} samples were skipped, more than {stop.budget} allows "
+            f"({stop.limit}); the most common error: {stop.example}"
+        )
+    evidence = [
+        head,
+        f"likely cause: {stop.likely}",
+        f"samples: {_shown(stop.samples)}",
+        "healing stopped: skipping on would blame samples for a failure they share",
+    ]
+    return Diagnosis(
+        cause=cause.id,
+        title=cause.title,
+        confidence=0.9,
+        worker_id=None,
+        pid=None,
+        signal=None,
+        exit_code=None,
+        indices=[],
+        evidence=evidence,
+        fixes=list(cause.fixes),
+        explanation=cause.explanation,
+        epoch=epoch,
+        docs=cause.docs_url,
+    )
+
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "DEFAULT_MAX_SKIPPED",
+    "SHARED_CAUSE",
+    "SHARED_STREAK",
+    "Budget",
+    "SharedFailures",
+    "Stop",
+    "likely_cause",
+    "normalise",
+    "stop_diagnosis",
+]
