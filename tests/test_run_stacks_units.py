@@ -40,6 +40,26 @@ def test_the_swapped_dataloader_is_generic_as_torchs_is() -> None:
     assert Stateful.__parameters__ == (T,)
 
 
+def test_the_supervised_stateful_class_is_generic_as_the_users_is() -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from loaderdoctor.supervise.stateful import SupervisedStateful
+
+    class Tagged(StatefulDataLoader[T]):
+        pass
+
+    for user_class, parameters in (
+        (StatefulDataLoader, StatefulDataLoader.__parameters__),
+        (Tagged, (T,)),
+    ):
+        supervised = patch._supervised_stateful(user_class)
+        assert supervised is not None
+        assert issubclass(supervised, SupervisedStateful)
+        assert issubclass(supervised, user_class)
+        assert supervised.__parameters__ == parameters
+        assert typing.get_args(supervised[list[torch.Tensor]]) == (list[torch.Tensor],)
+
+
 def merge(report_dir: Path, returncode: int = 0) -> Any:
     return core.merge(
         report_dir,

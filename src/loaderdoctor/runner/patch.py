@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 import time
+import types
 import weakref
 from typing import Any, TypeVar
 
@@ -123,10 +124,13 @@ def _supervised_stateful(cls: type) -> type | None:
         return None  # already supervised (loaderdoctor's own drop-in, or this class)
     supervised_cls = _stateful_classes.get(cls)
     if supervised_cls is None:
-        supervised_cls = type(
-            cls.__name__,
-            (_run_stateful_base(), cls),
-            {"__qualname__": cls.__qualname__, "__module__": cls.__module__},
+        # Generic as the user's class is (``type(loader)[int]``, subclassing it): its type
+        # parameters pass through, as ``class X(RunStateful, cls[T])`` would pass them.
+        parameters = getattr(cls, "__parameters__", ())
+        generic_base = cls[parameters] if parameters else cls  # type: ignore[index]
+        namespace = {"__qualname__": cls.__qualname__, "__module__": cls.__module__}
+        supervised_cls = types.new_class(
+            cls.__name__, (_run_stateful_base(), generic_base), {}, lambda ns: ns.update(namespace)
         )
         _stateful_classes[cls] = supervised_cls
     return supervised_cls
