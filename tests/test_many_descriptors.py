@@ -95,3 +95,16 @@ def test_scan_in_a_process_holding_many_descriptors(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert (report["total"], report["scanned"], report["bad"]) == (30, 30, [])
     assert not out.exists()
+
+
+def test_runs_lifeline_waits_on_a_descriptor_above_1024(tmp_path: Path) -> None:
+    """A command under ``run`` watches ``run`` through a pidfd, opened after the command's own
+    descriptors: here its parent is a shell that exits a second after the watch began."""
+    ready, woke = tmp_path / "ready", tmp_path / "woke"
+    script = (
+        f'"$0" {MANY} lifeline {ready} {woke} & '
+        f"for _ in $(seq 600); do [ -e {ready} ] && break; sleep 0.1; done; sleep 1"
+    )
+    # returns once the watcher has exited too: it holds the shell's stdout and stderr
+    result = run_python([], wrapper=["sh", "-c", script], timeout=120)
+    assert (result.returncode, result.stderr, woke.exists()) == (0, "", True)
