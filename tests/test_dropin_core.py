@@ -11,6 +11,7 @@ import typing
 import warnings
 import weakref
 from collections.abc import Iterator
+from typing import TypeVar
 
 import pytest
 import torch
@@ -20,6 +21,8 @@ from conftest import run_python
 from ld_datasets import Faulty
 from loaderdoctor import torch_compat
 from loaderdoctor.supervise import loader as supervised_loader
+
+T = TypeVar("T")
 
 # A dropped iterator's workers stop by refcount (gc disabled; fork, spawn and forkserver,
 # persistent or not, torch's and ours, with no __del__ noise): test_dropin's
@@ -90,6 +93,23 @@ def test_dataloader_is_generic_like_torch() -> None:
     assert typing.get_args(torch.utils.data.DataLoader[list[torch.Tensor]]) == typing.get_args(
         alias
     )
+
+
+def test_stateful_dataloader_is_generic_like_torchdatas() -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    alias = loaderdoctor.StatefulDataLoader[list[torch.Tensor]]
+    assert typing.get_origin(alias) is loaderdoctor.StatefulDataLoader
+    assert typing.get_args(alias) == typing.get_args(StatefulDataLoader[list[torch.Tensor]])
+    loader = alias(torch.utils.data.TensorDataset(torch.arange(4)), batch_size=2)
+    assert loader.__orig_class__ is alias
+    assert [batch.tolist() for (batch,) in loader] == [[0, 1], [2, 3]]
+
+    class Tagged(loaderdoctor.StatefulDataLoader[T]):
+        pass
+
+    assert Tagged.__parameters__ == (T,)
+    assert typing.get_args(Tagged[int]) == (int,)
 
 
 def _unpicklable_init(method: str, loader_class: type) -> tuple[type, list[str], object]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from loaderdoctor.recorder import Field, FlightRecorder, Stage
+from loaderdoctor.recorder import N_FIELDS, NAME_WORDS, Field, FlightRecorder, Stage
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.recovery import PoolFailure
@@ -170,7 +170,7 @@ def test_the_watch_calls_a_worker_stuck_past_the_hang_timeout_a_hang_and_kills_i
     tasks = {0: (0,), 1: (1,)}
     assert watch.poll([True, True], tasks) is None  # both fetching, for less than 5 s
     # worker 1's row says it entered its fetch 6 s ago (no sleep: the row is written as is)
-    recorder.view[1 * len(Field) + Field.STAGE_SINCE_NS] = time.monotonic_ns() - 6_000_000_000
+    recorder.view[1 * N_FIELDS + Field.STAGE_SINCE_NS] = time.monotonic_ns() - 6_000_000_000
     ev = watch.poll([True, True], tasks)
     assert ev is not None
     assert (ev.kind, ev.worker_id, ev.in_flight_index, ev.batch) == ("hang", 1, 1, 1)
@@ -328,3 +328,22 @@ def test_a_quarantined_samples_substitute_is_said_on_the_incident_that_quarantin
     ]
     assert supervision.counts.replaced == 1
     assert [i.action for i in supervision.log] == ["quarantined"]
+
+
+def test_a_stream_items_name_round_trips_through_the_recorder_and_a_long_one_is_cut() -> None:
+    recorder = FlightRecorder(2)
+    recorder.reset_slot(1)
+    slot = recorder.attach(1)
+    assert recorder.snapshot(1).named_position is None
+    slot.name_item(7, "s2-0007", "/data/shard-2.tar")
+    snapshot = recorder.snapshot(1)
+    assert (snapshot.named_position, snapshot.named_key, snapshot.named_url) == (
+        7,
+        "s2-0007",
+        "/data/shard-2.tar",
+    )
+    slot.name_item(8, "ключ-" + "x" * 500, None)  # a later, longer name replaces it whole
+    snapshot = recorder.snapshot(1)
+    assert (snapshot.named_position, snapshot.named_url) == (8, None)
+    assert snapshot.named_key == ("ключ-" + "x" * 500).encode()[: NAME_WORDS * 8].decode()
+    assert recorder.snapshot(0).named_key is None  # the other worker's row is untouched

@@ -178,3 +178,29 @@ def test_report_rerenders_a_run(tmp_path: Path) -> None:
     assert result.returncode == 1  # a crashed run is a finding
     assert "sample-error" in result.stdout and "the command failed" in result.stdout
     assert (tmp_path / "report.html").is_file()
+
+
+def test_loaders_that_run_unsupervised_are_named_with_their_own_reason(tmp_path: Path) -> None:
+    """The summary counts supervised loaders only; each one that ran as plain torchdata is in a
+    note with the reason it gave itself (its warning's words), counted by reason."""
+    result, report = ld_run(tmp_path, str(RUN_FIXTURES / "stateful_kinds.py"), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaders = json.loads(result.stdout)
+    assert [samples for samples, _ in loaders] == [list(range(8))] * 4
+    reasons: dict[str, int] = {}
+    for _, reason in loaders:
+        if reason is not None:
+            reasons[reason] = reasons.get(reason, 0) + 1
+    assert report["notes"] == [
+        f"{count} DataLoader(s) ran unsupervised, their batches not in the delivered counts: "
+        f"{reason}"
+        for reason, count in reasons.items()
+    ]
+    supervised = sum(1 for _, reason in loaders if reason is None)
+    assert [rank["loaders"] for rank in report["ranks"]] == [supervised]
+    delivered = report["delivered"]
+    plural = "s" if supervised != 1 else ""
+    assert (
+        f"  {delivered['batches']} batches, {delivered['samples']} samples delivered "
+        f"({supervised} supervised DataLoader{plural})"
+    ) in result.stderr.splitlines()

@@ -40,6 +40,26 @@ def test_the_swapped_dataloader_is_generic_as_torchs_is() -> None:
     assert Stateful.__parameters__ == (T,)
 
 
+def test_the_supervised_stateful_class_is_generic_as_the_users_is() -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from loaderdoctor.supervise.stateful import SupervisedStateful
+
+    class Tagged(StatefulDataLoader[T]):
+        pass
+
+    for user_class, parameters in (
+        (StatefulDataLoader, StatefulDataLoader.__parameters__),
+        (Tagged, (T,)),
+    ):
+        supervised = patch._supervised_stateful(user_class)
+        assert supervised is not None
+        assert issubclass(supervised, SupervisedStateful)
+        assert issubclass(supervised, user_class)
+        assert supervised.__parameters__ == parameters
+        assert typing.get_args(supervised[list[torch.Tensor]]) == (list[torch.Tensor],)
+
+
 def merge(report_dir: Path, returncode: int = 0) -> Any:
     return core.merge(
         report_dir,
@@ -165,6 +185,45 @@ def test_names_from_timm_and_monai_datasets() -> None:
     no_path = MonaiDataset()
     no_path.data = [{"label": 1, "text": "hello"}]
     assert sample_file(no_path, 0) is None
+
+
+class UltralyticsShaped(torch.utils.data.Dataset):
+    """The shape of Ultralytics' ``BaseDataset`` (YOLO): image paths in ``im_files``, one label
+    dict per image in ``labels``, each naming its image again as ``im_file``. Ultralytics itself
+    imports OpenCV and needs torchvision, which has no wheel for the CPU torch 2.13 pin."""
+
+    def __init__(self, root: str) -> None:
+        self.im_files = [f"{root}/images/train/{i:06d}.jpg" for i in range(8)]
+        self.labels = [{"im_file": f, "cls": [0], "bboxes": []} for f in self.im_files]
+
+    def __len__(self) -> int:
+        return len(self.im_files)
+
+    def __getitem__(self, index: int) -> dict:
+        return self.labels[index]
+
+
+class OpenMMLabShaped:
+    """OpenMMLab's ``BaseDataset`` (mmdet, mmseg, mmpose): ``data_list`` of info dicts."""
+
+    def __init__(self) -> None:
+        self.data_list = [{"img_id": i, "img_path": f"/coco/{i:012d}.jpg"} for i in range(3)]
+
+
+class TorchvisionFlowersShaped:
+    """torchvision's Flowers102 and Food101 keep their paths in ``_image_files``."""
+
+    def __init__(self) -> None:
+        self._image_files = [Path(f"/flowers/jpg/image_{i:05d}.jpg") for i in range(3)]
+
+
+def test_names_from_the_file_lists_of_popular_repositories() -> None:
+    assert sample_file(UltralyticsShaped("/data/coco8"), 5) == "/data/coco8/images/train/000005.jpg"
+    assert sample_file(OpenMMLabShaped(), 2) == "/coco/000000000002.jpg"
+    assert sample_file(TorchvisionFlowersShaped(), 1) == "/flowers/jpg/image_00001.jpg"
+    # a Subset of one, as a train/val split makes it
+    split = torch.utils.data.Subset(UltralyticsShaped("/d"), [7, 3])
+    assert sample_file(split, 1) == "/d/images/train/000003.jpg"
 
 
 def test_the_root_of_a_chained_exception_is_in_the_evidence() -> None:

@@ -389,6 +389,16 @@ def test_loaderdoctor_report_refuses_a_damaged_report_in_one_line(tmp_path: Path
     ]
 
 
+ITERABLE = (
+    "loaderdoctor supervises a StatefulDataLoader of a map-style dataset; this one's dataset is "
+    "iterable: it runs as plain torchdata, unsupervised."
+)
+UNORDERED = (
+    "loaderdoctor supervises a StatefulDataLoader with in_order=True; this one runs as plain "
+    "torchdata, unsupervised."
+)
+
+
 def test_merge_sums_the_states_and_names_loaders_that_ran_as_plain_torch(tmp_path: Path) -> None:
     from loaderdoctor.runner import core, protocol
 
@@ -397,7 +407,14 @@ def test_merge_sums_the_states_and_names_loaders_that_ran_as_plain_torch(tmp_pat
     state = {"pid": 4000, "image": 1, "started": 1.0, "rank": None, "created": 2, "loaders": 2}
     protocol.write_json(
         protocol.state_path(directory, 4000, 1),
-        {**state, "unsupervised": 1, "batches": 5, "samples": 20, "worker_pids": [4001, 4002]},
+        {
+            **state,
+            "unsupervised": 3,
+            "unsupervised_reasons": {ITERABLE: 2, UNORDERED: 1},
+            "batches": 5,
+            "samples": 20,
+            "worker_pids": [4001, 4002],
+        },
     )
     report = core.merge(
         tmp_path,
@@ -411,8 +428,8 @@ def test_merge_sums_the_states_and_names_loaders_that_ran_as_plain_torch(tmp_pat
     assert report.delivered == Delivered(5, 20)
     assert [(r.pid, r.loaders, r.workers) for r in report.ranks] == [(4000, 2, 2)]
     assert report.notes == [
-        "1 DataLoader(s) ran as plain torch (a keyword or torch release loaderdoctor does not "
-        "know; the command's warning says which): their batches are not in the delivered counts"
+        f"2 DataLoader(s) ran unsupervised, their batches not in the delivered counts: {ITERABLE}",
+        f"1 DataLoader(s) ran unsupervised, their batches not in the delivered counts: {UNORDERED}",
     ]
 
 

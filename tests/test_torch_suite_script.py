@@ -19,6 +19,8 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "torch_suite.py"
 
 
 def _load_script() -> ModuleType:
+    if str(SCRIPT.parent) not in sys.path:  # as Python does for a script: its shared module
+        sys.path.insert(0, str(SCRIPT.parent))
     spec = importlib.util.spec_from_file_location("torch_suite", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -36,10 +36,19 @@ class Field(IntEnum):
     ERRORS = 8  # Python exceptions raised by the Dataset/collate in this worker
     SEND_ERRORS = 9  # batches lost in the worker's queue feeder thread (pickling, EMFILE, ENOSPC)
     EVENTS = 10  # skip/replace decisions written to the worker's event log
+    # A stream item's name, written as it passes through a pipeline's stages (a WebDataset
+    # ``__key__`` and ``__url__``) so that an item that kills its worker every time is named too:
+    # its stream position + 1 (0: none), then the byte length and the UTF-8 text that follows.
+    NAMED_POSITION = 11
+    NAME_BYTES = 12
+    NAME_TEXT = 13  # the first of NAME_WORDS int64 words holding the text
 
 
-N_FIELDS = len(Field)
+NAME_WORDS = 48  # 384 bytes: a key and a shard URL; longer ones are cut
+N_FIELDS = Field.NAME_TEXT + NAME_WORDS
 NO_INDEX = -(2**62)
+# The key and the URL, apart, in the text (neither holds a NUL)
+NAME_SEPARATOR = "\0"
 
 
 class Stage(IntEnum):
@@ -72,6 +81,10 @@ class WorkerSnapshot:
     errors: int
     send_errors: int = 0
     events: int = 0
+    # The stream item last named in this worker (its position, key and URL), where one was
+    named_position: int | None = None
+    named_key: str | None = None
+    named_url: str | None = None
 
     @property
     def reached_init(self) -> bool:
@@ -141,7 +154,18 @@ class FlightRecorder:
             errors=row[Field.ERRORS],
             send_errors=row[Field.SEND_ERRORS],
             events=row[Field.EVENTS],
+            **self._name(base, row),
         )
+
+    def _name(self, base: int, row: list[int]) -> dict[str, Any]:
+        named = row[Field.NAMED_POSITION]
+        size = min(max(row[Field.NAME_BYTES], 0), NAME_WORDS * 8)
+        if not named or not size:
+            return {}
+        start = (base + Field.NAME_TEXT) * 8
+        text = bytes(self.view.cast("B")[start : start + size]).decode("utf-8", "replace")
+        key, _, url = text.partition(NAME_SEPARATOR)
+        return {"named_position": named - 1, "named_key": key, "named_url": url or None}
 
     # --- worker side ---------------------------------------------------------------------
     def attach(self, worker_id: int) -> WorkerSlot:
@@ -163,15 +187,19 @@ _EVENTS = int(Field.EVENTS)
 _FETCH = int(Stage.FETCH)
 RSS_EVERY_MASK = 7
 _IDLE = int(Stage.IDLE)
+_NAMED_POSITION = int(Field.NAMED_POSITION)
+_NAME_BYTES = int(Field.NAME_BYTES)
+_NAME_TEXT = int(Field.NAME_TEXT)
 
 
 class WorkerSlot:
     """A worker's own row. Every method is a handful of item writes into shared memory."""
 
-    __slots__ = ("_base", "_flat", "_monotonic_ns", "_page", "_statm_fd")
+    __slots__ = ("_base", "_bytes", "_flat", "_monotonic_ns", "_page", "_statm_fd")
 
     def __init__(self, flat: memoryview, base: int) -> None:
         self._flat = flat
+        self._bytes = flat.cast("B")
         self._base = base
         self._monotonic_ns = time.monotonic_ns
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0  # Windows: none
@@ -210,6 +238,19 @@ class WorkerSlot:
 
     def error(self) -> None:
         self._flat[self._base + _ERRORS] += 1
+
+    def name_item(self, position: int, key: str, url: str | None) -> None:
+        """The stream item at ``position`` is ``key`` (from ``url``): what names it should its
+        worker die with it in flight. The position goes last: a reader never pairs it with the
+        text of another item."""
+        flat, base = self._flat, self._base
+        text = key if url is None else f"{key}{NAME_SEPARATOR}{url}"
+        data = text.encode("utf-8", "replace")[: NAME_WORDS * 8]
+        flat[base + _NAMED_POSITION] = 0
+        start = (base + _NAME_TEXT) * 8
+        self._bytes[start : start + len(data)] = data
+        flat[base + _NAME_BYTES] = len(data)
+        flat[base + _NAMED_POSITION] = position + 1
 
     def send_error(self) -> None:
         self._flat[self._base + _SEND_ERRORS] += 1

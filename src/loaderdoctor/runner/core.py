@@ -395,14 +395,25 @@ def run_notes(
     ]
     if not ranks and not unsupervised_loaders:
         notes.append(no_loader_note(states, exit_code))
-    unsupervised = sum(int(state.get("unsupervised", 0)) for state in states)
-    if unsupervised:
+    for reason, count in unsupervised_reasons(states).items():
         notes.append(
-            f"{unsupervised} DataLoader(s) ran as plain torch (a keyword or torch release "
-            "loaderdoctor does not know; the command's warning says which): their batches are "
-            "not in the delivered counts"
+            f"{count} DataLoader(s) ran unsupervised, their batches not in the delivered "
+            f"counts: {reason}"
         )
     return notes
+
+
+def unsupervised_reasons(states: list[dict[str, Any]]) -> dict[str, int]:
+    """Loaders that ran as plain torch, counted by the reason each gave (its warning's words)."""
+    reasons: dict[str, int] = {}
+    for state in states:
+        entries = state.get("unsupervised_reasons")
+        if not isinstance(entries, dict):
+            continue
+        for reason, count in entries.items():
+            if isinstance(count, int):
+                reasons[str(reason)] = reasons.get(str(reason), 0) + count
+    return reasons
 
 
 def read_incidents(

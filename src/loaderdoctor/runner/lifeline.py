@@ -73,7 +73,10 @@ def wait_for_exit(parent: int) -> None:
         # Opened while it was still our parent: the descriptor is that process, not a reuse
         # of its pid, and becomes readable when it exits.
         if descriptor is not None and os.getppid() == parent:
-            select.select([descriptor], [], [])
+            # poll, not select: select() refuses descriptors numbered 1024 or more.
+            exited = select.poll()
+            exited.register(descriptor, select.POLLIN)
+            exited.poll()
             return
     finally:
         if descriptor is not None:

@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+import types
 import weakref
 from typing import Any, TypeVar
 
@@ -36,8 +37,8 @@ from loaderdoctor.supervise import loader as supervised
 STATE_EVERY_S = 1.0
 
 _lock = threading.RLock()  # the records are read again while the lifeline's thread writes
-# DataLoaders built, and those of them that ran as plain torch (their batches are not counted).
-_state: dict[str, Any] = {"created": 0, "unsupervised": 0}
+# DataLoaders built (those that ran as plain torch are told by their records).
+_state: dict[str, Any] = {"created": 0}
 _incident_pids: set[int] = set()  # workers named by an incident (one may die before it is seen)
 _last_state_write = 0.0
 _applied = False
@@ -111,10 +112,13 @@ def _supervised_stateful(cls: type) -> type | None:
         return None  # already supervised (loaderdoctor's own drop-in, or this class)
     supervised_cls = _stateful_classes.get(cls)
     if supervised_cls is None:
-        supervised_cls = type(
-            cls.__name__,
-            (_run_stateful_base(), cls),
-            {"__qualname__": cls.__qualname__, "__module__": cls.__module__},
+        # Generic as the user's class is (``type(loader)[int]``, subclassing it): its type
+        # parameters pass through, as ``class X(RunStateful, cls[T])`` would pass them.
+        parameters = getattr(cls, "__parameters__", ())
+        generic_base = cls[parameters] if parameters else cls  # type: ignore[index]
+        namespace = {"__qualname__": cls.__qualname__, "__module__": cls.__module__}
+        supervised_cls = types.new_class(
+            cls.__name__, (_run_stateful_base(), generic_base), {}, lambda ns: ns.update(namespace)
         )
         _stateful_classes[cls] = supervised_cls
     return supervised_cls
@@ -149,8 +153,13 @@ class LoaderRecord:
     they change, so that they outlive the loader (a loader built in a function is gone by exit).
     """
 
-    def __init__(self, supervision: Any) -> None:
+    def __init__(self, loader: Any) -> None:
+        supervision = loader._ld
         self.supervision = weakref.ref(supervision)  # the loader's, never kept alive by run
+        self.loader = weakref.ref(loader)
+        # Why the loader runs as plain torch (its own words, the reason its warning gives), or
+        # None while it is supervised: the loader decides, run only reports it.
+        self.unsupervised: str | None = loader._ld_unsupervised
         self.iterated = False
         self.counts: dict[str, int] = {}
         self.worker_pids: set[int] = set()
@@ -168,6 +177,9 @@ class LoaderRecord:
             self.oom_protection = supervision.oom_protection()
 
     def refresh(self) -> None:
+        loader = self.loader()
+        if loader is not None:
+            self.unsupervised = loader._ld_unsupervised
         supervision = self.supervision()
         if supervision is not None:
             self.read(supervision)
@@ -179,12 +191,10 @@ _records: list[LoaderRecord] = []
 def _watch_loader(loader: Any) -> None:
     """Every supervised loader of this process, built through torch's name or ours (issue 14)."""
     supervision = loader._ld
-    record = LoaderRecord(supervision)
+    record = LoaderRecord(loader)
     with _lock:
         _records.append(record)
         _state["created"] += 1
-        if loader._ld_unsupervised is not None:
-            _state["unsupervised"] += 1
     # The supervision holds the record (through this partial), never the reverse.
     supervision.watchers.append(functools.partial(_records_changed, record))
     _write_state(force=True)
@@ -245,9 +255,16 @@ def _write_state(force: bool) -> None:
         for record in _records:
             quarantine.update(record.quarantine)
             worker_pids |= record.worker_pids
+        reasons: dict[str, int] = {}
+        for record in _records:
+            if record.unsupervised is not None:
+                reasons[record.unsupervised] = reasons.get(record.unsupervised, 0) + 1
         state = {
             **_state,
-            "loaders": sum(1 for record in _records if record.iterated),
+            # supervised loaders iterated; those that ran as plain torch, by their reason
+            "loaders": sum(1 for r in _records if r.iterated and r.unsupervised is None),
+            "unsupervised": sum(reasons.values()),
+            "unsupervised_reasons": reasons,
             "batches": sum(record.counts.get("batches", 0) for record in _records),
             "samples": sum(record.counts.get("samples", 0) for record in _records),
             "quarantine": sorted(quarantine, key=protocol.numeric_order),

@@ -6,22 +6,44 @@ import bisect
 import os
 from typing import Any
 
-# Attributes through which common datasets expose their file list (torchvision's ImageFolder
-# and DatasetFolder use ``samples``/``imgs``, list of (path, target)).
-FILE_LIST_ATTRIBUTES = (
-    "samples",
-    "imgs",
-    "files",
-    "file_paths",
-    "paths",
-    "image_paths",
-    "filenames",
+# Attributes through which datasets of popular repositories keep their file list, one entry per
+# index (a path, a (path, target) pair, or a dict with a path), and who keeps it there; read in
+# this order.
+FILE_LISTS: tuple[tuple[str, str], ...] = (
+    ("samples", "torchvision ImageFolder/DatasetFolder, timm's reader: (path, target)"),
+    ("imgs", "torchvision ImageFolder (an alias of samples)"),
+    ("im_files", "Ultralytics YOLO datasets (YOLOv8 and later, YOLOv5 since v6)"),
+    ("img_files", "YOLOv5 before v6, many detection repos"),
+    ("image_files", "custom datasets"),
+    ("_image_files", "torchvision Flowers102, Food101, DTD, FGVCAircraft"),
+    ("_samples", "torchvision StanfordCars, GTSRB: (path, target)"),
+    ("data_list", "OpenMMLab (mmdet, mmseg, mmpose) BaseDataset: dicts with img_path"),
+    ("images_fps", "segmentation_models.pytorch examples"),
+    ("files", "custom datasets"),
+    ("file_paths", "custom datasets"),
+    ("paths", "custom datasets"),
+    ("image_paths", "custom datasets"),
+    ("img_paths", "custom datasets"),
+    ("filenames", "custom datasets"),
 )
+FILE_LIST_ATTRIBUTES = tuple(name for name, _ in FILE_LISTS)
 
 
-# The keys of a dict item (MONAI's ``data=[{"image": path, "label": path}]``) that name the file
-# it is read from, best first; else its first value that is a path.
-PATH_KEYS = ("image", "img", "path", "file", "filename", "filepath")
+# The keys of a dict item (MONAI's ``data=[{"image": path, "label": path}]``, OpenMMLab's
+# ``img_path``, detectron2's ``file_name``, Ultralytics' ``im_file``) that name the file it is
+# read from, best first; else its first value that is a path.
+PATH_KEYS = (
+    "image",
+    "img",
+    "img_path",
+    "image_path",
+    "im_file",
+    "file_name",
+    "path",
+    "file",
+    "filename",
+    "filepath",
+)
 
 
 def _as_path(entry: Any) -> str | None:

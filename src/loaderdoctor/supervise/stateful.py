@@ -32,6 +32,7 @@ from loaderdoctor.supervise.loader import (
     LOADER_HOOKS,
     DataLoader,
     _announce,
+    _T_co,
     _unsupervised_reason,
     _warn_once,
 )
@@ -110,8 +111,11 @@ def _unsupported_reason(loader: Any) -> str | None:
     return None
 
 
-class StatefulDataLoader(SupervisedStateful, torchdata_compat.StatefulDataLoader):
+class StatefulDataLoader(SupervisedStateful, torchdata_compat.StatefulDataLoader[_T_co]):
     """A drop-in, supervised ``torchdata.stateful_dataloader.StatefulDataLoader``.
+
+    Generic as torchdata's is: ``StatefulDataLoader[List[Tensor]]`` in an annotation, and
+    ``class X(StatefulDataLoader[T])``.
 
     Takes every argument of torchdata's and behaves identically while nothing fails (same
     batches, order, seeds and ``state_dict``); the keyword-only extras of

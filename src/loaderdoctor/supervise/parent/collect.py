@@ -346,6 +346,11 @@ def from_snapshot(ev: Evidence, snapshot: WorkerSnapshot | None, iterable: bool)
     if iterable:
         if snapshot.stage == "fetch" and snapshot.samples_started:
             ev.iterable_position = snapshot.samples_started - 1
+            # named as it passed the pipeline's stages, though it never reached the loader
+            if snapshot.named_position == ev.iterable_position:
+                ev.stream_key = snapshot.named_key
+                if snapshot.named_url and ev.sample_file is None:
+                    ev.sample_file = snapshot.named_url
     elif snapshot.stage == "fetch":
         ev.in_flight_index = snapshot.in_flight_index
 

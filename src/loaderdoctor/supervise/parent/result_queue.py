@@ -58,10 +58,13 @@ def receive(result_queue: Any, timeout: float, stalled: Callable[[], Any]) -> An
 
 
 def _read_exactly(fd: int, size: int, stalled: Callable[[], Any]) -> bytes:
+    # poll, not select: select() refuses any descriptor numbered 1024 or more, and a training
+    # process holds thousands (torch's file_descriptor sharing keeps one per received tensor).
+    readable = select.poll()
+    readable.register(fd, select.POLLIN)
     data = bytearray()
     while len(data) < size:
-        ready, _, _ = select.select([fd], [], [], STALL_CHECK_S)
-        if not ready:
+        if not readable.poll(STALL_CHECK_S * 1000):
             evidence = stalled()
             if evidence is not None:
                 raise HalfMessage(evidence)

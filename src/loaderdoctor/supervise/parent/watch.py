@@ -184,7 +184,8 @@ class WorkerWatch:
         ev.batch, ev.batch_indices = self.batch_of(worker_id, ev.in_flight_index, tasks)
         if ev.in_flight_index is None and ev.batch_indices and len(ev.batch_indices) == 1:
             ev.in_flight_index = ev.batch_indices[0]
-        ev.sample_file = sample_file(self.dataset, ev.in_flight_index)
+        # a stream item's file (its shard's URL) came with its name from the recorder
+        ev.sample_file = sample_file(self.dataset, ev.in_flight_index) or ev.sample_file
 
     def hang(
         self, worker_id: int, tasks: Mapping[int, Any], timeout_message: str | None

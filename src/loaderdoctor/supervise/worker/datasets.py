@@ -41,6 +41,7 @@ from loaderdoctor.supervise.worker.sample_policy import (
     SkippedBatch,
     _safe_structure,
 )
+from loaderdoctor.supervise.worker.stream_names import NameTrail
 
 REFERENCE_SAMPLES = 5
 
@@ -407,7 +408,11 @@ class _SupervisedIterator:
             elif resume.state is not None and self.stateful:
                 dataset.load_state_dict(resume.state)
                 self.position = self.mark = resume.skip
-        self.iterator: Iterator[Any] = iter(()) if self.done else iter(dataset)
+        # Names items a pipeline's later stages drop the key of, or die on (WebDataset)
+        self.names = NameTrail(slot)
+        self.iterator: Iterator[Any] = (
+            iter(()) if self.done else self.names.open(dataset, self.position)
+        )
         if resume is not None and not resume.replayable and resume.skip and resume.state is None:
             self.notes.append(
                 f"stream of worker {self.worker_id} is not replayable (the dataset says "
@@ -466,7 +471,7 @@ class _SupervisedIterator:
             self.position += 1
             if resume is not None and position in resume.culprits:
                 # in flight at a death and re-tried: it loaded, so it arrives; its key names it
-                self.culprits.append((position, item_key(item)))
+                self.culprits.append((position, self._key(position, item)))
             elif resume is not None and self._counted_already(position):
                 if position < resume.skip:
                     self._check_replay(position, item)
@@ -483,7 +488,7 @@ class _SupervisedIterator:
         expected = self.expected.pop(position, None)
         if expected is None:
             return
-        key = item_key(item)
+        key = self._key(position, item)
         if key != expected:
             self.expected.clear()  # said once
             self.notes.append(
@@ -517,7 +522,7 @@ class _SupervisedIterator:
         be read past an item that raises.
         """
         try:
-            self.iterator = iter(self.dataset)
+            self.iterator = self.names.open(self.dataset, 0)
         except Exception:
             return False
         for _ in range(position + 1):
@@ -546,6 +551,7 @@ class _SupervisedIterator:
         )
         self.mark = self.position
         self.items, self.gaps, self.notes, self.culprits = [], set(), [], []
+        self.names.forget_before(self.position)
         return wrapped
 
     def _recent_keys(self) -> tuple[tuple[int, Any], ...]:
@@ -555,7 +561,13 @@ class _SupervisedIterator:
             return ()
         positions = [p for p in range(self.mark, self.position) if p not in self.gaps]
         pairs = zip(positions[-CHECKED_KEYS:], items[-CHECKED_KEYS:])
-        return tuple((p, key) for p, item in pairs if (key := item_key(item)) is not None)
+        return tuple((p, key) for p, item in pairs if (key := self._key(p, item)) is not None)
+
+    def _key(self, position: int, item: Any) -> Any:
+        """The key its pipeline named the item by (a WebDataset ``__key__``, kept where a later
+        stage dropped it: ``.to_tuple(...)``), else the item's own."""
+        key = self.names.key_at(position)
+        return key if key is not None else item_key(item)
 
     def state(self) -> Any:
         return self.dataset.state_dict() if self.stateful else None
