@@ -10,9 +10,9 @@ With ``--stateful`` the pair is torchdata's ``StatefulDataLoader`` and
 
 With ``--hang-timeout`` the supervised loader runs its hang watchdog. Run it with
 ``tests/fixtures/portable`` on PYTHONPATH to measure the watchdog of a platform without a dump
-signal (Windows: a thread in each worker re-arms faulthandler's timer per stage, issue 18).
+signal (Windows: a thread in each worker re-arms faulthandler's timer per stage).
 
-Targets (issue 2): >= 0.98x on decode-heavy samples (~1 ms of real work each), >= 0.90x on tiny
+Targets: >= 0.98x on decode-heavy samples (~1 ms of real work each), >= 0.90x on tiny
 samples.
 """
 
@@ -65,7 +65,7 @@ class TinyDataset(Dataset):
 
 class TinyStream(torch.utils.data.IterableDataset):
     """A stream of ints, each worker its share by get_worker_info(): what a stream's supervision
-    costs (positions, keys and the batch wrapper of issue 14) on the cheapest items there are."""
+    costs (positions, keys and the batch wrapper of a stream) on the cheapest items there are."""
 
     def __init__(self, n: int) -> None:
         self.n = n

@@ -1,4 +1,4 @@
-"""How fast healing recovers from a worker death, against starting a fresh DataLoader (issue 14).
+"""How fast healing recovers from a worker death, against starting a fresh DataLoader.
 
 Each worker takes ``--startup`` seconds to start (a ``worker_init_fn`` that sleeps, as opening an
 index, an LMDB or a tokenizer does). Measured side by side in one process run, repeated and
@@ -7,7 +7,7 @@ interleaved, at each worker count:
     the middle of a sample) to the next batch a healing ``loaderdoctor.DataLoader`` delivers.
     The dead worker alone is replaced; the sample is first re-tried alone in a fresh worker (the
     probe that tells a bad sample from a flaky machine), so this is about two start-ups;
-  * whole pool: the same death healed the way it was before issue 14 (every worker stopped and
+  * whole pool: the same death healed the way it was before one worker could be replaced alone (every worker stopped and
     a new pool started), for comparison;
   * fresh start: the time a new stock ``torch.utils.data.DataLoader`` takes to deliver its first
     batch (what a user pays today to restart after a crash, before re-loading their place).
@@ -73,7 +73,7 @@ class SlowStart:
 
 @contextmanager
 def whole_pool_healing() -> Iterator[None]:
-    """Heal as before issue 14: every death rebuilds the whole pool."""
+    """Heal as before one worker could be replaced alone: every death rebuilds the whole pool."""
     cls = recovery.Recovery
     original = cls.can_replace
     cls.can_replace = lambda self, action, at, ev: False  # type: ignore[method-assign]

@@ -22,7 +22,7 @@ loaded machine slows the wall clock of every pass but not the work each does.
 machine has: its workers wait rather than compute, so what limits a pass is its own per-sample
 cost in the parent.
 
-Target (issue 29): ratio scan/bare >= 0.8 (issue 7: scan >= 0.90x the stock pass).
+Target: ratio scan/bare >= 0.8 (scan >= 0.90x the stock pass).
 """
 
 from __future__ import annotations

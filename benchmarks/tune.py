@@ -18,8 +18,8 @@ process and its workers: less dependent on what else runs).
 
     python benchmarks/tune.py [--quick] [--window 1.0] [--rounds 3] [--batch-size 32]
 
-Target (issue 29): the pick within 5% of the grid's best (ratio >= 0.95), in at most 10% of the
-grid's time, on all three datasets (issue 8: 25%).
+Target: the pick within 5% of the grid's best (ratio >= 0.95), in at most 10% of the
+grid's time, on all three datasets (25%).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A dataset that loads a whole batch with its own ``__getitems__`` (Hugging Face
 ``datasets.Dataset``, any batched fetch): a worker death inside it names the sample that
 killed it, found by re-trying the batch's samples alone, or says honestly that it was one of
-the batch, never the batch's first index (issue 23 item 3)."""
+the batch, never the batch's first index."""
 
 from __future__ import annotations
 

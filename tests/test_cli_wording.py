@@ -1,4 +1,4 @@
-"""What a new user reads and what the exit status says (issue 28 items 5, 6 and 9's usage).
+"""What a new user reads and what the exit status says.
 
 Through a pipe (``| tee``, a CI log) and through a pseudo-terminal at 80 columns: the same words.
 """

@@ -1,4 +1,4 @@
-"""Every import under src/ is a declared runtime dependency (issue 12), checked by deptry."""
+"""Every import under src/ is a declared runtime dependency, checked by deptry."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The supervised core is a drop-in for torch's: lifetimes, generics, exception types, keywords.
 
-Each behaviour is checked side by side with stock torch where torch's is observable (issue 13).
+Each behaviour is checked side by side with stock torch where torch's is observable.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``env``'s dependencies check (issue 12 item 4): a module loaderdoctor or the target dataset
+"""``env``'s dependencies check: a module loaderdoctor or the target dataset
 imports that cannot be imported is a failed check, never a pass, and never a traceback."""
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def test_one_line_symptoms(text: str, cause: str) -> None:
     assert top(text)[0] == cause
 
 
-# The shapes issue 25 lists, each named top-1.
+# The shapes users paste most, each named top-1.
 @pytest.mark.parametrize(
     ("text", "cause"),
     [

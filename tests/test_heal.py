@@ -80,7 +80,7 @@ def test_replace_keeps_batches_full_with_a_deterministic_substitute(tmp_path: Pa
 
 def test_skip_with_drop_last_delivers_the_short_batch(tmp_path: Path) -> None:
     """drop_last drops torch's last incomplete batch, never a bad sample's healthy batch-mates
-    (issue 23 item 4): the batch arrives short."""
+    : the batch arrives short."""
     dataset = Ledger(18, {5: "raise"}, str(tmp_path))
     loader = loaderdoctor.DataLoader(
         dataset, batch_size=4, num_workers=2, on_error="skip", drop_last=True
@@ -208,14 +208,14 @@ def test_exactly_once_ledger(
             assert len(missing) <= tail, f"lost healthy samples {missing} ({faults})"
             ragged = {i for i, k in faults.items() if k == "ragged"}
             assert flat - healthy <= ragged, f"delivered bad samples {flat - healthy}"
-        # Every count equals what the loop received (issue 24 item 3), by construction; and
+        # Every count equals what the loop received, by construction; and
         # every sample of every batch formed was received or skipped, once.
         report = loader.report
         assert report.delivered == {"batches": len(received), "samples": sum(received)}
         assert report.counts["skipped"] + sum(received) == 2 * (n - tail), (
             f"skipped {report.counts['skipped']}, received {sum(received)} ({faults})"
         )
-        # A death healed without a change of pool shape replaced that worker alone (issue 14);
+        # A death healed without a change of pool shape replaced that worker alone;
         # the ledger above held across it. (A hang's sample is re-tried with the pool stopped,
         # so that pool restarts: the ledger held across that too.)
         for incident in loader.incidents:
@@ -238,7 +238,7 @@ def test_counts_equal_what_the_loop_received_when_a_skipped_batch_is_loaded_agai
     another worker is SIGKILLed (at sample 0, once); the sample loads fine alone, so the loader
     backs off to a new pool, which loads the waiting batch again. Its skip counted twice and was
     taken off the delivered samples twice: 197 delivered and 3 skipped while the loop received
-    198 and 2 samples were bad (issue 24 item 3). Counted when the batch is delivered, each
+    198 and 2 samples were bad. Counted when the batch is delivered, each
     count is what the loop received."""
     loader = loaderdoctor.DataLoader(
         Ledger(16, {0: "kill-once-when-collated", 5: "raise"}, str(tmp_path)),

@@ -1,4 +1,4 @@
-"""Back-off that climbs back (issue 17 item 5) and loaderdoctor's own failures (issue 12 item 3).
+"""Back-off that climbs back and loaderdoctor's own failures.
 
 Real worker deaths (a worker SIGKILLs itself once; the sample loads fine alone, so the machine is
 blamed and the loader backs off) and a real bug in loaderdoctor's own wrapper code.
@@ -94,7 +94,7 @@ def test_a_process_killing_cause_never_moves_samples_into_the_training_process(
         "sample 3 loaded fine alone: the machine, not the sample; at the lowest safe setting "
         "already (allow_in_process=True to go lower)"
     )
-    # at the floor, the one worker is replaced alone (issue 14)
+    # at the floor, the one worker is replaced alone
     assert fnmatch.fnmatchcase(
         respawned, "worker 0 respawned alone (pid * -> pid *); 1 owed batch re-sent"
     )

@@ -232,7 +232,7 @@ def test_backoff_climbs_mid_epoch_after_enough_healthy_batches(
     assert backoff.climb_due(at_epoch_start=False)
 
 
-# Who is replaced: one worker, or the whole pool (issue 14). cause, situation changes, alone?
+# Who is replaced: one worker, or the whole pool. cause, situation changes, alone?
 WHO_TABLE = [
     ("native-crash", {}, True),  # respawn, no culprit
     ("native-crash", {"culprit": 3}, True),  # probe: the replacement starts meanwhile

@@ -1,4 +1,4 @@
-"""Healing never hurts the job (issue 24): real faults, each beside two CPU burners.
+"""Healing never hurts the job: real faults, each beside two CPU burners.
 
 A worker never runs the user's training (an unguarded script under spawn), and its verdict is
 printed once; the kernel's OOM killer takes workers and probes, never the training process.

@@ -1,4 +1,4 @@
-"""Healing keeps exactly-once on the shapes real stacks use (issue 23 item 4): ``drop_last=True``
+"""Healing keeps exactly-once on the shapes real stacks use: ``drop_last=True``
 (timm's train loader), a batch sampler of the user's, and a repeating sampler written the way
 timm's ``MultiEpochsDataLoader`` writes it (the batch sampler wrapped in an endless sampler, the
 loader iterated ``len(self)`` times per epoch). A bad sample's batch arrives short: its healthy

@@ -57,7 +57,7 @@ def test_a_quiet_log_tells_no_sink(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_to_json_is_json_text_and_to_dict_the_dict() -> None:
-    """`print(loader.report.to_json())` (the README's line) prints JSON, not a Python dict (issue 28)."""
+    """`print(loader.report.to_json())` (the README's line) prints JSON, not a Python dict."""
     log = IncidentLog()
     log.append(verdict("sample-error"), "skipped")
     report = build_report(log, [3], Counts())
@@ -80,7 +80,7 @@ def test_a_diagnosis_reads_back_what_to_json_wrote() -> None:
     [
         ([], "ok"),
         (["skipped", "respawned"], "healed"),
-        (["respawned", "lost"], "healed-with-loss"),  # never plain "healed" (issue 23 item 4)
+        (["respawned", "lost"], "healed-with-loss"),  # never plain "healed"
         (["lost", "raised"], "crashed"),
     ],
 )

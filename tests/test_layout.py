@@ -1,4 +1,4 @@
-"""The supervised core's shape (issue 27), stated as tests so that it stays.
+"""The supervised core's shape, stated as tests so that it stays.
 
 - the files a worker leaves for the parent are named in one module, ``supervise/files.py``;
 - no folder of the supervised core, nor of the renderers, holds more than 15 modules;
@@ -105,7 +105,7 @@ def module_level_worker_objects(source: str, classes: set[str]) -> list[str]:
 
 
 def test_no_module_keeps_a_worker_context() -> None:
-    # Each worker's context is built at its start and handed to its wrappers (issue 27): a
+    # Each worker's context is built at its start and handed to its wrappers: a
     # module-level one was read and written by every wrapper, and shared by every loader of a
     # process (one loader's good structure became another's).
     classes = worker_classes()

@@ -1,4 +1,4 @@
-"""lint v3 (issue 26): the data followed across functions, modules and notebooks.
+"""lint v3: the data followed across functions, modules and notebooks.
 
 Each case is a corpus file or project with its exact findings, beside a negative twin.
 """

@@ -1,4 +1,4 @@
-"""Live workers learn a new quarantine before they fetch (issue 24 item 6).
+"""Live workers learn a new quarantine before they fetch.
 
 A sample that kills its worker, and again when it is re-tried alone, is quarantined. The batches
 already prefetched to the other, live workers were sent before that: a live worker that fetched

@@ -1,4 +1,4 @@
-"""A machine without numpy gets the same verdicts (issue 12).
+"""A machine without numpy gets the same verdicts.
 
 torch's wheels do not depend on numpy, so slim containers and inference images have none, and
 ``Tensor.numpy()`` raises "Numpy is not available" there. Each child here runs with a ``numpy``

@@ -1,4 +1,4 @@
-"""Windows and macOS (issue 18): the spawn-only platforms get the same verdicts.
+"""Windows and macOS: the spawn-only platforms get the same verdicts.
 
 On Linux every subprocess here runs with ``tests/fixtures/portable`` on PYTHONPATH, whose
 sitecustomize takes away what those platforms lack (real-time signals, faulthandler.register,

@@ -1,4 +1,4 @@
-"""Progress where no bar can be drawn: ``| tee``, nohup, a Slurm log (issue 28 item 4).
+"""Progress where no bar can be drawn: ``| tee``, nohup, a Slurm log.
 
 stderr a terminal: rich's bar. Anything else: a line at a steady interval (every 10 s; the tests
 set ``LOADERDOCTOR_PROGRESS_INTERVAL`` shorter), with done/total, the rate and the time left.

@@ -1,4 +1,4 @@
-"""The README, read top to bottom, matches what the tool does (issue 28 item 1).
+"""The README, read top to bottom, matches what the tool does.
 
 Its first lines are the fresh-machine commands (``.ci/run`` runs the first one); the first thing a
 user is told to type is the install into an environment they already have, which must keep their

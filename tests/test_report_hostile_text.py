@@ -1,4 +1,4 @@
-"""Every renderer takes any text a dataset can hold (issue 17): bytes that are not UTF-8 (file
+"""Every renderer takes any text a dataset can hold: bytes that are not UTF-8 (file
 names, exception messages), markup of rich and HTML, control characters. Pages and terminals get
 text they can encode, the report says what was escaped, and a failed write keeps the old file."""
 

@@ -48,7 +48,7 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert {rgb(PALETTE[0]), rgb(PALETTE[1])} <= colors
 
 
-# --- issue 28 item 8: what a reader saw wrong in Chromium, measured in Chromium --------------------
+# --- what a reader saw wrong in Chromium, measured in Chromium --------------------
 MEASURE = """
 <script>
 (() => {

@@ -1,4 +1,4 @@
-"""A worker death costs one worker, not the pool (issue 14, map-style datasets).
+"""A worker death costs one worker, not the pool (map-style datasets).
 
 Real faults in one worker of four: the dead worker is replaced by a new process with its
 worker_id and seed, the batches it owed are re-sent, and the other three keep running (same pids,
@@ -375,7 +375,7 @@ def test_a_replacement_learns_the_quarantine_that_its_predecessor_died_for(fault
     """Sample 0 kills (or hangs) the worker that fetches it as a reference for a ragged batch:
     a worker fetches more than the main process sends it. After a hang the replacement starts
     beside the probe, before 0 is quarantined, and learns it through the live quarantine before
-    it fetches its references (issue 24 item 6; before, it died of 0 too, found by the ledger
+    it fetches its references (before, it died of 0 too, found by the ledger
     test). After a kill (a memory suspect) the replacement starts once the probe is done (issue
     24 item 2: the two together could take the training process), so it knows 0 from the start.
     Either way one incident for sample 0."""

@@ -215,7 +215,7 @@ def test_nested_run_is_one_supervisor_and_one_report(tmp_path: Path) -> None:
         # 2 workers, one killed; the culprit loads fine alone (in a worker of its own), so the
         # pool of 2 is rebuilt (backed off to prefetch 1): 4 worker processes ran, as the
         # loader's records say. A kill is a memory suspect, so no early replacement starts
-        # beside the re-try (issue 24 item 2; before, a fifth worker did).
+        # beside the re-try (before, a fifth worker did).
         ("respawn", 4, 16, 1, 4),
         ("prepared", 3, 12, 1, 0),  # accelerate-style prepare(): the user's one loader
         ("self-batched", 5, 20, 1, 0),  # batch_size=None over a stream batching by 4
@@ -241,7 +241,7 @@ def test_run_counts_from_the_loaders_own_records(
     assert [(r["loaders"], r["workers"]) for r in report["ranks"]] == [(loaders, workers)]
     incidents = [(i["cause"], i["action"], i["indices"]) for i in report["incidents"]]
     assert incidents == INCIDENTS_OF_COUNTS.get(mode, [])
-    # As the loader report says it (issue 24 item 2): the workers go before the training process
+    # As the loader report says it: the workers go before the training process
     own = oom_score_adj()
     protection = (
         "on: workers at oom_score_adj 900, samples re-tried alone at 1000, the training process "

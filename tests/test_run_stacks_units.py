@@ -1,4 +1,4 @@
-"""Shapes real stacks give ``loaderdoctor run`` (issue 23), without the stacks: generic
+"""Shapes real stacks give ``loaderdoctor run``, without the stacks: generic
 subclasses of the swapped DataLoader, a subclass whose ``__init__`` never reaches torch's
 (torchdata's StatefulDataLoader), a stream culprit's key learnt after its incident was written,
 and the names a stack's dataset or exception carries."""

@@ -462,7 +462,7 @@ def test_merge_sums_the_states_and_names_loaders_that_ran_as_plain_torch(tmp_pat
     ],
 )
 def test_the_verdict_is_the_last_line(change: dict, verdict: str) -> None:
-    """A log's reader looks at the end: the verdict, not the report's path (issue 28 item 7)."""
+    """A log's reader looks at the end: the verdict, not the report's path."""
     report = sample_report()
     if "action" in change:
         report.incidents[0].action = change.pop("action")
@@ -481,7 +481,7 @@ OFF = "off for 1 worker(s): oom_score_adj of pid 4102 not raised: [Errno 13] Per
 def test_merge_says_whether_the_training_processes_go_last_when_memory_runs_out(
     tmp_path: Path,
 ) -> None:
-    """Each rank's state carries its loaders' oom_protection line (issue 24 item 2): report.json
+    """Each rank's state carries its loaders' oom_protection line: report.json
     says it per process and once for the run, the weakest first, naming whose it is."""
     from loaderdoctor.runner import core, protocol
 

@@ -1,4 +1,4 @@
-"""scan sends samples in chunks (issue 29); each fault still names exactly its sample."""
+"""scan sends samples in chunks; each fault still names exactly its sample."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""scan names a kill that follows its sample, and lists flaky samples (issue 24 items 4, 5)."""
+"""scan names a kill that follows its sample, and lists flaky samples."""
 
 from __future__ import annotations
 

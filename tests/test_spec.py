@@ -97,7 +97,7 @@ def test_not_a_dataset(tmp_path: Path) -> None:
     assert error_of(f"{path}:make").startswith(f"{path}:make is a float, not a dataset")
 
 
-# --- issue 28 item 9: the names a new user trips over ---------------------------------------------
+# --- the names a new user trips over ---------------------------------------------
 def test_no_such_name_lists_the_datasets_first_and_leaves_imports_out(tmp_path: Path) -> None:
     path = write(
         tmp_path,

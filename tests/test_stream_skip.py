@@ -1,4 +1,4 @@
-"""Skipping bad records of a stream: thousands in a row are a loop, not a recursion (issue 16)."""
+"""Skipping bad records of a stream: thousands in a row are a loop, not a recursion."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_thousands_of_bad_records_in_a_row_are_skipped_in_a_worker() -> None:
     assert _delivered(1) == list(range(BAD_IN_A_ROW, 3_000))
 
 
-# --- a generator that raises (issue 14 item 3) ----------------------------------------------
+# --- a generator that raises ----------------------------------------------
 
 ITEMS = 80  # 0..79; worker w's share is i % workers == w
 
@@ -123,7 +123,7 @@ def test_a_generator_that_raises_every_time_says_the_rest_of_its_stream_is_lost(
     ]
     assert note in loader.incidents[0].diagnosis.evidence
     assert [w.filename for w in heal] == [__file__]
-    assert loader.report.status == "healed-with-loss"  # never plain "healed" (issue 23 item 4)
+    assert loader.report.status == "healed-with-loss"  # never plain "healed"
 
 
 def test_thousands_of_skips_warn_ten_times_and_count_every_one() -> None:

@@ -1,4 +1,4 @@
-"""Healing a worker death in an IterableDataset (issue 14): the dead worker's replacement resumes its stream.
+"""Healing a worker death in an IterableDataset: the dead worker's replacement resumes its stream.
 
 A stream sharded by ``get_worker_info()`` over 4 workers; one worker dies at one item (SIGKILL,
 SIGSEGV, ``os._exit``, a hang). Each healthy item arrives exactly once, the item in flight is
@@ -112,7 +112,7 @@ def test_a_death_in_one_stream_re_tries_its_item_and_delivers_every_item_once(
     mode: str, cause: str, flag_dir: str
 ) -> None:
     """The item in flight at a death is re-tried once when the stream resumes, as a map-style
-    sample is (issue 23 item 5): a fault that does not come back loses nothing."""
+    sample is: a fault that does not come back loses nothing."""
     items, loader, caught = load(Sharded(mode, flag_dir))
     assert Counter(items) == Counter(range(N))
     incidents = [(i.diagnosis.cause, i.action, i.diagnosis.worker_id) for i in loader.incidents]
@@ -159,7 +159,7 @@ def test_a_death_every_time_at_one_item_loses_only_that_workers_items_from_it_on
 ) -> None:
     """A generator cannot be read past an item that kills its worker each time: re-tried once,
     it kills the replacement too, and that worker's stream then ends just before it. Every item
-    before it arrives (the batches read but not yet delivered were lost, issue 23 item 5); its
+    before it arrives (the batches read but not yet delivered were lost); its
     items from the culprit on are lost, said exactly; the other workers finish."""
     n = 90 if bad == 77 else N
     items, loader, caught = load(
@@ -394,7 +394,7 @@ def test_exactly_once_ledger_of_streams(
     """Every item of every worker's stream once per epoch: the ones that raise once skipped in
     the first epoch (and delivered in the second); one killed once re-tried and delivered; an
     item that raises or kills every time ends its worker's stream, whose items before it all
-    arrive. The report's counts are what the loop received (issue 24 item 3)."""
+    arrive. The report's counts are what the loop received."""
     bad = data.draw(st.lists(st.integers(0, n - 1), max_size=3, unique=True))
     faults = {i: data.draw(STREAM_FAULTS) for i in bad}
     flag_dir = tempfile.mkdtemp(prefix="stream-ledger-")

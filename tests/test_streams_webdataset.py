@@ -1,4 +1,4 @@
-"""A WebDataset pipeline over tar shards the test writes (issue 14): a worker killed at one sample
+"""A WebDataset pipeline over tar shards the test writes: a worker killed at one sample
 resumes its shard; the culprit is named by its ``__key__`` and every other sample arrives once."""
 
 from __future__ import annotations

@@ -338,7 +338,7 @@ def supervised_classes() -> list[tuple[type, type]]:
 
 def test_torch_calls_each_override_directly_with_its_own_parameters() -> None:
     """Every torch hook a supervised class overrides is its ``ld_`` method itself under torch's
-    name: no forwarding call on a clean run's path (issue 27), and the parameters torch passes
+    name: no forwarding call on a clean run's path, and the parameters torch passes
     (by name too: ``_reset(loader, first_iter=True)``) are the override's."""
     for ours, theirs in supervised_classes():
         hooks = dict(ours.LD_HOOKS)  # type: ignore[attr-defined]
@@ -451,7 +451,7 @@ OTHER_ITERATOR_ATTRIBUTES = (
     "_dataset_kind",
     "_iterator",
     "_base_seed",
-    # what a respawned worker is started with (torch_compat.worker_loop_args), issue 14
+    # what a respawned worker is started with (torch_compat.worker_loop_args)
     "_worker_result_queue",
     "_dataset",
     "_auto_collation",
@@ -565,7 +565,7 @@ def test_every_torch_private_in_our_source_is_in_the_contract() -> None:
     assert contract <= torch_names, f"torch no longer has {sorted(contract - torch_names)}"
 
 
-# --- no torch private outside torch_compat (issue 27) ------------------------------------------
+# --- no torch private outside torch_compat ------------------------------------------
 # Nowhere but in torch_compat (torchdata_compat for torchdata's) may code reach into torch: the
 # subclasses override torch's hooks through the Hooked* bases, and read torch's state through
 # them (IteratorState, IteratorBooks, ...). torchdata is imported only in torchdata_compat, so

@@ -1,7 +1,6 @@
 """A trial's rate is taken between a pipeline's worth of arrivals at each end of its window
 (``measure.Arrivals``), not from the first batch on: the workers start together, so the first
-round's other batches arrive right after the first, their work done before the window began
-(issue 29)."""
+round's other batches arrive right after the first, their work done before the window began"""
 
 from __future__ import annotations
 

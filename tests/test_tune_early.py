@@ -1,4 +1,4 @@
-"""tune ends a trial early once its rate decides it, and repeats only contenders (issue 29)."""
+"""tune ends a trial early once its rate decides it, and repeats only contenders."""
 
 from __future__ import annotations
 

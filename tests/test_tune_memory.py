@@ -101,7 +101,7 @@ def edge_measure(main: int, per_worker: int, outlier: int, budget: int, log: lis
 
 def test_the_search_reaches_the_budgets_edge_despite_a_large_worker() -> None:
     # 6 workers fit, 7 do not; one worker of each trial is 129 MiB larger. Predicting every
-    # worker from the largest (401 MiB) stopped at 4 workers: 0.623 of the best (issue 29).
+    # worker from the largest (401 MiB) stopped at 4 workers: 0.623 of the best.
     main, per_worker, outlier = 539 * MiB, 272 * MiB, 129 * MiB
     budget = main + 6 * per_worker + outlier + 100 * MiB
     log: list[LoaderConfig] = []

@@ -1,5 +1,5 @@
 """tune's throughput model on shared cores: one curve fitted to every measured worker count, the
-pick read off it, and a close contender settled back to back (issue 29)."""
+pick read off it, and a close contender settled back to back."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where tune's time goes (issue 29): the persistent-workers restart check rides along with the
+"""Where tune's time goes: the persistent-workers restart check rides along with the
 pick's second look instead of starting a loader of its own."""
 
 from __future__ import annotations

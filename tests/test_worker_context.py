@@ -1,4 +1,4 @@
-"""The worker context is passed to the wrappers, not kept in a module (issue 27).
+"""The worker context is passed to the wrappers, not kept in a module.
 
 Each worker (each in-process iterator) has its own ``WorkerContext``; its skip/replace events
 travel with the batch they belong to, or alone when no batch follows; two loaders of one process

@@ -61,7 +61,7 @@ def in_range(version: str, specifier: str) -> bool:
 
 # The torch releases the tests run on (CI on the pinned one, scripts/torch_matrix.sh on both ends).
 # pip's requirement is only the floor, so that installing loaderdoctor never downgrades a newer
-# torch; outside this range the supervised loader warns once and runs as plain torch (issue 13).
+# torch; outside this range the supervised loader warns once and runs as plain torch.
 TESTED_TORCH_RANGE = ">=2.13,<2.15"
 TORCH_VERSION = torch.__version__
 SUPPORTED_RANGE = TESTED_TORCH_RANGE

@@ -1,4 +1,4 @@
-"""Real training stacks, unchanged, under ``loaderdoctor run`` and ``run --heal`` (issue 23).
+"""Real training stacks, unchanged, under ``loaderdoctor run`` and ``run --heal``.
 
 Each stack script (``stacks/``) trains a tiny model on 192 samples with the real library's own
 loading code and writes a ledger of the samples its training loop received. A plan (``eco_plan``)
@@ -323,7 +323,7 @@ def test_stack(stack_name: str, mode: str, faults: list[str], tmp_path: Path) ->
 
 
 def check_one_of(incident: dict[str, Any], culprit: Any, details: str) -> None:
-    """No index, and the batch the culprit was in, said honestly (issue 23 item 3)."""
+    """No index, and the batch the culprit was in, said honestly."""
     assert incident["indices"] == [], details
     head = (
         "the dataset's own __getitems__ loads a batch at once, so the sample in flight was one of ["
@@ -362,7 +362,7 @@ def check_culprit(
 
 def test_importing_torchdata_under_run_exits_0(tmp_path: Path) -> None:
     """torchdata's ``class StatefulDataLoader(DataLoader[T])`` at import (accelerate imports it
-    whenever torchdata is installed) raised TypeError under run (issue 23 item 1)."""
+    whenever torchdata is installed) raised TypeError under run."""
     pytest.importorskip("torchdata", reason="the eco extra installs torchdata")
     command = ["-m", "loaderdoctor", "run", "--report-dir", str(tmp_path / "report"), "--"]
     result = run_python([*command, sys.executable, "-c", "import torchdata.stateful_dataloader"])

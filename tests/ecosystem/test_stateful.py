@@ -1,4 +1,4 @@
-"""torchdata's ``StatefulDataLoader``, supervised (issue 23 item 2): its ``state_dict`` and
+"""torchdata's ``StatefulDataLoader``, supervised: its ``state_dict`` and
 ``load_state_dict`` resume exactly as stock torchdata's do, healed or not, and a loader built
 directly from ``loaderdoctor.StatefulDataLoader`` is the same drop-in as ``loaderdoctor.DataLoader``.
 """
@@ -234,7 +234,7 @@ def test_the_torchdata_internals_the_supervision_overrides_are_there() -> None:
 
 def test_torchdata_calls_each_override_directly_with_its_own_parameters() -> None:
     """Every torchdata hook the supervised iterator (and loader) overrides is its ``ld_``
-    method itself under torchdata's name, with torchdata's parameters (issue 27)."""
+    method itself under torchdata's name, with torchdata's parameters."""
     import inspect
 
     from loaderdoctor import torchdata_compat

@@ -1,7 +1,7 @@
 """Whose code raised an exception: the user's (dataset, collate_fn, worker_init_fn) or ours.
 
-A failure of loaderdoctor's own machinery must never read as a verdict about the user's job
-(issue 12): it becomes the ``internal-error`` cause, which asks to be reported.
+A failure of loaderdoctor's own machinery must never read as a verdict about the user's job:
+it becomes the ``internal-error`` cause, which asks to be reported.
 """
 
 from __future__ import annotations

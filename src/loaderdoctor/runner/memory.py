@@ -125,7 +125,7 @@ class MemorySampler:
             track.memory.start_method = _start_method(process)
             # torch names the process in _worker_loop: what came before was its start-up (a
             # spawned worker importing torch again, ~500 MiB under 2.14's CUDA build), not a
-            # growth of the worker's own (issue 24).
+            # growth of the worker's own.
             track.memory.series = []
             track.ticks = 0
         if not track.environ_read:

@@ -75,7 +75,7 @@ class RunDataLoader(supervised.DataLoader[_T_co]):
 
     Generic as torch's is: ``DataLoader[int]`` and ``class X(DataLoader[T])`` (torchdata's
     ``StatefulDataLoader``, which ``accelerate`` imports whenever torchdata is installed) must work
-    under ``run`` as they do without it (issue 23).
+    under ``run`` as they do without it.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -90,7 +90,7 @@ class RunDataLoader(supervised.DataLoader[_T_co]):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # torchdata's StatefulDataLoader (and subclasses): a supervised class of the same name,
-        # whose __init__ Python then runs in place of the user's class's (issue 23 item 2)
+        # whose __init__ Python then runs in place of the user's class's
         cls = _supervised_stateful(cls) or cls
         loader = super().__new__(cls)
         if cls.__init__ is not RunDataLoader.__init__:  # a subclass with an __init__ of its own
@@ -189,7 +189,7 @@ _records: list[LoaderRecord] = []
 
 
 def _watch_loader(loader: Any) -> None:
-    """Every supervised loader of this process, built through torch's name or ours (issue 14)."""
+    """Every supervised loader of this process, built through torch's name or ours."""
     supervision = loader._ld
     record = LoaderRecord(loader)
     with _lock:

@@ -1,4 +1,4 @@
-"""Loaders of a subclass whose ``__init__`` never reaches torch's, found and named (issue 23).
+"""Loaders of a subclass whose ``__init__`` never reaches torch's, found and named.
 
 A subclass such as torchdata's ``StatefulDataLoader`` (``DataLoader[T]``) that sets torch's
 attributes itself and builds its own iterator is not supervised by ``RunDataLoader``'s
@@ -20,7 +20,7 @@ _lock = threading.RLock()  # checked from the lifeline's thread and from finaliz
 
 # Loaders of a subclass whose __init__ never reached torch's (torchdata's StatefulDataLoader sets
 # torch's attributes itself and builds its own iterator, so nothing of ours ever runs for it):
-# (class, where it was built, why) -> how many. Each one is named in the report (issue 23).
+# (class, where it was built, why) -> how many. Each one is named in the report.
 _unsupervised: dict[tuple[str, str, str], int] = {}
 
 

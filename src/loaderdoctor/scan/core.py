@@ -30,7 +30,7 @@ MAX_ROUNDS = 1000
 FLAKY_ACTIONS = frozenset({"respawned", "backed-off"})
 MAX_EVIDENCE = 8
 # Samples per message from a worker. One sample per message cost more than the decoding itself
-# (562 samples/s against a 2,560/s limit of the cores, issue 29): the queue, the pickling and the
+# (562 samples/s against a 2,560/s limit of the cores): the queue, the pickling and the
 # supervised iterator's bookkeeping are paid per message. The worker still records each sample in
 # the flight recorder as it starts it, so a crash, an OOM kill or a hang (timed per sample) names
 # exactly that sample, and a sample that raises is skipped alone inside its batch.

@@ -121,7 +121,7 @@ def process_killing(cause: str, kind: str) -> bool:
 def memory_suspect(diagnosis: Diagnosis) -> bool:
     """A death the OOM killer may have caused (its verdict, or a SIGKILL whose cause could not be
     read): the sample is re-tried alone before the dead worker's replacement starts, so that the
-    two never grow at once beside the training process (issue 24)."""
+    two never grow at once beside the training process."""
     return diagnosis.cause == "oom-killed" or diagnosis.signal == "SIGKILL"
 
 
@@ -151,7 +151,7 @@ def step_down(num_workers: int, prefetch_factor: int, floor: int) -> tuple[int, 
 
 
 def replaces_one_worker(action: Action, at: Situation) -> bool:
-    """Whether ``action`` is carried out by replacing the failed worker alone (issue 14).
+    """Whether ``action`` is carried out by replacing the failed worker alone.
 
     So for a dead or hung worker when the pool keeps its shape (a stream's replacement resumes
     that worker's stream alone); a back-off (prefetch 1, fewer workers, in-process) is a

@@ -4,7 +4,7 @@ A pool's workers get the quarantine as it was when they started, inside their da
 policy. A sample quarantined later (a death's culprit, re-tried alone) is left out by the main
 process of the batches it has not sent yet, but batches prefetched to a live worker were sent
 before: that worker fetched the sample (a duplicate from a sampler with replacement, a substitute
-or a reference sample) and died of it a second time (issue 24 item 6). So the main process also
+or a reference sample) and died of it a second time. So the main process also
 writes each new entry into a table in shared memory, next to the flight recorder, and the worker's
 dataset wrapper consults it before each sample.
 

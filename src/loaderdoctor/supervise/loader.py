@@ -205,7 +205,7 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
     or forkserver, healed like the others (loading in the main process, once, loudly): a worker
     would re-run the main script's top level, and when that starts this epoch outside a main
     guard each worker would run the training itself; or the loader's parts need a class of a
-    ``__main__`` with no file (a notebook), which no worker can import (issue 24)."""
+    ``__main__`` with no file (a notebook), which no worker can import."""
     from loaderdoctor.supervise.parent import collect
     from loaderdoctor.supervise.parent.start_failure import (
         fileless_main_diagnosis,

@@ -4,7 +4,7 @@ The OOM killer (host-wide or a memory cgroup's) kills the process with the highe
 resident memory plus ``oom_score_adj`` thousandths of all the memory it may use. A spawned worker
 holds as much as the training process (each imports torch again, ~509 MiB under torch 2.14's CUDA
 build), so while a dead worker's sample is re-tried alone and its replacement starts, the
-training process can be the largest, and it was the one killed (issue 24). A worker at 900 and a
+training process can be the largest, and it was the one killed. A worker at 900 and a
 probe at 1000 outrank any process left at 0 whatever their sizes, the probe (the memory suspect)
 first. Raising a process's own value, or a child's of the same user, needs no privilege
 (``proc(5)``); the training process's own value is never changed.

@@ -83,7 +83,7 @@ class MemoryModel:
     Until trials at two worker counts have run, every term is the largest seen so far, so a
     prediction errs high. From then on the fixed and per-worker parts are a least-squares line
     through the measured (workers, peak) points: one worker's peak varies by a third from trial
-    to trial on shared cores (273 to 401 MiB for a 256 MiB dataset, issue 29), and a prediction
+    to trial on shared cores (273 to 401 MiB for a 256 MiB dataset), and a prediction
     from the largest one skipped configurations that fit. ``spread_bytes`` says how far a
     prediction may be off (``uncertainty``); the search measures a configuration whose
     prediction fits but whose uncertainty reaches past the budget (the trial's own watcher

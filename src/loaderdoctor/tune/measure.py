@@ -352,7 +352,7 @@ def measure_restart(
     if not is_map_style(dataset) or config.num_workers == 0:
         raise ValueError("start-up is compared for map-style datasets with workers only")
     # One batch per worker: only each epoch's first batch is timed, and a longer epoch only
-    # spends time (prefetch_factor + 1 rounds: 5 s of 28 on a latency-bound set, issue 29).
+    # spends time (prefetch_factor + 1 rounds: 5 s of 28 on a latency-bound set).
     batches = config.num_workers
     indices = [i % len(dataset) for i in range(batches * settings.batch_size)]
     persistent = LoaderConfig.make(config.num_workers, config.prefetch_factor or 2, True)

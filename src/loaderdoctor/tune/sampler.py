@@ -227,7 +227,7 @@ class TrialSampler:
             pending = unread[:FINAL_USS_READS] or pending
         for worker, _rss in pending:
             # the RSS of the same read, not the one looked at before it: a worker that built a
-            # 256 MiB block in between was charged it twice (issue 29)
+            # 256 MiB block in between was charged it twice
             read = read_uss(worker.pid)
             worker.read_at = now
             if read is not None:
@@ -241,7 +241,7 @@ class TrialSampler:
         it may be about to allocate too), and as its own RSS growth on top of the private
         memory the others had when first seen: not on top of their whole USS, which holds the
         same growth (a 256 MiB block counted twice made 6 workers of a benchmark look 2.8 GiB
-        where they held 2.1, issue 29).
+        where they held 2.1).
         """
         known = [w for w, _ in live if w.uss is not None]
         guess = max((w.uss or 0 for w in known), default=self.worker_guess_bytes)

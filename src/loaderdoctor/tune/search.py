@@ -42,7 +42,7 @@ DEFAULT_PREFETCH = 2  # torch's default
 PLATEAU_STEPS = 2  # doublings in a row without a gain that end the ladder
 # Probes between measured worker counts. One: on shared cores a 4% drop between two counts is
 # noise as often as a peak, and each probe is a trial at about the most workers measured, the
-# dearest kind (three probes were a fifth of tune's time on a loaded 2-core machine, issue 29).
+# dearest kind (three probes were a fifth of tune's time on a loaded 2-core machine).
 MAX_REFINE = 1
 # Probes at the memory budget's edge: the most workers the fitted model fits, and one more
 # where its uncertainty reaches past the budget.
@@ -55,7 +55,7 @@ CONTENDED_SHARE = 0.10  # of the 0-worker trial's time spent waiting for a CPU: 
 EARLY_MARGIN = 0.05
 # A duel whose first pair lands this close to its bar (relative) is settled by a second pair in
 # the other order: the second of two back-to-back trials can differ by a few percent for its
-# place alone (issue 29), and two pairs in alternating order cancel that. A first pair that
+# place alone, and two pairs in alternating order cancel that. A first pair that
 # would overturn the model's pick takes the second pair however far past the bar: the model
 # stands on every trial, one pair on two (at load 30 one pair put 1 worker ahead of 16 on a
 # compute-bound set, where back to back 16 ran 1.6 times as fast).
@@ -103,7 +103,7 @@ def contended(zero: Trial | None) -> float | None:
 
     There the scheduler gives every runnable process its turn, so n workers beside b other
     processes get about n / (n + b) of the cores: throughput keeps climbing with workers past
-    the core count, by a few percent a doubling that a noisy trial can hide (issue 29: the
+    the core count, by a few percent a doubling that a noisy trial can hide (the
     ladder stopped at 8 workers on a 2-core machine at load 13 and picked 2).
     """
     if zero is None or zero.run_queue_per_sample_s is None or zero.samples_per_s <= 0:
@@ -404,7 +404,7 @@ class Search:
         # Deeper only: a shallower queue is not faster, and ``pick`` takes another
         # prefetch_factor only when it beats torch's default by twice the tolerance, so a trial
         # of prefetch_factor=1 (once run when the pick neared the memory budget) changed no pick
-        # and cost 2.5 s of 13 on a memory-bound set (issue 29).
+        # and cost 2.5 s of 13 on a memory-bound set.
         more = self.attempt(LoaderConfig.make(workers, 4), "prefetch")
         if more is not None and more.samples_per_s > base_rate * (1 + self.settings.tolerance):
             self.attempt(LoaderConfig.make(workers, 3), "prefetch")
@@ -433,7 +433,7 @@ class Search:
         top = ranked[0][0]
         # Only contenders: a configuration far below the best is not picked on a second look,
         # and a best that far ahead of every other stays the pick (at 16 workers, a second look
-        # at a latency-bound set's clear winner was a tenth of tune's time, issue 29).
+        # at a latency-bound set's clear winner was a tenth of tune's time).
         near = ranked[0][1] * (1 - 2 * MAX_PICK_TOLERANCE)
         contenders = [config for config, rate in ranked[1:] if rate >= near]
         torchs = pick.prefetch_factor in (None, DEFAULT_PREFETCH)
@@ -441,7 +441,7 @@ class Search:
             # Near the best only the pick's own count at another prefetch_factor, which ``pick``
             # takes over torch's default only past twice the tolerance: a second look changes
             # nothing (2.3 s of 11 s at 16 workers on a latency-bound set, 6 s of 19 at 6 on a
-            # memory-bound one, issue 29).
+            # memory-bound one).
             return
         chosen = [top, *contenders[: self.settings.repeats - 1]]
         if pick not in chosen:

@@ -6,7 +6,7 @@ workers get about ``cores * n / (n + others)`` of the cores (and never more than
 ``min(n, cores)``, the saturating curve of compute; with many it is nearly proportional to ``n``,
 the curve of I/O latency. Fitting the one curve to all trials pools their noise: on a loaded
 2-core machine single trials went 449/426/396/593/347 samples/s at 1/2/4/8/16 workers, which is
-no curve at all, while the fitted one says where the rate still climbs (issue 29).
+no curve at all, while the fitted one says where the rate still climbs.
 """
 
 from __future__ import annotations

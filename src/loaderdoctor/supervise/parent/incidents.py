@@ -29,7 +29,7 @@ HEALED_ACTIONS = frozenset(
 )
 # The loader carried on, but healthy samples were lost (named in the incident's evidence and
 # warning): a stream that cannot be read past an item that killed its worker twice. The run is
-# then "healed-with-loss", never plain "healed" (issue 23 items 4 and 5).
+# then "healed-with-loss", never plain "healed".
 LOSING_ACTIONS = frozenset({"lost"})
 
 

@@ -14,7 +14,7 @@ processes only through the ``Pool``; the probe (an isolated re-try) and the succ
 callables handed in, so that it holds no reference to the iterator class, and the iterator's books
 hold the iterator weakly: no reference cycle. The result queue is settled under its writer lock
 before a replacement starts, or found unusable (a worker killed mid-write) and the whole pool is
-rebuilt instead (issue 14).
+rebuilt instead.
 """
 
 from __future__ import annotations
@@ -330,7 +330,7 @@ class Recovery:
     def _name_in_batch(self, ev: Evidence) -> bool:
         """A worker died inside the dataset's own ``__getitems__``, which loads the batch at
         once: its recorder holds the batch's first index, not the sample that killed it (111
-        was named when 37 crashed: issue 23 item 3). Re-try the batch's samples one by one in a
+        was named when 37 crashed). Re-try the batch's samples one by one in a
         fresh worker: the one that kills it again is the culprit (True); else the evidence says
         "one of" the batch, and no sample is named."""
         batch = list(ev.batch_indices or [ev.in_flight_index])

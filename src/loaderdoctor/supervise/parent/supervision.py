@@ -3,7 +3,7 @@
 The loader holds a ``Supervision``; each iterator holds the same ``Supervision`` and a
 ``LoaderSnapshot`` (what torch's iterator reads from a loader), never the loader itself: an
 iterator that held its loader would, with persistent workers, form a reference cycle, and its
-workers would outlive a dropped loader until a cyclic garbage collection (issue 13).
+workers would outlive a dropped loader until a cyclic garbage collection.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class EventOutbox:
         self.kept: list[dict[str, Any]] = [] if kept is None else kept
         # The events of the batch being loaded: they travel with that batch
         # (``sample_policy.HealedBatch``) and count when the user receives it, so a batch lost
-        # with its worker and loaded again counts once (issue 24 item 3).
+        # with its worker and loaded again counts once.
         self.batch: list[dict[str, Any]] = []
 
     def record(self, event: dict[str, Any]) -> None:

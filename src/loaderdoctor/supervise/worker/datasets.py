@@ -290,7 +290,7 @@ class SupervisedMapDataset(Dataset[Any]):
         context.batch_indices = kept_indices
         # A batch left short is delivered short, drop_last or not: its healthy samples arrive
         # exactly once (dropping it lost them; under a repeating sampler, timm's
-        # MultiEpochsDataLoader, the next epoch's batch filled the gap: issue 23 item 4).
+        # MultiEpochsDataLoader, the next epoch's batch filled the gap).
         if not samples:
             return DroppedSamples(samples)
         return samples
@@ -348,7 +348,7 @@ class SupervisedBatchedMapDataset(SupervisedMapDataset):
         """The first of ``indices`` whose ``dataset[index]`` raises alone, or None.
 
         A batched fetch fails as one call, so which sample raised is unknown (HF datasets' first
-        index was named: issue 23 item 3). On this error path alone each sample is fetched by
+        index was named). On this error path alone each sample is fetched by
         itself, the recorder naming it, so a crash here names its sample too; where none raises
         alone (the batch's failure is the batch's), no index is named, never a wrong one.
         """

@@ -40,7 +40,7 @@ class HealedBatch:
     """A batch a healing worker changed (a sample skipped or replaced): the batch, how many
     samples it holds, and the events of its samples. The main process counts them when the user
     receives the batch, so every count equals what the loop received: a batch lost with its
-    worker and loaded again by its replacement counts once (issue 24 item 3)."""
+    worker and loaded again by its replacement counts once."""
 
     __slots__ = ("batch", "events", "samples")
 
