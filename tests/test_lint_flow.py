@@ -38,7 +38,7 @@ def findings(*paths: Path | str, cwd: Path | None = None) -> list[str]:
     return [f"{f.path}:{f.line}:{f.col} {f.code} {f.message}" for f in report.findings]
 
 
-def test_lambda_in_a_variable_placed_in_a_compose_list() -> None:  # item 1
+def test_lambda_in_a_variable_placed_in_a_compose_list() -> None:
     path = CORPUS / "bad" / "ld102_lambda_var_in_compose.py"
     assert findings(path) == [
         f"{path}:9:33 LD102 a lambda passed to `MNIST(...)` is kept by the Dataset, which is "
@@ -47,7 +47,7 @@ def test_lambda_in_a_variable_placed_in_a_compose_list() -> None:  # item 1
     assert findings(CORPUS / "clean" / "ld102_lambda_var_no_workers.py") == []
 
 
-def test_records_through_helpers_constructors_and_pickled_caches() -> None:  # item 2
+def test_records_through_helpers_constructors_and_pickled_caches() -> None:
     assert findings(".", cwd=PROJECTS / "records_flow") == [
         "roidb_data.py:15:25 LD107 `Records.data` keeps per-record Python objects built from "
         f"`json.load` data and `__getitem__` {COPY_ON_READ}",
@@ -60,7 +60,7 @@ def test_records_through_helpers_constructors_and_pickled_caches() -> None:  # i
     ]  # Files: a numpy array of the loaded names; Boxes: rebound only after the call: nothing
 
 
-def test_roidb_passed_in_is_judged_only_with_the_code_that_passes_it() -> None:  # item 2
+def test_roidb_passed_in_is_judged_only_with_the_code_that_passes_it() -> None:
     assert findings("roidb_data.py", cwd=PROJECTS / "records_flow") == [
         "roidb_data.py:15:25 LD107 `Records.data` keeps per-record Python objects built from "
         f"`json.load` data and `__getitem__` {COPY_ON_READ}",
@@ -79,7 +79,7 @@ OPENCV = (
 )
 
 
-def test_opencv_three_calls_and_two_modules_below_getitem(tmp_path: Path) -> None:  # item 3
+def test_opencv_three_calls_and_two_modules_below_getitem(tmp_path: Path) -> None:
     assert findings(".", cwd=PROJECTS / "opencv_chain") == [OPENCV]
     copy = tmp_path / "opencv_chain"
     shutil.copytree(PROJECTS / "opencv_chain", copy)
@@ -98,7 +98,7 @@ def test_h5py_dataset_read_from_a_handle_opened_in_init() -> None:  # items 4 an
     assert findings(CORPUS / "clean" / "ld106_h5py_lazy_or_dead.py") == []
 
 
-def test_import_time_call_of_an_imported_function_that_iterates_a_loader() -> None:  # item 5
+def test_import_time_call_of_an_imported_function_that_iterates_a_loader() -> None:
     assert findings(".", cwd=PROJECTS / "imported_fit") == [
         "train.py:6:1 LD101 `fit()` runs at import time and iterates a DataLoader with "
         'num_workers=4 (line 5 of engine.py), outside an `if __name__ == "__main__":` guard: '
@@ -108,7 +108,7 @@ def test_import_time_call_of_an_imported_function_that_iterates_a_loader() -> No
     assert findings("train_guarded.py", "engine.py", cwd=PROJECTS / "imported_fit") == []
 
 
-def test_two_projects_side_by_side_keep_their_own_modules(tmp_path: Path) -> None:  # item 6
+def test_two_projects_side_by_side_keep_their_own_modules(tmp_path: Path) -> None:
     folder = tmp_path / "repos"
     shutil.copytree(PROJECTS / "side_by_side", folder)
     ocr = (
@@ -125,13 +125,13 @@ def test_two_projects_side_by_side_keep_their_own_modules(tmp_path: Path) -> Non
     assert findings(".", cwd=folder) == [gan, ocr]
 
 
-def test_loop_that_rebinds_its_dataset_through_a_tuple_target() -> None:  # item 7
+def test_loop_that_rebinds_its_dataset_through_a_tuple_target() -> None:
     assert findings(CORPUS / "clean" / "ld104_rebinds_dataset_tuple.py") == []
     path = CORPUS / "bad" / "ld104_probe_each_batch.py"
     assert [line.split(" LD104 ")[0] for line in findings(path)] == [f"{path}:11:17"]
 
 
-def test_ipython_magics_are_stripped_not_fatal() -> None:  # item 7
+def test_ipython_magics_are_stripped_not_fatal() -> None:
     path = CORPUS / "bad" / "notebook_magics.ipynb"
     report = check_paths([path])
     assert [(f.cell, f.line, f.col, f.code, f.message) for f in report.findings] == [
@@ -182,7 +182,7 @@ def test_magic_lines_become_statements_of_the_same_shape(line: str, stripped: st
     assert _magic_as_statement(line) == stripped
 
 
-def test_records_built_by_helper_methods_from_a_coco_index() -> None:  # item 2
+def test_records_built_by_helper_methods_from_a_coco_index() -> None:
     # CocoBoxes derives from a Dataset of a module read after its own, and duck-types
     # __getitem__ + __len__: it is still judged with its base (YOLOX's COCODataset).
     assert findings(".", cwd=PROJECTS / "coco_helpers") == [
@@ -207,7 +207,7 @@ def test_pickled_cache_of_numpy_arrays_says_what_grows() -> None:  # item 2, the
     ]
 
 
-def test_a_handle_opened_from_a_listed_name_is_not_a_list_of_names() -> None:  # item 2
+def test_a_handle_opened_from_a_listed_name_is_not_a_list_of_names() -> None:
     path = CORPUS / "clean" / "ld107_walked_root_opened.py"
     assert check_paths([path], min_severity="info").findings == []
 

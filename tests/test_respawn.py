@@ -376,8 +376,8 @@ def test_a_replacement_learns_the_quarantine_that_its_predecessor_died_for(fault
     a worker fetches more than the main process sends it. After a hang the replacement starts
     beside the probe, before 0 is quarantined, and learns it through the live quarantine before
     it fetches its references (before, it died of 0 too, found by the ledger
-    test). After a kill (a memory suspect) the replacement starts once the probe is done (issue
-    24 item 2: the two together could take the training process), so it knows 0 from the start.
+    test). After a kill (a memory suspect) the replacement starts once the probe is done (the
+    two together could take the training process), so it knows 0 from the start.
     Either way one incident for sample 0."""
     import tempfile
 
