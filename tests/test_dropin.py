@@ -209,25 +209,35 @@ def test_unpicklable_start_raises_torchs_type_with_torchs_warning(case: str, met
     ours = assert_same_failure(lambda: START_FAILURES[case](method))
     assert ours.diagnosis.cause == "unpicklable"  # type: ignore[attr-defined]
     # the verdict rides along in the traceback, naming the part that cannot cross and why
-    part, error = UNPICKLABLE_PARTS[case]
+    part, error, refused = UNPICKLABLE_PARTS[case]
     (note,) = ours.__notes__
-    assert note.splitlines()[:5] == [
+    assert note.splitlines()[:6] == [
         "loaderdoctor verdict: Something that must cross between processes cannot be pickled "
         "[unpicklable, confidence 0.97]",
         "  evidence:",
         f"    - cannot be pickled for {method}: {part} ({error})",
+        f"    - the object pickle refuses: {refused}",
         f"    - the worker raised {error}",
         "  fix:",
     ]
 
 
-UNPICKLABLE_PARTS = {
+UNPICKLABLE_PARTS = {  # (part, its pickling error, the object refused: its path and kind)
     "lambda-worker-init-fn": (
         "worker_init_fn",
         "AttributeError: Can't pickle local object '<lambda>.<locals>.<lambda>'",
+        "worker_init_fn (lambda)",
     ),
-    "dataset-with-lock": ("dataset", "TypeError: cannot pickle '_thread.lock' object"),
-    "unpicklable-collate-fn": ("collate_fn", "PicklingError: this object cannot be pickled"),
+    "dataset-with-lock": (
+        "dataset",
+        "TypeError: cannot pickle '_thread.lock' object",
+        "dataset.lock (lock)",
+    ),
+    "unpicklable-collate-fn": (
+        "collate_fn",
+        "PicklingError: this object cannot be pickled",
+        "collate_fn (_Unpicklable)",
+    ),
 }
 
 

@@ -463,7 +463,9 @@ def test_every_cause_has_two_shapes_of_evidence() -> None:
     for _name, _evidence, cause, _fix in CASES:
         shapes[cause] = shapes.get(cause, 0) + 1
     assert {cause for cause, count in shapes.items() if count < 2} == set()
-    assert set(shapes) == set(CAUSES)
+    # shared-failure is no reading of one failure's evidence: healing builds it from a streak of
+    # failures (supervise.shared_failure), with the streak's own message in its first fix
+    assert set(shapes) == set(CAUSES) - {"shared-failure"}
 
 
 def _longest_literal(template: str) -> str:

@@ -122,7 +122,8 @@ def test_run_prints_the_no_guard_verdict_once(two_cpu_burners: None, tmp_path: P
     assert all(line.startswith("    - ") and "\\n" not in line for line in stderr[start + 6 : fix])
     assert stderr[fix : fix + 4] == [
         "  fix:",
-        '    - Move the training code into a function and call it under `if __name__ == "__main__":`.',
+        f"    - In {UNGUARDED_PLAIN}: move the training code into a function and call it under "
+        '`if __name__ == "__main__":`.',
         "    - Run `loaderdoctor lint SCRIPT` to find the unguarded DataLoader.",
         "  more: loaderdoctor explain --cause main-guard-missing",
     ]

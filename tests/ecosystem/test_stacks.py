@@ -346,15 +346,10 @@ def check_culprit(
     if isinstance(culprit, str):  # a stream item: by worker and position, and by its key
         shard, item = culprit[1:].split("-")
         assert (incident["worker_id"], incident["position"]) == (int(shard), int(item)), details
-        # the key of an item that killed its worker is read when its stream resumes (with heal),
-        # and never where it kills every worker that reads it (a segfault)
-        known = incident["cause"] == "sample-error" or (
-            incident["action"] != "raised" and incident["cause"] != "native-crash"
-        )
-        assert incident["key"] == (culprit if known else None), details
-        # its shard: the url a DecodingError carries (a dead worker's item names none)
-        name = stack.name(culprit, folder) if incident["cause"] == "sample-error" else None
-        assert incident["sample_file"] == name, details
+        # its key and shard, even for an item that kills every worker that reads it: the worker
+        # names each item from its position in the pipeline before loading it
+        assert incident["key"] == culprit, details
+        assert incident["sample_file"] == stack.name(culprit, folder), details
         return
     assert incident["indices"] == [culprit], details
     assert incident["sample_file"] == stack.name(culprit, folder), details

@@ -749,6 +749,10 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             id="shared-failure",
+            proven_by=(
+                "the same exception (numbers and paths masked) on eight samples in a row with none "
+                "delivered between, or more skipped samples than `max_skipped`: healing stops"
+            ),
             heals=frozenset(),
             title="Healing stopped: many samples fail alike, so the samples are not to blame",
             explanation=(
