@@ -59,7 +59,7 @@ MESSAGE_SIGNATURES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
     ("cuda-in-worker", 0.98, re.compile(r"Cannot re-initialize CUDA in forked subprocess")),
     # Windows: ERROR_COMMITMENT_LIMIT while a spawned worker loads torch's DLLs.
     ("paging-file-too-small", 0.97, re.compile(r"WinError 1455|paging file is too small")),
-    # macOS: an MPS tensor returned by a worker (pytorch issue 87688), or the Objective-C
+    # macOS: an MPS tensor returned by a worker (pytorch/pytorch#87688), or the Objective-C
     # runtime's fork-safety abort in a forked child.
     (
         "mps-in-worker",

@@ -210,10 +210,21 @@ def _records_changed(record: LoaderRecord, supervision: Any, moment: str) -> Non
 
 # An incident can learn more after its line was written: a stream's culprit is named by its key
 # only once the stream resumed and read it again; a quarantined sample's place filled by a
-# substitute later (torch.distributed) is said on the incident that quarantined it. Every
-# incident is kept with what its line said, and written again in the state once it says more.
+# substitute later (torch.distributed) is said on the incident that quarantined it. Those
+# incidents (not the sample-level skips, which may be thousands and never change) are kept with
+# what their line said, and written again in the state once they say more.
 _incidents_sunk = 0
 _sunk_incidents: list[tuple[int, Any, dict[str, Any]]] = []
+
+
+def _may_learn_more(incident: Any) -> bool:
+    """A quarantine (its substitute may be named later) or a stream's culprit whose key is not
+    known yet."""
+    diagnosis = getattr(incident, "diagnosis", None)
+    keyless_stream = (
+        getattr(diagnosis, "position", None) is not None and getattr(diagnosis, "key", 0) is None
+    )
+    return getattr(incident, "action", None) == "quarantined" or keyless_stream
 
 
 def _incident_sink(loader: Any, incident: Any) -> None:
@@ -226,7 +237,8 @@ def _incident_sink(loader: Any, incident: Any) -> None:
     with _lock:
         sequence = _incidents_sunk
         _incidents_sunk += 1
-        _sunk_incidents.append((sequence, incident, written))
+        if _may_learn_more(incident):
+            _sunk_incidents.append((sequence, incident, written))
     record = {
         "time": time.time(),
         "pid": os.getpid(),

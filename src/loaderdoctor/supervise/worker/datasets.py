@@ -127,24 +127,27 @@ class SupervisedMapDataset(Dataset[Any]):
                     samples.append(dataset[index])
                 flat[base + _SAMPLES] += len(indices)
         except Exception as error:
-            if slot is not None:
-                slot.error()
-            loaded = indices[len(samples) - 1] if samples else context.last_loaded_index
-            tag_exception(
-                error,
-                context.worker_id,
-                index=index,
-                stage="fetch",
-                batch=list(indices),
-                loaded=loaded,
-            )
-            context.batch_indices = []
+            self._batch_failed(error, indices, samples, index)
             raise
         except SystemExit as exiting:
             record_exit(context.stack_log, exiting)
             raise
         context.last_loaded_index = index
         return samples
+
+    def _batch_failed(
+        self, error: Exception, indices: list[Any], samples: list[Any], index: Any
+    ) -> None:
+        """A batch fetched at once failed at ``index``: the error is tagged with it, the batch
+        and the last sample that loaded, and the recorder's row says so."""
+        context = self.context
+        if context.slot is not None:
+            context.slot.error()
+        loaded = indices[len(samples) - 1] if samples else context.last_loaded_index
+        tag_exception(
+            error, context.worker_id, index=index, stage="fetch", batch=list(indices), loaded=loaded
+        )
+        context.batch_indices = []
 
     def _quarantined(self, index: Any) -> bool:
         """Quarantined when this worker's pool started (its policy) or since: the main process
@@ -175,18 +178,7 @@ class SupervisedMapDataset(Dataset[Any]):
                 samples.append(self.dataset[index])
                 kept.append(index)
         except Exception as error:
-            if slot is not None:
-                slot.error()
-            loaded = indices[len(samples) - 1] if samples else context.last_loaded_index
-            tag_exception(
-                error,
-                context.worker_id,
-                index=index,
-                stage="fetch",
-                batch=list(indices),
-                loaded=loaded,
-            )
-            context.batch_indices = []
+            self._batch_failed(error, indices, samples, index)
             raise
         except SystemExit as exiting:
             record_exit(context.stack_log, exiting)
