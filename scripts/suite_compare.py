@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
@@ -392,3 +393,15 @@ def probe_swap(python: str, side: Side, probe: str, what: str) -> list[str]:
             "is loaderdoctor importable there (pip install -e . or PYTHONPATH=src)?"
         )
     return words
+
+
+def prepare_workdir(keep: Path | None, prefix: str, sitecustomize: str) -> tuple[Path, Path]:
+    """The run's folder (``keep``, or a new temporary one) with an empty ``pytest.ini`` (neither
+    ours nor the suite folder's config applies) and ``swap/sitecustomize.py``: (folder, swap)."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix)) if keep is None else keep
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "pytest.ini").write_text("[pytest]\n")
+    swap_dir = workdir / "swap"
+    swap_dir.mkdir(exist_ok=True)
+    (swap_dir / "sitecustomize.py").write_text(sitecustomize)
+    return workdir, swap_dir

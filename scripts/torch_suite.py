@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from suite_compare import (
     load_average,
     parse_arguments,
     parse_junit,
+    prepare_workdir,
     probe_swap,
     swap_sitecustomize,
 )
@@ -82,14 +82,7 @@ def compare(options: argparse.Namespace) -> Comparison:
         raise UsageError(
             f"{options.suite}: no such file; fetch PyTorch's test/test_dataloader.py first"
         )
-    workdir = (
-        Path(tempfile.mkdtemp(prefix="torch-suite.")) if options.keep is None else options.keep
-    )
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "pytest.ini").write_text("[pytest]\n")  # none of ours or the suite's dir's config
-    swap_dir = workdir / "swap"
-    swap_dir.mkdir(exist_ok=True)
-    (swap_dir / "sitecustomize.py").write_text(SWAP_SITECUSTOMIZE)
+    workdir, swap_dir = prepare_workdir(options.keep, "torch-suite.", SWAP_SITECUSTOMIZE)
     stock_side = Side("stock")
     ours_side = Side("ours", {"PYTHONPATH": str(swap_dir)})
     torch_version = probe_swap(options.python, ours_side, SWAP_PROBE, "loaderdoctor.DataLoader")[-1]

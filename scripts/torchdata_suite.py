@@ -27,7 +27,6 @@ import argparse
 import json
 import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from suite_compare import (
     format_comparison,
     load_average,
     parse_arguments,
+    prepare_workdir,
     probe_swap,
     swap_sitecustomize,
 )
@@ -104,14 +104,7 @@ def run_report_summary(report_path: Path) -> list[str]:
 
 def compare(options: argparse.Namespace) -> tuple[list[Comparison], list[str]]:
     files = suite_files(Path(options.suite).resolve())
-    workdir = (
-        Path(tempfile.mkdtemp(prefix="torchdata-suite.")) if options.keep is None else options.keep
-    )
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "pytest.ini").write_text("[pytest]\n")  # none of ours or the suite's dir's config
-    swap_dir = workdir / "swap"
-    swap_dir.mkdir(exist_ok=True)
-    (swap_dir / "sitecustomize.py").write_text(SWAP_SITECUSTOMIZE)
+    workdir, swap_dir = prepare_workdir(options.keep, "torchdata-suite.", SWAP_SITECUSTOMIZE)
     stock_side = Side("stock")
     sides = [
         Side("ours", {"PYTHONPATH": str(swap_dir)}),
