@@ -49,7 +49,7 @@ def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> Path:
         # mkstemp makes 0600; these files are as readable as any the user would create
         os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, target)
-    except BaseException:
+    except BaseException:  # never leave a temporary file, whatever interrupts
         Path(temporary).unlink(missing_ok=True)
         raise
     return target

@@ -51,7 +51,7 @@ def _call_factory(factory: object, location: str, name: str) -> object:
             "dataset: name a Dataset or DataLoader object, or a function that builds one "
             "without arguments (not the script's main)"
         ) from None
-    except Exception as error:
+    except Exception as error:  # the user's factory raises anything
         raise SpecError(
             f"{location}:{name}() raised {_describe(error)}{_where(error.__traceback__)}"
         ) from None
@@ -135,7 +135,7 @@ def _import_file(path: str) -> ModuleType:
     sys.modules[module_name] = module
     try:
         module_spec.loader.exec_module(module)
-    except BaseException as error:
+    except BaseException as error:  # the user's module may even sys.exit() at import
         sys.modules.pop(module_name, None)
         if not isinstance(error, Exception):
             raise  # KeyboardInterrupt, SystemExit... are not ours to swallow
@@ -160,7 +160,7 @@ def _import_module(name: str) -> ModuleType:
         raise SpecError(
             f"importing {name} failed: {_describe(error)}{_where(error.__traceback__)}"
         ) from None
-    except Exception as error:
+    except Exception as error:  # the user's module raises anything at import
         raise SpecError(
             f"importing {name} failed: {_describe(error)}{_where(error.__traceback__)}"
         ) from None

@@ -313,7 +313,7 @@ def _load_one_epoch(loader: Any, heal: bool) -> _Outcome:
             outcome.heal_action = report.incidents[0].action
         else:
             outcome.problem = "the loader finished the epoch without an incident"
-    except Exception as error:
+    except Exception as error:  # a scenario's outcome, whatever it raised
         outcome.error_type = type(error).__name__
         outcome.diagnosis = getattr(error, "diagnosis", None)
         if outcome.diagnosis is None:

@@ -100,7 +100,7 @@ def _run_check(check_id: str, inputs: Inputs, internal_errors: list[str]) -> Env
     and makes that check "unknown", not the whole command an internal error."""
     try:
         return CHECKS[check_id](inputs)
-    except Exception as error:
+    except Exception as error:  # one check's bug must not end the command
         logger.exception("loaderdoctor env: the %s check failed", check_id)
         line = f"{check_id}: {type(error).__name__}: {error}"
         internal_errors.append(line)

@@ -225,7 +225,7 @@ class SampleFailed(Exception):
 def fetch(dataset: Any, index: int) -> Any:
     try:
         return dataset[index]
-    except Exception as error:
+    except Exception as error:  # the user's dataset raises anything
         raise SampleFailed(error, index, dataset) from error
 
 

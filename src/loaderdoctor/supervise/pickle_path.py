@@ -51,7 +51,7 @@ def unpicklable_path(value: Any, root: str, dumps: Callable[[Any], Any]) -> tupl
         for child_path, child in _children(current, path):
             try:
                 dumps(child)
-            except Exception:
+            except Exception:  # pickle raises anything a __reduce__ raises
                 path, current = child_path, child
                 break
         else:

@@ -1,22 +1,13 @@
-"""torchdata's ``StatefulDataLoader``, supervised.
+"""torchdata's ``StatefulDataLoader``, supervised: an adapter of torchdata's iterator hooks onto
+``SupervisedPool``, as torch's iterator is (same wrapped workers, watch, ``Recovery`` and policy).
 
-``StatefulDataLoader`` subclasses torch's DataLoader but never calls its ``__init__``, and runs its
-own iterator (``_StatefulMultiProcessingDataLoaderIter``, a fork of torch's) with its own worker
-loop, which sends each batch with a delta of the worker's state. Its supervised iterator is an
-adapter of torchdata's hooks onto ``SupervisedPool``, the supervision torch's iterator runs on
-too: the same wrapped workers, the same watch, and the same ``Recovery`` acting on what the one
-``HealPolicy`` decides.
-
-What differs is how a stopped pool goes on: from torchdata's own ``state_dict()`` at the last
-batch delivered (``Recovery(resume_point=...)``), so a ``state_dict()`` taken after a heal keeps
-torchdata's format and resumes exactly; the state records ``num_workers``, which a heal therefore
-never lowers. torchdata restores a ``Stateful`` sampler (its own ``shuffle=True``) exactly; any
-other sampler it would fast-forward over a new pass, for a random one another order: the resumed
-pool instead draws on from the stopped one's sampler iterator, after the index batches that pool
-had drawn since the state's snapshot, so every healthy sample still arrives exactly once.
-
-A clean run takes torchdata's code path unchanged: same batches, same order, same seeds, same
-``state_dict``.
+A clean run takes torchdata's code path unchanged (same batches, order, seeds and ``state_dict``).
+A stopped pool goes on from torchdata's own state at the last batch delivered
+(``Recovery(resume_point=...)``), never with fewer workers (the state records them). torchdata
+restores its own ``Stateful`` sampler exactly but fast-forwards any other over a new pass (for a
+random one, another order): the resumed pool instead draws on from the stopped one's sampler
+iterator, after the index batches drawn since the state's snapshot (``SamplerTail``), so every
+healthy sample still arrives exactly once.
 """
 
 from __future__ import annotations
@@ -36,8 +27,8 @@ from loaderdoctor.supervise.loader import (
     _unsupervised_reason,
     _warn_once,
 )
-from loaderdoctor.supervise.parent.iterator import probe_batch
-from loaderdoctor.supervise.parent.recovery import PoolFailure, Successor
+from loaderdoctor.supervise.parent.iterator import probe_alone
+from loaderdoctor.supervise.parent.recovery import Successor
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
 from loaderdoctor.supervise.parent.supervisor import SupervisedPool
 from loaderdoctor.supervise.sampler_tail import SamplerTail
@@ -141,27 +132,23 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
             respawns,
             None,
             successor=_successor,
-            probe=probe_batch,
+            probe=probe_alone,
             resume_point=functools.partial(_resume_point, weakref.ref(self)),
         )
         self._ld_sampler_tail = sampler_tail
         # (sampler count after the draw, index batch) since the snapshot a state_dict resumes from
         self._ld_drawn: deque[tuple[int, Any]] = deque()
         self._ld_replaying = next_iter_state is not None
-        failure: PoolFailure | None = None
         try:
             with self._ld_bootstrapping():
-                super().__init__(self._ld_view(snapshot), next_iter_state)
-        except PoolFailure as caught:  # a worker died or hung before the first batch
-            failure = caught
+                # a worker may die or hang before the first batch
+                self._ld_attempt(
+                    functools.partial(super().__init__, self._ld_view(snapshot), next_iter_state),
+                    building=True,
+                )
         finally:
             self._ld_replaying = False
             self._ld_sampler_tail = None
-        if failure is not None:
-            try:
-                self._ld_carry_out(self._ld_recovery.give_up(failure))
-            finally:
-                failure = None  # no reference cycle through its traceback
 
     # --- bookkeeping of what each batch holds ----------------------------------------------
     def ld_restore_main_state(self, state_dict: Any) -> None:

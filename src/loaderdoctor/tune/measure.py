@@ -182,7 +182,7 @@ def _start(loader: Any) -> Any:
     try:
         with quiet_worker_count():
             return iter(loader)
-    except Exception as error:
+    except Exception as error:  # the user's loader: whatever it raises ends this trial
         raise LoaderFailed(error) from error
 
 
@@ -191,7 +191,7 @@ def _next(iterator: Any) -> Any:
         return next(iterator)
     except StopIteration:
         raise
-    except Exception as error:
+    except Exception as error:  # the user's loader: whatever it raises ends this trial
         raise LoaderFailed(error) from error
 
 

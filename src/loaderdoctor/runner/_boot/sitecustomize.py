@@ -37,7 +37,7 @@ def _loaderdoctor_bootstrap() -> None:
         return
     try:
         bootstrap.install()
-    except Exception as error:
+    except Exception as error:  # the user's program must run, supervised or not
         sys.stderr.write(f"loaderdoctor run: cannot supervise this process: {error!r}\n")
 
 

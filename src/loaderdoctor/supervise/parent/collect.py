@@ -287,7 +287,7 @@ def add_machine_evidence(ev: Evidence, baseline: Baseline | None) -> None:
         memory = cgroup.memory_cgroup()
     except OSError as error:
         ev.notes.append(f"memory cgroup not readable: {error}")
-    except Exception as error:
+    except Exception as error:  # a bug of ours must not hide the verdict
         ev.notes.append(our_failure("reading the memory cgroup", error))
     if memory is not None:
         ev.cgroup_limit_bytes = memory.limit_bytes
@@ -332,7 +332,7 @@ def add_machine_evidence(ev: Evidence, baseline: Baseline | None) -> None:
             ev.notes.append(f"/dev/shm not readable: {usage.note}")
     except OSError as error:
         ev.notes.append(f"/dev/shm not readable: {error}")
-    except Exception as error:
+    except Exception as error:  # a bug of ours must not hide the verdict
         ev.notes.append(our_failure("reading /dev/shm", error))
 
 

@@ -1,46 +1,29 @@
 """torch's multiprocessing iterator, supervised: an adapter of torch's hooks onto ``SupervisedPool``
 (``supervisor``), which holds the supervision torchdata's iterator runs on too. A clean run takes
 exactly torch's code path (same sampler draws, same seeds, same batches). Here too: the successor
-a stopped pool hands over to, and the probe that re-tries samples alone in a fresh worker.
+a stopped pool hands over to.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 from typing import Any
 
-import torch
-
 from loaderdoctor import torch_compat
-from loaderdoctor.forensics import Diagnosis
 from loaderdoctor.supervise.parent.pool import kill_all
-from loaderdoctor.supervise.parent.recovery import (
-    PoolFailure,
-    Successor,
-)
-from loaderdoctor.supervise.parent.single_process import (
-    SupervisedSingleProcessIter,
-)
+from loaderdoctor.supervise.parent.probe import probe_batch
+from loaderdoctor.supervise.parent.recovery import Successor
+from loaderdoctor.supervise.parent.single_process import SupervisedSingleProcessIter
 from loaderdoctor.supervise.parent.start_failure import (
     fallback_overrides,
     loads_in_process,
     start_diagnosis,
     start_error,
 )
-from loaderdoctor.supervise.parent.supervision import (
-    IterState,
-    LoaderSnapshot,
-    Settings,
-    Supervision,
-)
+from loaderdoctor.supervise.parent.supervision import IterState, LoaderSnapshot, Supervision
 from loaderdoctor.supervise.parent.supervisor import SupervisedPool
 from loaderdoctor.supervise.parent.watch import POLL_S
 from loaderdoctor.supervise.streams import StreamProgress
-from loaderdoctor.system.oom_priority import PROBE_OOM_SCORE_ADJ
-
-logger = logging.getLogger(__name__)
-
-PROBE_TIMEOUT_S = 60.0
 
 
 class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProcessingIter):
@@ -54,7 +37,7 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
         streams: StreamProgress | None = None,
     ):
         self._ld_init_state(
-            snapshot, supervision, respawns, streams, successor=successor_of, probe=probe_batch
+            snapshot, supervision, respawns, streams, successor=successor_of, probe=probe_alone
         )
         if self._ld_start(self._ld_view(snapshot)):
             self._ld_watching()
@@ -113,18 +96,12 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
             super().ld_reset(loader, first_iter)
             return
         self._ld_new_epoch()
-        recovery = self._ld_recovery
-        failure: PoolFailure | None = None
-        try:
-            with recovery.resetting():
-                super().ld_reset(loader, first_iter)
-        except PoolFailure as caught:  # a persistent worker died between epochs
-            failure = caught
-        if failure is not None:
-            try:
-                self._ld_carry_out(recovery.handle(failure))
-            finally:
-                failure = None  # no reference cycle through its traceback
+
+        def reset() -> None:
+            with self._ld_recovery.resetting():
+                super(SupervisedMultiProcessingIter, self).ld_reset(loader, first_iter)
+
+        self._ld_attempt(reset)  # a persistent worker may have died between epochs
 
     def ld_process_data(self, data: Any, worker_idx: int) -> Any:
         return super().ld_process_data(self._ld_received(data, worker_idx), worker_idx)
@@ -144,64 +121,7 @@ def successor_of(plan: Successor) -> Any:
     )
 
 
-def probe_batch(snapshot: LoaderSnapshot, indices: list[Any]) -> Any:
-    """Load ``indices`` one by one, alone, in a fresh worker: the first one that fails again
-    (None when all load).
+# Re-tries samples alone, each in a fresh supervised pool of its own
+probe_alone = functools.partial(probe_batch, SupervisedMultiProcessingIter)
 
-    A string says why the probe itself could not tell (its worker could not start, or
-    loaderdoctor's own machinery failed): logged, and never taken for the sample's failure,
-    which would quarantine a healthy sample.
-    """
-    loader = torch.utils.data.DataLoader(
-        snapshot.dataset,
-        batch_size=None,  # each sample by ``dataset[index]``, so the recorder names it
-        sampler=indices,
-        num_workers=1,
-        worker_init_fn=snapshot.worker_init_fn,
-        multiprocessing_context=snapshot.multiprocessing_context,
-    )
-    settings = Settings(
-        hang_timeout=probe_timeout(snapshot),
-        heal=False,
-        on_error="raise",
-        retries=0,
-        quarantine_path=None,
-        allow_in_process=False,
-    )
-    supervision = Supervision(settings, snapshot.dataset, lambda: None)
-    supervision.log.quiet = True  # an isolated re-try: the loader it serves reports the outcome
-    # The memory suspect goes first, before the workers and never after the training process.
-    supervision.oom_score_adj = PROBE_OOM_SCORE_ADJ
-    try:
-        for _ in SupervisedMultiProcessingIter(LoaderSnapshot(loader), supervision):
-            pass
-    except Exception as error:  # the probe's outcome, whatever it raised: read from its log
-        for incident in supervision.log:
-            found = [i for i in indices if _fails_at(incident.diagnosis, i)]
-            if found:
-                return found[0]
-        what = f"sample {indices[0]!r}" if len(indices) == 1 else f"samples {indices!r}"
-        logger.warning("loaderdoctor: %s could not be re-tried alone", what, exc_info=True)
-        return f"{type(error).__name__}: {error}"
-    return None
-
-
-def probe_timeout(snapshot: LoaderSnapshot) -> float:
-    """How long a re-try alone may stay on one sample: the loader's own hang_timeout where it
-    is shorter (longer, the sample would hang the loader too)."""
-    loader_timeout = snapshot.__dict__.get("hang_timeout")
-    return min(loader_timeout or PROBE_TIMEOUT_S, PROBE_TIMEOUT_S)
-
-
-def _fails_at(diagnosis: Diagnosis, index: Any) -> bool:
-    """The diagnosis is of the sample ``index`` failing (not of a worker that never reached it,
-    nor of loaderdoctor's own machinery)."""
-    if diagnosis.cause == "internal-error":
-        return False
-    try:
-        return index in diagnosis.indices
-    except (TypeError, ValueError):  # an index that does not compare (an array)
-        return False
-
-
-__all__ = ["POLL_S", "SupervisedMultiProcessingIter", "probe_batch", "successor_of"]
+__all__ = ["POLL_S", "SupervisedMultiProcessingIter", "probe_alone", "successor_of"]

@@ -51,6 +51,7 @@ from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
+from loaderdoctor.supervise.parent.watch import PoolFailure, WorkerWatch
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress
 from loaderdoctor.supervise.worker.datasets import SupervisedBatchedMapDataset
@@ -61,22 +62,6 @@ from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
 # (held by a worker killed mid-write); a healthy writer holds it for one batch's write.
 RESULT_LOCK_WAIT_S = 5.0
 MAX_SETTLED_RESULTS = 100_000
-
-
-class PoolFailure(Exception):
-    """A worker failed: carries the evidence out of torch's ``_next_data`` loop (the only way out
-    of torch's code) to the iterator, which hands it to ``Recovery.handle``."""
-
-    def __init__(
-        self,
-        evidence: Evidence,
-        error: BaseException | None = None,
-        diagnosis: Diagnosis | None = None,
-    ) -> None:
-        super().__init__(evidence.kind)
-        self.evidence = evidence
-        self.error = error  # the worker's own exception, rebuilt (kind == "exception")
-        self.diagnosis = diagnosis
 
 
 @dataclass(frozen=True)
@@ -172,6 +157,8 @@ class Recovery:
         # torch's).
         self.resume_point = resume_point
         self.pool: Pool | None = None  # once torch's __init__ started the workers
+        self.watch: WorkerWatch | None = None
+        self.stopped = False
         self.iterable = torch_compat.is_iterable(snapshot)
         self.phase = Phase.RUNNING
         # With on_error="replace" only a worker finds a quarantined sample's substitute, so such
@@ -198,9 +185,11 @@ class Recovery:
         num_workers = self.snapshot.num_workers
         self.batched_workers = set(range(num_workers)) if batched else set()
 
-    def watches(self, pool: Pool) -> None:
-        """torch's ``__init__`` started the workers: from now on ``pool`` owns them."""
+    def watches(self, pool: Pool, watch: WorkerWatch | None = None) -> None:
+        """torch's ``__init__`` started the workers: from now on ``pool`` owns them, and
+        ``watch`` tells how one of them ended."""
         self.pool = pool
+        self.watch = watch
 
     def result_queue_unreadable(self) -> None:
         """Half a message is left in the result queue: no worker is replaced alone from now on
@@ -285,7 +274,7 @@ class Recovery:
             replacement = self.replace(ev.worker_id, dataset=self.current_dataset())
         if action.kind is ActionKind.PROBE:
             if action.pool_stopped:
-                self.stop()  # nothing the pool holds contends with the re-try
+                self.stop(beside=ev.worker_id)  # nothing the pool holds contends with the re-try
             action = self._probe(diagnosis, at, ev.in_flight_index)
         if self.sup.backoff is not None:
             self.sup.backoff.failed()
@@ -450,7 +439,10 @@ class Recovery:
         if alone:
             return Resumed()
         return self.hand_over(
-            action.num_workers, action.prefetch_factor, plain=action.kind is ActionKind.FALL_BACK
+            action.num_workers,
+            action.prefetch_factor,
+            plain=action.kind is ActionKind.FALL_BACK,
+            handled=ev.worker_id,
         )
 
     def _respawned_alone(
@@ -666,8 +658,11 @@ class Recovery:
         return ""
 
     # --- rebuilding the pool ---------------------------------------------------------------------
-    def hand_over(self, num_workers: int, prefetch_factor: int, plain: bool = False) -> HandOver:
-        """Stop this pool; a successor serves what is owed, then the rest of the epoch."""
+    def hand_over(
+        self, num_workers: int, prefetch_factor: int, plain: bool = False, handled: Any = None
+    ) -> HandOver:
+        """Stop this pool; a successor serves what is owed, then the rest of the epoch.
+        ``handled``: the worker whose failure made the decision (any other found dead is told)."""
         owed = self.ledger.owed_in_order()
         self.sup.counts.resent_batches += len(owed)
         # what was left out of the owed batches: the successor does not know it (counted now)
@@ -681,14 +676,14 @@ class Recovery:
                 self.streams.not_ended(worker_id)
         if self.resume_point is not None:
             resume_point = self.resume_point()  # before the stop: the state at the last delivery
-            self.stop()
+            self.stop(beside=handled)
             self.ledger.clear()
             snapshot = self.snapshot.with_overrides(prefetch_factor=prefetch_factor)
             plan = Successor(snapshot, self.sup, plain, self.respawns + 1, None, resume_point)
             return HandOver(self.build_successor(plan))
         remaining = self.books.sampler_iter
         length = length_of(self.books.index_sampler)
-        self.stop()
+        self.stop(beside=handled)
         self.ledger.clear()
         generator = torch.Generator()
         generator.set_state(self.generator_state)
@@ -704,10 +699,38 @@ class Recovery:
         plan = Successor(snapshot, self.sup, plain, self.respawns + 1, self.streams)
         return HandOver(self.build_successor(plan))
 
-    def stop(self) -> None:
+    def stop(self, beside: Any = None) -> None:
+        """Stop the pool. Healing (``beside``: the worker whose failure is handled), first tell
+        every other worker that died meanwhile: its owed batches go to the successor, where a
+        sample that killed it once may load fine, and its death would go unseen."""
         if self.pool is not None:
+            if beside is not None and not self.stopped:
+                self._deaths_beside(beside)
             self.pool.stop(self.books.workers_status)
+        self.stopped = True
         self.books.shut_down()
+
+    def _deaths_beside(self, handled: int) -> None:
+        pool, watch = self.pool, self.watch
+        if pool is None or watch is None:
+            return
+        busy = self.books.workers_status
+        for worker_id in range(len(pool)):
+            if worker_id == handled or not busy[worker_id] or pool.is_alive(worker_id):
+                continue
+            if pool.how_it_ended(worker_id) == (None, 0):
+                continue  # it ended its work cleanly
+            diagnosis = diagnose(watch.death(worker_id, self.books.task_info))
+            diagnosis.evidence.append(
+                f"worker {worker_id} died while the pool was stopped for worker {handled}'s "
+                "failure: its owed batches are re-sent with the others'"
+            )
+            self.sup.record(diagnosis, "respawned")
+            warnings.warn(
+                f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> respawned",
+                HealWarning,
+                stacklevel=user_stacklevel(),
+            )
 
     # --- streams (IterableDataset) ----------------------------------------------------------------
     def _stream_culprit(self, ev: Evidence, diagnosis: Diagnosis) -> tuple[str, str]:
@@ -750,7 +773,6 @@ __all__ = [
     "RESULT_LOCK_WAIT_S",
     "HandOver",
     "Outcome",
-    "PoolFailure",
     "Raise",
     "Recovery",
     "Replacement",

@@ -164,7 +164,7 @@ def unpicklable_object(loader: Any) -> tuple[str, str] | None:
             continue
         try:
             ForkingPickler.dumps(value)
-        except Exception:
+        except Exception:  # pickle raises anything a __reduce__ raises
             return unpicklable_path(value, name, ForkingPickler.dumps)
     return None
 

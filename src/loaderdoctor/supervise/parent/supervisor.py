@@ -43,24 +43,10 @@ from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
-from loaderdoctor.supervise.parent.recovery import (
-    HandOver,
-    Outcome,
-    PoolFailure,
-    Raise,
-    Recovery,
-    Successor,
-)
-from loaderdoctor.supervise.parent.result_queue import HalfMessage
-from loaderdoctor.supervise.parent.single_process import (
-    internal_evidence,
-)
-from loaderdoctor.supervise.parent.supervision import (
-    IterState,
-    LoaderSnapshot,
-    Supervision,
-)
-from loaderdoctor.supervise.parent.watch import WorkerWatch
+from loaderdoctor.supervise.parent.recovery import HandOver, Outcome, Raise, Recovery, Successor
+from loaderdoctor.supervise.parent.single_process import internal_evidence
+from loaderdoctor.supervise.parent.supervision import IterState, LoaderSnapshot, Supervision
+from loaderdoctor.supervise.parent.watch import HalfMessage, PoolFailure, WorkerWatch
 from loaderdoctor.supervise.parent.worker_exceptions import worker_exception
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, new_stream_progress
 from loaderdoctor.supervise.worker.collate import SupervisedCollate
@@ -79,6 +65,10 @@ def _generator_state(snapshot: LoaderSnapshot) -> torch.Tensor:
     """Replayed by a successor so that its pool draws the same base seed as this one without
     consuming the user's generator (which would shift every later epoch)."""
     return (snapshot.generator or torch.default_generator).get_state()
+
+
+# What ``_ld_attempt`` returns for a step whose failure was handled (never a batch).
+_HANDLED = object()
 
 
 def _remove_log_dir(path: str, owner_pid: int) -> None:
@@ -215,7 +205,6 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         pool.first_for_oom_killer(self._ld_sup.oom_score_adj)
         self._ld_sup.oom_notes.extend(pool.oom_notes)
         self._ld_sup.worker_pids |= pool.pids()
-        self._ld_recovery.watches(pool)
         self._ld_watch = WorkerWatch(
             pool,
             self._ld_recorder,
@@ -231,6 +220,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
                 ("worker_init_fn", snapshot.worker_init_fn),
             ),
         )
+        self._ld_recovery.watches(pool, self._ld_watch)
         return self._ld_watch
 
     # --- bookkeeping of what each batch holds -------------------------------------------------
@@ -320,36 +310,47 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
             if self._ld_state is IterState.HANDED_OVER:
                 data = self._ld_from_successor()
             else:
-                failure: PoolFailure | None = None
-                internal: BaseException | None = None
                 try:
-                    data = super().ld_next_data()
-                except PoolFailure as caught:
-                    failure = caught
+                    data = self._ld_attempt(super().ld_next_data)
                 except StopIteration:
                     self._ld_epoch_done()
                     raise
-                except Exception as error:  # broad on purpose: ours become internal-error
-                    deliberate = error is self._ld_raising or isinstance(error, HealingStoppedError)
-                    self._ld_raising = None  # holding it would be a cycle through its frames
-                    if deliberate or origin_of(error) is None:
-                        raise  # the user's (or torch's) exception, with its verdict
-                    internal = error
-                if internal is not None:
-                    failure = PoolFailure(internal_evidence(internal, self._ld_epoch), internal)
-                if failure is not None:
-                    try:
-                        self._ld_carry_out(self._ld_recovery.handle(failure))
-                    finally:
-                        # An exception kept in a local of this frame holds the frame (and so
-                        # this iterator) in a reference cycle through its traceback.
-                        failure = internal = None
+                if data is _HANDLED:
                     continue
                 if self._ld_sup.backoff is not None:
                     self._ld_carry_out(self._ld_recovery.climb())
             if isinstance(data, SkippedBatch):
                 continue
             return data
+
+    def _ld_attempt(self, step: Callable[[], Any], *, building: bool = False) -> Any:
+        """Run a step of the library's own code that may meet a failed worker (a ``PoolFailure``
+        out of the watch, or an exception of loaderdoctor's own code): its value, or
+        ``_HANDLED`` once ``Recovery`` has dealt with the failure and the pool goes on (or hands
+        over); a failure that is the user's answer is raised from here. The one place a pool
+        failure is caught. ``building``: inside the iterator's ``__init__``, before a batch was
+        delivered: there is nothing to resume from yet."""
+        failure: PoolFailure | None = None
+        try:
+            return step()
+        except PoolFailure as caught:
+            failure = caught
+        except StopIteration:
+            raise
+        except Exception as error:  # broad on purpose: ours become internal-error
+            deliberate = error is self._ld_raising or isinstance(error, HealingStoppedError)
+            self._ld_raising = None  # holding it would be a cycle through its frames
+            if deliberate or origin_of(error) is None:
+                raise  # the user's (or torch's) exception, with its verdict
+            failure = PoolFailure(internal_evidence(error, self._ld_epoch), error)
+        try:
+            recovery = self._ld_recovery
+            self._ld_carry_out(recovery.give_up(failure) if building else recovery.handle(failure))
+        finally:
+            # An exception kept in a local of this frame holds the frame (and so this
+            # iterator) in a reference cycle through its traceback.
+            failure = None
+        return _HANDLED
 
     def _ld_carry_out(self, outcome: Outcome | None) -> None:
         """Go on (``Resumed``, None), serve from a successor, or raise."""

@@ -6,7 +6,8 @@ returns ``Evidence`` of a failure, or None. A stuck worker's Python stack is dum
 before it is killed: on the signal the worker registered, or by the timer it armed where the
 platform has no such signal (``system.platform.stack_dump``). Batches lost between a worker and the main process
 (not sent: the worker's feeder thread failed; not received: the sender died, or a process ran out
-of file descriptors) are told apart here too.
+of file descriptors) are told apart here too. The workers' shared result queue is read here
+(``receive``) without ever blocking on half a message.
 """
 
 from __future__ import annotations
@@ -14,18 +15,19 @@ from __future__ import annotations
 import errno as errno_module
 import os
 import queue
+import select
+import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from loaderdoctor.forensics import Evidence
+from loaderdoctor.forensics import Diagnosis, Evidence
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.files import UNPICKLABLE_PREFIX
-from loaderdoctor.supervise.parent import collect, hangs, result_queue
+from loaderdoctor.supervise.parent import collect, hangs
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
-from loaderdoctor.supervise.parent.recovery import PoolFailure
-from loaderdoctor.supervise.parent.result_queue import HalfMessage
 from loaderdoctor.supervise.parent.worker_exceptions import ERRNO_PATTERN, exception_line
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.worker import sharer_guard
@@ -41,6 +43,88 @@ RECEIVE_ERROR_GRACE_S = 1.0
 
 # multiprocessing's words when a descriptor sent over a Unix socket did not arrive
 ANCDATA_LOST = "items of ancdata"
+
+
+# --- the result queue -------------------------------------------------------------------
+# Every worker writes its batches into one ``multiprocessing.Queue``; its feeder thread writes a
+# message (a length, then the pickle) while it holds the queue's writer lock. A worker SIGKILLed in
+# the middle (the OOM killer does not wait) leaves the lock held for ever and the start of a message
+# in the pipe: ``Queue.get`` then reads the length and blocks for ever on bytes that never come
+# (stock torch escapes only because its SIGCHLD handler interrupts the read with an exception).
+# ``receive`` reads the same framing as ``multiprocessing.connection.Connection.recv_bytes`` but,
+# whenever the pipe stalls mid-message, asks ``stalled()`` whether a worker has failed; if one has,
+# it raises ``HalfMessage`` with that evidence, and the queue is never read again (the pool is
+# rebuilt with a new one).
+
+# How long the pipe may stay silent mid-message before the workers are looked at.
+STALL_CHECK_S = 0.2
+
+
+class HalfMessage(Exception):
+    """The pipe holds the start of a message that will not be finished; ``evidence`` says why."""
+
+    def __init__(self, evidence: Any) -> None:
+        super().__init__("a worker failed in the middle of sending a batch")
+        self.evidence = evidence
+
+
+def receive(result_queue: Any, timeout: float, stalled: Callable[[], Any]) -> Any:
+    """The next message of ``result_queue``, as ``result_queue.get(timeout=timeout)`` returns it.
+
+    Raises ``queue.Empty`` after ``timeout`` without data, ``HalfMessage`` when the pipe stalls
+    mid-message and ``stalled()`` returns evidence of a failed worker, ``EOFError`` when every
+    writer is gone.
+    """
+    reader = result_queue._reader
+    if not reader.poll(timeout):
+        raise queue.Empty
+    lock = result_queue._rlock
+    if not lock.acquire(timeout=timeout):
+        raise queue.Empty
+    try:
+        fd = reader.fileno()
+        (size,) = struct.unpack("!i", _read_exactly(fd, 4, stalled))
+        if size == -1:  # a message over 2 GiB: the length follows in 8 bytes
+            (size,) = struct.unpack("!Q", _read_exactly(fd, 8, stalled))
+        payload = _read_exactly(fd, size, stalled)
+    finally:
+        lock.release()
+    return ForkingPickler.loads(payload)
+
+
+def _read_exactly(fd: int, size: int, stalled: Callable[[], Any]) -> bytes:
+    # poll, not select: select() refuses any descriptor numbered 1024 or more, and a training
+    # process holds thousands (torch's file_descriptor sharing keeps one per received tensor).
+    readable = select.poll()
+    readable.register(fd, select.POLLIN)
+    data = bytearray()
+    while len(data) < size:
+        if not readable.poll(STALL_CHECK_S * 1000):
+            evidence = stalled()
+            if evidence is not None:
+                raise HalfMessage(evidence)
+            continue
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            raise EOFError("the result queue has no writers left")
+        data += chunk
+    return bytes(data)
+
+
+class PoolFailure(Exception):
+    """A worker failed: carries the evidence out of torch's ``_next_data`` loop (the only way out
+    of torch's code) to the iterator, which hands it to ``Recovery.handle``."""
+
+    def __init__(
+        self,
+        evidence: Evidence,
+        error: BaseException | None = None,
+        diagnosis: Diagnosis | None = None,
+    ) -> None:
+        super().__init__(evidence.kind)
+        self.evidence = evidence
+        self.error = error  # the worker's own exception, rebuilt (kind == "exception")
+        self.diagnosis = diagnosis
 
 
 class WorkerWatch:
@@ -89,7 +173,7 @@ class WorkerWatch:
             receive_error: Exception | None = None
             try:
                 if direct:
-                    return (True, result_queue.receive(results, wait, stalled))
+                    return (True, receive(results, wait, stalled))
                 return (True, iterator.ld_receive(wait))
             except queue.Empty:
                 pass
@@ -324,4 +408,11 @@ class WorkerWatch:
         return ev
 
 
-__all__ = ["POLL_S", "RECEIVE_ERROR_GRACE_S", "WorkerWatch"]
+__all__ = [
+    "POLL_S",
+    "RECEIVE_ERROR_GRACE_S",
+    "STALL_CHECK_S",
+    "HalfMessage",
+    "WorkerWatch",
+    "receive",
+]

@@ -45,7 +45,7 @@ class SupervisedCollate:
             slot.stage(Stage.COLLATE)
         try:
             batch = self.collate_fn(samples)
-        except Exception as error:
+        except Exception as error:  # the user's collate_fn raises anything
             if slot is not None:
                 slot.error()
             odd = self._odd(samples, indices)
@@ -99,7 +99,7 @@ class SupervisedCollate:
         kept = [s for s, i in zip(samples, indices) if repr(i) not in odd_set]
         try:
             batch = self.collate_fn(kept)
-        except Exception:
+        except Exception:  # the user's collate_fn raises anything
             return None
         for index in odd:
             event = {**_failure(error, index, 1, "collate"), "action": "skipped"}

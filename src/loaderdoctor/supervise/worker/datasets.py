@@ -80,7 +80,7 @@ class SupervisedMapDataset(Dataset[Any]):
         context.batch_indices.append(index)
         try:
             sample = self.dataset[index]
-        except Exception as error:
+        except Exception as error:  # the user's dataset raises anything
             if slot is not None:
                 slot.error()
             tag_exception(
@@ -126,7 +126,7 @@ class SupervisedMapDataset(Dataset[Any]):
                     flat[since_at] = clock()
                     samples.append(dataset[index])
                 flat[base + _SAMPLES] += len(indices)
-        except Exception as error:
+        except Exception as error:  # the user's dataset raises anything
             self._batch_failed(error, indices, samples, index)
             raise
         except SystemExit as exiting:
@@ -177,7 +177,7 @@ class SupervisedMapDataset(Dataset[Any]):
                     slot.fetching(index)
                 samples.append(self.dataset[index])
                 kept.append(index)
-        except Exception as error:
+        except Exception as error:  # the user's dataset raises anything
             self._batch_failed(error, indices, samples, index)
             raise
         except SystemExit as exiting:
@@ -194,7 +194,7 @@ class SupervisedMapDataset(Dataset[Any]):
                 slot.fetching(index)
             try:
                 return True, self.dataset[index]
-            except Exception as error:
+            except Exception as error:  # the user's dataset raises anything
                 if slot is not None:
                     slot.error()
                 if attempt == retries:
@@ -326,7 +326,7 @@ class SupervisedBatchedMapDataset(SupervisedMapDataset):
         context.batch_indices = list(indices)
         try:
             return self.dataset.__getitems__(indices)
-        except Exception as error:
+        except Exception as error:  # the user's __getitems__ raises anything
             culprit = self._culprit_alone(indices)
             if slot is not None:
                 slot.error()
@@ -350,7 +350,7 @@ class SupervisedBatchedMapDataset(SupervisedMapDataset):
                 slot.fetching(index)
             try:
                 self.dataset[index]
-            except Exception:
+            except Exception:  # the user's dataset: any exception names it
                 return index
         return None
 
@@ -447,7 +447,7 @@ class _SupervisedIterator:
                 if slot is not None:
                     slot.stage(Stage.IDLE)
                 raise
-            except Exception as error:
+            except Exception as error:  # the user's stream raises anything
                 self.position += 1
                 self.gaps.add(position)
                 if slot is not None:
@@ -515,14 +515,14 @@ class _SupervisedIterator:
         """
         try:
             self.iterator = self.names.open(self.dataset, 0)
-        except Exception:
+        except Exception:  # the user's stream: a replay that fails is no replay
             return False
         for _ in range(position + 1):
             try:
                 next(self.iterator)
             except StopIteration:
                 return False
-            except Exception:
+            except Exception:  # the user's stream raises anything
                 if inspect.isgenerator(self.iterator) and self.iterator.gi_frame is None:
                     return False
         return True

@@ -137,7 +137,7 @@ class SupervisedWorkerInit:
         if self.user_init is not None:
             try:
                 self.user_init(worker_id)
-            except Exception as error:
+            except Exception as error:  # the user's worker_init_fn raises anything
                 tag_exception(error, worker_id, index=None, stage="init")
                 raise
         _tell_inherited_handles(context, self.dataset, handles_before)

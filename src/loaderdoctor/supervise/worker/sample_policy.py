@@ -80,7 +80,7 @@ def _structure(sample: Any) -> Any:
 def _safe_structure(sample: Any) -> Any:
     try:
         return _structure(sample)
-    except Exception:
+    except Exception:  # a user's sample type may refuse len/iteration
         return None
 
 
@@ -101,7 +101,7 @@ def odd_samples(
         return []
     try:
         structures = [_structure(s) for s in samples]
-    except Exception:
+    except Exception:  # a user's sample type may refuse len/iteration
         return []
     if len(set(structures)) < 2:
         return []
