@@ -72,10 +72,7 @@ class Stack:
     # respawned worker (one incident, "respawned"), then its worker's stream ends before it
     # (a second incident, "lost")
     retried: tuple[str, ...] = ()
-    # the faults planted together in one heal run. A loader that heals by rebuilding its pool
-    # (torchdata's, resumed from its state) stops every worker at a death: a second planted
-    # death racing that stop dies unseen (its batch is owed and delivered once all the same), so
-    # such a stack heals its two deaths in runs of their own
+    # the faults planted together in one heal run
     heal_groups: tuple[tuple[str, ...], ...] = (("raise", "kill", "segv"),)
 
 
@@ -139,7 +136,6 @@ STACKS = {
         "torchdata_stateful.py",
         ("torchdata",),
         name=FILES,
-        heal_groups=(("raise", "kill"), ("segv",)),
     ),
     "monai": Stack(
         "monai_train.py",
@@ -197,7 +193,6 @@ STACKS = {
         ("accelerate", "torchdata"),
         args=lambda folder: ["stateful"],
         name=FILES,
-        heal_groups=(("raise", "kill"), ("segv",)),
     ),
 }
 

@@ -31,17 +31,26 @@ SAMPLES, BATCH = 96, 8
 
 
 class Faulty(torch.utils.data.Dataset[int]):
-    """Sample ``kill`` SIGKILLs its worker once; sample ``segv`` segfaults it every time."""
+    """Sample ``kill`` (or each of ``kills``) SIGKILLs its worker once; sample ``segv`` segfaults
+    it every time."""
 
-    def __init__(self, flags: Path, kill: int | None = None, segv: int | None = None) -> None:
-        self.flags, self.kill, self.segv = flags, kill, segv
+    def __init__(
+        self,
+        flags: Path,
+        kill: int | None = None,
+        segv: int | None = None,
+        kills: tuple[int, ...] = (),
+    ) -> None:
+        self.flags, self.segv = flags, segv
+        self.kills = (*kills, *([] if kill is None else [kill]))
 
     def __len__(self) -> int:
         return SAMPLES
 
     def __getitem__(self, index: int) -> int:
-        if index == self.kill and not (self.flags / "killed").exists():
-            (self.flags / "killed").touch()
+        flag = self.flags / f"killed-{index}"
+        if index in self.kills and not flag.exists():
+            flag.touch()
             quiet_result_queue()
             os.kill(os.getpid(), signal.SIGKILL)
         if index == self.segv:
@@ -93,6 +102,25 @@ def test_every_healthy_sample_arrives_once(
     assert report.quarantine == ([culprit] if fault == "segv" else [])
 
 
+def test_a_second_death_while_the_pool_stops_gets_its_own_incident(tmp_path: Path) -> None:
+    """Two workers killed at once: the pool stopped to resume from torchdata's state for the
+    first one's death finds the second dead too, and tells it (its batch is re-sent with the
+    rest, where the sample loads fine: a death seen nowhere else)."""
+    first, second = 1, BATCH + 1  # in the first batch of each of the two workers
+    loader = loaderdoctor.StatefulDataLoader(
+        Faulty(tmp_path, kills=(first, second)), batch_size=BATCH, num_workers=2, heal=True
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        received = [i for batch in loader for i in batch.tolist()]
+    assert Counter(received) == Counter(range(SAMPLES))
+    handled, beside = loader.incidents  # the first as the policy decides about a SIGKILL
+    assert (handled.diagnosis.cause, beside.diagnosis.cause) == ("killed-by-signal",) * 2
+    assert beside.action == "respawned"
+    assert sorted([*handled.diagnosis.indices, *beside.diagnosis.indices]) == [first, second]
+    assert loader.report.status == "healed"
+
+
 def test_a_state_dict_after_a_heal_still_loads_into_stock_torchdata(tmp_path: Path) -> None:
     """After a heal on torch's own sampler, the state keeps torchdata's format and counts: a
     stock loader loads it and delivers the rest of an epoch (a new pass, as stock's own resume
@@ -111,7 +139,7 @@ def test_a_state_dict_after_a_heal_still_loads_into_stock_torchdata(tmp_path: Pa
         iterator = iter(loader)
         before = [i for _ in range(6) for i in next(iterator).tolist()]
         state = loader.state_dict()
-    assert (tmp_path / "killed").exists() and len(set(before)) == 6 * BATCH
+    assert list(tmp_path.glob("killed-*")) and len(set(before)) == 6 * BATCH
     stock = StockStatefulDataLoader(
         Faulty(tmp_path),
         batch_sampler=batches(),

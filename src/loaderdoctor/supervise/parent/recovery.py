@@ -700,37 +700,56 @@ class Recovery:
         return HandOver(self.build_successor(plan))
 
     def stop(self, beside: Any = None) -> None:
-        """Stop the pool. Healing (``beside``: the worker whose failure is handled), first tell
-        every other worker that died meanwhile: its owed batches go to the successor, where a
+        """Stop the pool. Healing (``beside``: the worker whose failure is handled), every other
+        worker found dead then is handled too: its owed batches go to the successor, where a
         sample that killed it once may load fine, and its death would go unseen."""
+        found: list[Evidence] = []
         if self.pool is not None:
             if beside is not None and not self.stopped:
-                self._deaths_beside(beside)
+                found = self._deaths_beside(beside)
             self.pool.stop(self.books.workers_status)
         self.stopped = True
         self.books.shut_down()
+        for ev in found:
+            self._handle_beside(ev, beside)
 
-    def _deaths_beside(self, handled: int) -> None:
+    def _deaths_beside(self, handled: int) -> list[Evidence]:
         pool, watch = self.pool, self.watch
         if pool is None or watch is None:
-            return
+            return []
         busy = self.books.workers_status
-        for worker_id in range(len(pool)):
-            if worker_id == handled or not busy[worker_id] or pool.is_alive(worker_id):
-                continue
-            if pool.how_it_ended(worker_id) == (None, 0):
-                continue  # it ended its work cleanly
-            diagnosis = diagnose(watch.death(worker_id, self.books.task_info))
-            diagnosis.evidence.append(
-                f"worker {worker_id} died while the pool was stopped for worker {handled}'s "
-                "failure: its owed batches are re-sent with the others'"
-            )
-            self.sup.record(diagnosis, "respawned")
-            warnings.warn(
-                f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> respawned",
-                HealWarning,
-                stacklevel=user_stacklevel(),
-            )
+        return [
+            watch.death(worker_id, self.books.task_info)
+            for worker_id in range(len(pool))
+            if worker_id != handled
+            and busy[worker_id]
+            and not pool.is_alive(worker_id)
+            and pool.how_it_ended(worker_id) != (None, 0)  # not a clean end of its work
+        ]
+
+    def _handle_beside(self, ev: Evidence, handled: int) -> None:
+        """A worker that died while another's failure was handled: its sample in flight is
+        re-tried alone and quarantined as any other would be; its batches go with the rest."""
+        diagnosis = diagnose(ev)
+        at = self._situation(ev, found_alone=False)
+        action = POLICY.decide(diagnosis, at)
+        if action.kind is ActionKind.PROBE and ev.in_flight_index is not None:
+            action = self._probe(diagnosis, at, ev.in_flight_index)
+        recorded_as = "respawned"
+        if action.kind is ActionKind.QUARANTINE and not self.iterable:
+            self.sup.quarantine_add(ev.in_flight_index, diagnosis)
+            recorded_as = "quarantined"
+        diagnosis.evidence.append(
+            f"worker {ev.worker_id} died while the pool was stopped for worker {handled}'s "
+            "failure: its owed batches are re-sent with the others'"
+        )
+        self.sup.record(diagnosis, recorded_as)
+        detail = f" (sample {ev.in_flight_index!r})" if ev.in_flight_index is not None else ""
+        warnings.warn(
+            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> {recorded_as}{detail}",
+            HealWarning,
+            stacklevel=user_stacklevel(),
+        )
 
     # --- streams (IterableDataset) ----------------------------------------------------------------
     def _stream_culprit(self, ev: Evidence, diagnosis: Diagnosis) -> tuple[str, str]:
