@@ -27,16 +27,15 @@ from loaderdoctor.torch_compat import WorkerLists
 def test_the_ledger_owes_each_batch_until_torch_takes_it_off_its_books() -> None:
     ledger = Ledger()
     ledger.owe(0, [0, 1])
-    ledger.owe(1, [2, 3], skipped=1)
+    ledger.owe(1, [2, 3])
     ledger.owe(2, [4, 5])
     assert ledger.owed_in_order() == [[0, 1], [2, 3], [4, 5]]
-    assert (ledger.skipped_of(1), ledger.skipped_owed()) == (1, 1)
     # torch popped task 1 from _task_info: it is the one being handed over
-    assert ledger.settle_handed_over({0, 2}) == (1, [2, 3], 1)
-    assert ledger.settle_handed_over({0, 2}) == (None, None, 0)  # nothing new handed over
-    assert (len(ledger), ledger.owed_in_order(), ledger.skipped_owed()) == (2, [[0, 1], [4, 5]], 0)
-    ledger.owe(0, [1], skipped=0)  # owed again, smaller: its skip count goes with it
-    assert ledger.indices_of(0) == [1] and ledger.skipped_of(0) == 0
+    assert ledger.settle_handed_over({0, 2}) == (1, [2, 3])
+    assert ledger.settle_handed_over({0, 2}) == (None, None)  # nothing new handed over
+    assert (len(ledger), ledger.owed_in_order()) == (2, [[0, 1], [4, 5]])
+    ledger.owe(0, [1])  # owed again
+    assert ledger.indices_of(0) == [1]
     ledger.clear()
     assert len(ledger) == 0 and ledger.owed_in_order() == []
 

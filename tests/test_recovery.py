@@ -22,18 +22,19 @@ from loaderdoctor.forensics import Evidence
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.errors import WorkerDiedError
 from loaderdoctor.supervise.heal import HealWarning
+from loaderdoctor.supervise.live_quarantine import LiveQuarantine
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.recovery import (
+    TABLE_FULL_NOTE,
     HandOver,
-    PoolFailure,
     Raise,
     Recovery,
     Resumed,
     Successor,
 )
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
-from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
+from loaderdoctor.supervise.parent.watch import PoolFailure
 
 
 class FakeBooks:
@@ -179,25 +180,13 @@ def test_a_sample_that_kills_its_worker_again_is_quarantined_and_the_worker_repl
     assert list(sup.quarantine) == [4]
     assert pool.respawned == [0]  # worker 0 alone; worker 1 ran on
     assert books.workers_status == [True, True]
-    # worker 0's owed batches, re-sent in order; 4 (quarantined just now) is left out
-    assert pool.queues[0] == [(0, [0, 1]), (2, [5])]
+    # worker 0's owed batches, re-sent whole and in order: the worker leaves 4 out, told of it
+    # (as every live worker) through the live quarantine
+    assert pool.queues[0] == [(0, [0, 1]), (2, [4, 5])]
     assert books.num_tasks == [2, 2]
-    assert recovery.ledger.skipped_of(2) == 1
     assert (recovery.respawns, sup.counts.resent_batches) == (1, 2)
     assert [incident.action for incident in sup.log] == ["quarantined"]
     assert books.shut == pool.stopped == 0
-
-
-def test_a_batch_left_empty_by_the_quarantine_is_skipped_in_its_turn() -> None:
-    recovery, books, pool, _, _ = _setup(probe_finds=4)
-    recovery.ledger.owe(2, [4])
-    with pytest.warns(HealWarning):
-        assert recovery.handle(_death()) == Resumed()
-    assert pool.queues[0] == [(0, [0, 1])]
-    worker, skipped = books.task_info[2]
-    assert worker == 0 and isinstance(skipped, SkippedBatch)
-    assert (skipped.indices, skipped.reason) == ([], "quarantined")
-    assert recovery.ledger.indices_of(2) == [] and recovery.ledger.skipped_of(2) == 1
 
 
 def test_without_healing_the_death_is_raised_and_the_pool_stopped() -> None:
@@ -229,18 +218,16 @@ def test_a_result_queue_left_unusable_rebuilds_the_pool_with_every_owed_batch() 
     assert "half a message" in incident.diagnosis.evidence[-1]
 
 
-def test_new_quarantine_is_left_out_of_batches_not_sent_yet() -> None:
-    recovery, _, _, sup, _ = _setup()
-    sup.quarantine_add(9, _DiagnosisStub())  # type: ignore[arg-type]
-    batches = iter([[10, 11]])
-    assert recovery.leave_out_new_quarantine([8, 9], lambda: next(batches)) == [8]
-    assert recovery.pending_skips == 1
-    sup.quarantine_add(10, _DiagnosisStub())  # type: ignore[arg-type]
-    sup.quarantine_add(11, _DiagnosisStub())  # type: ignore[arg-type]
-    assert recovery.leave_out_new_quarantine([10, 11], lambda: [6, 7]) == [6, 7]
-    assert recovery.pending_skips == 3
-    recovery.count_pending_skips()
-    assert (sup.counts.skipped, recovery.pending_skips) == (3, 0)
+def test_a_quarantine_the_live_workers_cannot_be_told_rebuilds_the_pool() -> None:
+    """A full table of quarantined samples: a replacement alone would load the sample again,
+    so the pool is rebuilt, its new workers knowing the whole quarantine."""
+    recovery, _, pool, sup, _ = _setup(probe_finds=4)
+    sup.live_quarantines.add(full := LiveQuarantine(capacity=0))
+    with pytest.warns(HealWarning, match=r"-> quarantined \(sample 4\)$"):
+        outcome = recovery.handle(_death())
+    assert isinstance(outcome, HandOver) and list(sup.quarantine) == [4]
+    assert sup.log[0].diagnosis.evidence[-1] == TABLE_FULL_NOTE
+    assert pool.stopped == 1 and full.written == 0
 
 
 class _DiagnosisStub:

@@ -1,20 +1,17 @@
-"""The quarantine that live workers read: samples quarantined after their pool started.
+"""The quarantine that live workers read: how a quarantined sample is kept from loading.
 
 A pool's workers get the quarantine as it was when they started, inside their dataset's sample
-policy. A sample quarantined later (a death's culprit, re-tried alone) is left out by the main
-process of the batches it has not sent yet, but batches prefetched to a live worker were sent
-before: that worker fetched the sample (a duplicate from a sampler with replacement, a substitute
-or a reference sample) and died of it a second time. So the main process also
-writes each new entry into a table in shared memory, next to the flight recorder, and the worker's
-dataset wrapper consults it before each sample.
+policy, and every sample quarantined later (a death's culprit, re-tried alone) through this table
+in shared memory, next to the flight recorder: the worker's dataset wrapper consults it just
+before each sample, so a batch sent before the quarantine (prefetched, or owed and re-sent to a
+replacement) leaves the sample out too. The main process never edits the batches it sends.
 
 The table is append-only, one int64 per entry: ``index + 1``, 0 for a free slot. A worker reads
 the slot after the last one it has seen: one shared-memory read per check while nothing is new,
 and no ordering between two writes to rely on (one aligned 8-byte store is seen whole or not at
 all). The main process is the only writer. Beyond ``CAPACITY`` entries in one pool's life the
-workers learn no more: the main process still leaves those samples out of batches it has not sent,
-as before, and a live worker that fetched one would be diagnosed as having fetched a sample
-quarantined already (``heal_policy``).
+workers can be told no more: the pool is then rebuilt, and its new workers start knowing the
+whole quarantine (``Recovery``).
 """
 
 from __future__ import annotations

@@ -169,11 +169,10 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
 
     def __iter__(self) -> Any:
         sup = self._ld
-        sup.epoch += 1
-        sup.tell_watchers("iter")
+        step = sup.epoch_started()
         if self._ld_unsupervised is not None or sup.plain_torch:
             return super().__iter__()
-        climbed = _announce(sup.climb_at_epoch_start())
+        climbed = _announce(step)
         current = self.ld_iterator
         from loaderdoctor.supervise.parent.supervisor import SupervisedPool  # psutil: lazily
 

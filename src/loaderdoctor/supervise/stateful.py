@@ -84,12 +84,9 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
 
     def __iter__(self) -> Any:
         loader: Any = self
-        sup = loader._ld
-        sup.epoch += 1
-        sup.tell_watchers("iter")
         # torchdata starts a new iterator each epoch (unless persistent_workers): it takes the
         # prefetch_factor climbed back to
-        _announce(sup.climb_at_epoch_start())
+        _announce(loader._ld.epoch_started())
         return super().__iter__()  # type: ignore[misc]
 
 
@@ -159,7 +156,6 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
 
     def ld_next_index(self) -> Any:
         index = super().ld_next_index()
-        self._ld_last_index = index
         self._ld_drawn.append((self.ld_sampler_yielded, index))
         return index
 

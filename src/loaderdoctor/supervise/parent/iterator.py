@@ -80,12 +80,6 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
         )
         self._ld_state = IterState.HANDED_OVER
 
-    def ld_next_index(self) -> Any:
-        next_index = super().ld_next_index
-        index = self._ld_recovery.leave_out_new_quarantine(next_index(), next_index)
-        self._ld_last_index = index
-        return index
-
     def ld_reset(self, loader: Any, first_iter: bool = False) -> None:
         if first_iter:
             # torch registered the new workers' pids for its SIGCHLD handler just before this

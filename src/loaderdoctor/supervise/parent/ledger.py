@@ -16,47 +16,31 @@ from typing import Any
 class Ledger:
     def __init__(self) -> None:
         self._owed: dict[int, Any] = {}  # task number -> the indices of that batch
-        # task number -> samples the main process left out of that batch (quarantined since
-        # the workers started): counted as skipped when the batch is delivered, with it
-        self._skipped: dict[int, int] = {}
 
-    def owe(self, task: int, indices: Any, skipped: int = 0) -> None:
+    def owe(self, task: int, indices: Any) -> None:
         self._owed[task] = indices
-        if skipped:
-            self._skipped[task] = skipped
-        else:
-            self._skipped.pop(task, None)
 
-    def settle_handed_over(self, outstanding: Container[int]) -> tuple[int | None, Any, int]:
+    def settle_handed_over(self, outstanding: Container[int]) -> tuple[int | None, Any]:
         """The batch torch just took off its books (no longer in ``outstanding``): (task,
-        indices, samples left out of it).
+        indices).
 
         torch pops a task from ``_task_info`` just before it processes the data; the owed task
         that is not outstanding any more is the one being handed over.
         """
         task: int | None = None
         indices: Any = None
-        skipped = 0
         for owed_task in [t for t in self._owed if t not in outstanding]:
             task, indices = owed_task, self._owed.pop(owed_task)
-            skipped = self._skipped.pop(owed_task, 0)
-        return task, indices, skipped
+        return task, indices
 
     def indices_of(self, task: int) -> Any:
         return self._owed.get(task)
-
-    def skipped_of(self, task: int) -> int:
-        return self._skipped.get(task, 0)
-
-    def skipped_owed(self) -> int:
-        return sum(self._skipped.values())
 
     def owed_in_order(self) -> list[Any]:
         return [self._owed[task] for task in sorted(self._owed)]
 
     def clear(self) -> None:
         self._owed.clear()
-        self._skipped.clear()
 
     def __len__(self) -> int:
         return len(self._owed)

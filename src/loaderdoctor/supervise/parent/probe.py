@@ -45,10 +45,8 @@ def probe_batch(pool: Callable[..., Any], snapshot: LoaderSnapshot, indices: lis
         quarantine_path=None,
         allow_in_process=False,
     )
-    supervision = Supervision(settings, snapshot.dataset, lambda: None)
-    supervision.log.quiet = True  # an isolated re-try: the loader it serves reports the outcome
     # The memory suspect goes first, before the workers and never after the training process.
-    supervision.oom_score_adj = PROBE_OOM_SCORE_ADJ
+    supervision = Supervision.of_probe(settings, snapshot.dataset, PROBE_OOM_SCORE_ADJ)
     try:
         for _ in pool(LoaderSnapshot(loader), supervision):
             pass

@@ -56,12 +56,15 @@ from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress
 from loaderdoctor.supervise.worker.datasets import SupervisedBatchedMapDataset
 from loaderdoctor.supervise.worker.loader_view import wrap_dataset
-from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
 
 # How long a respawn waits for the result queue's writer lock before it calls the queue poisoned
 # (held by a worker killed mid-write); a healthy writer holds it for one batch's write.
 RESULT_LOCK_WAIT_S = 5.0
 MAX_SETTLED_RESULTS = 100_000
+TABLE_FULL_NOTE = (
+    "the running workers' table of quarantined samples is full: the pool is rebuilt, and its new "
+    "workers start knowing the whole quarantine"
+)
 
 
 @dataclass(frozen=True)
@@ -161,26 +164,14 @@ class Recovery:
         self.stopped = False
         self.iterable = torch_compat.is_iterable(snapshot)
         self.phase = Phase.RUNNING
-        # With on_error="replace" only a worker finds a quarantined sample's substitute, so such
-        # a sample cannot simply be left out in the main process (``leave_out_new_quarantine``).
-        self.replacing = False
         self.queue_poisoned = False  # a worker died mid-write: the result queue is unusable
-        # The quarantine every worker of this pool knows (it only grows, in insertion order).
-        self.quarantine_known = len(supervision.quarantine)
-        # A worker death's culprit was quarantined while the other workers ran on: with
-        # on_error="replace" they are replaced at the next epoch's start (``new_epoch``).
-        self.quarantined_a_death = False
         # Workers whose dataset loads a whole batch with its own ``__getitems__`` (Hugging Face
         # ``datasets.Dataset``): their recorder names the batch in flight, not the sample.
         self.batched_workers: set[int] = set()
-        self.pending_skips = 0  # left out of batches not sent yet (``leave_out_new_quarantine``)
 
     # --- what the workers know ---------------------------------------------------------------
-    def learns(self, dataset: Any, replacing: bool | None = None) -> None:
-        """The pool's workers load ``dataset`` (a view with the sample policy; ``replacing``:
-        with on_error="replace", whose substitutes only a worker finds)."""
-        if replacing is not None:
-            self.replacing = replacing
+    def learns(self, dataset: Any) -> None:
+        """The pool's workers load ``dataset`` (a view with the sample policy)."""
         batched = isinstance(dataset, SupervisedBatchedMapDataset)
         num_workers = self.snapshot.num_workers
         self.batched_workers = set(range(num_workers)) if batched else set()
@@ -207,48 +198,12 @@ class Recovery:
             self.phase = Phase.RUNNING
 
     def owe(self, task: int, indices: Any) -> None:
-        """Task ``task`` (``indices``) was sent to a worker: owed until delivered, with the
-        samples left out of it here (``leave_out_new_quarantine``)."""
-        self.ledger.owe(task, indices, self.pending_skips)
-        self.pending_skips = 0
-
-    def without_new_quarantine(self, index: Any) -> tuple[Any, int]:
-        """(the batch without samples quarantined since this pool started, or None when none is
-        left; how many were left out). The caller counts them when the batch is delivered."""
-        if self.replacing:
-            return index, 0  # the workers know the quarantine (``refresh_workers``)
-        fresh = set(list(self.sup.quarantine)[self.quarantine_known :])
-        if not isinstance(index, list):
-            return (None, 1) if index in fresh else (index, 0)
-        bad = [i for i in index if i in fresh]
-        if not bad:
-            return index, 0
-        # short, drop_last or not, as the worker's wrapper leaves it: its healthy samples arrive
-        if len(bad) == len(index):
-            return None, len(bad)
-        return [i for i in index if i not in fresh], len(bad)
-
-    def leave_out_new_quarantine(self, index: Any, next_index: Callable[[], Any]) -> Any:
-        """A sample quarantined after these workers started is unknown to their dataset wrapper
-        (persistent workers keep it for epochs): leave it out here, as the worker would; it
-        counts as skipped when the batch it was left out of (or the next one) is delivered."""
-        while not self.replacing and len(self.sup.quarantine) > self.quarantine_known:
-            index, bad = self.without_new_quarantine(index)
-            self.pending_skips += bad
-            if index is not None:
-                break
-            index = next_index()
-        return index
-
-    def count_pending_skips(self) -> None:
-        self.sup.counts.skipped += self.pending_skips
-        self.pending_skips = 0
+        """Task ``task`` (``indices``) was sent to a worker: owed until delivered."""
+        self.ledger.owe(task, indices)
 
     def new_epoch(self, streams: StreamProgress | None) -> None:
         self.ledger.clear()
         self.respawns = 0  # MAX_RESPAWNS is per epoch, as it is for a fresh iterator
-        if self.replacing and self.quarantined_a_death:
-            self.refresh_workers()
         self.streams = streams
 
     # --- the failure ---------------------------------------------------------------------------
@@ -261,12 +216,11 @@ class Recovery:
         diagnosis = failure.diagnosis or diagnose(ev)
         at = self._situation(ev, found_alone)
         action = POLICY.decide(diagnosis, at)
-        # Start the dead worker's replacement now, so that its start-up overlaps the probe
-        # (with on_error="replace" it must know the quarantine: it starts after the decision).
+        # Start the dead worker's replacement now, so that its start-up overlaps the probe (a
+        # sample quarantined meanwhile reaches it as every live worker: ``live_quarantine``).
         replacement = None
         if (
             ev.worker_id is not None
-            and not self.replacing
             and self.streams is None  # a stream's resume waits for the culprit's position
             and not (action.kind is ActionKind.PROBE and memory_suspect(diagnosis))
             and self.can_replace(action, at, ev)
@@ -401,9 +355,8 @@ class Recovery:
         recorded_as = action.kind.value
         if stream is not None:  # a stream's culprit: (how it was recorded, what the warning says)
             recorded_as, detail = stream
-        if action.kind is ActionKind.QUARANTINE:
-            sup.quarantine_add(culprit, diagnosis)
-        elif action.kind is ActionKind.BACK_OFF:
+        told = action.kind is not ActionKind.QUARANTINE or self._quarantine(culprit, diagnosis)
+        if action.kind is ActionKind.BACK_OFF:
             diagnosis.evidence.append(
                 f"continuing with num_workers={action.num_workers}, "
                 f"prefetch={action.prefetch_factor}"
@@ -416,10 +369,10 @@ class Recovery:
             diagnosis.evidence.append(
                 "plain torch loading takes over for the rest of this loader's life"
             )
-            sup.plain_torch = True
+            sup.falls_back_to_plain_torch()
         if action.sharing_strategy is not None:
             sup.worker_sharing_strategy = sharing.switch_to(action.sharing_strategy)
-        alone = self._respawned_alone(diagnosis, action, at, ev, replacement)
+        alone = told and self._respawned_alone(diagnosis, action, at, ev, replacement)
         sup.record(diagnosis, recorded_as)
         if action.kind is ActionKind.FALL_BACK:
             warnings.warn(
@@ -445,6 +398,14 @@ class Recovery:
             handled=ev.worker_id,
         )
 
+    def _quarantine(self, index: Any, diagnosis: Diagnosis) -> bool:
+        """Quarantine ``index``; False when the running workers cannot be told (a new pool's
+        workers start knowing it)."""
+        if self.sup.quarantine_add(index, diagnosis):
+            return True
+        diagnosis.evidence.append(TABLE_FULL_NOTE)
+        return False
+
     def _respawned_alone(
         self,
         diagnosis: Diagnosis,
@@ -454,9 +415,7 @@ class Recovery:
         replacement: Replacement | None,
     ) -> bool:
         """Finish replacing the failed worker alone (True), or say why the pool is rebuilt."""
-        late = replacement is None and (
-            self.replacing or self.streams is not None or memory_suspect(diagnosis)
-        )
+        late = replacement is None and (self.streams is not None or memory_suspect(diagnosis))
         if late and ev.worker_id is not None and self.can_replace(action, at, ev):
             if self.streams is not None:
                 replacement = self._replace_stream_worker(ev.worker_id)
@@ -468,7 +427,6 @@ class Recovery:
         if replacement is None or not replaces_one_worker(action, at):
             return False  # a back-off: the replacement stops with the pool
         diagnosis.evidence.append(self.resend_owed(replacement))
-        self.quarantined_a_death |= action.kind is ActionKind.QUARANTINE
         return True
 
     def climb(self) -> HandOver | None:
@@ -553,7 +511,7 @@ class Recovery:
                 ),
             )
         if new_pid is not None:
-            self.sup.worker_pids.add(new_pid)
+            self.sup.workers_started({new_pid})
         self.books.worker_alive(worker_id)
         if dataset is not None:  # a new view: does its recorder name the sample or the batch?
             if isinstance(dataset, SupervisedBatchedMapDataset):
@@ -580,47 +538,16 @@ class Recovery:
         init.stream_resumes = {worker_id: streams.resume_after(worker_id, buffered)}
         return self.replace(worker_id, worker_init_fn=init)
 
-    def refresh_workers(self) -> None:
-        """Replace every (idle, persistent) worker by one that knows the grown quarantine.
-
-        Only with on_error="replace", at the start of the epoch after a death's culprit was
-        quarantined: otherwise the main process leaves such samples out and the workers run on.
-        """
-        assert self.pool is not None
-        dataset = self.current_dataset()
-        for worker_id in range(self.books.num_workers):
-            self.recorder.reset_slot(worker_id)
-            _, new_pid = self.pool.respawn(
-                worker_id,
-                self.context,
-                functools.partial(self.books.worker_loop_args, worker_id, dataset=dataset),
-            )
-            if new_pid is not None:
-                self.sup.worker_pids.add(new_pid)
-        self.quarantine_known = len(self.sup.quarantine)
-        self.quarantined_a_death = False
-        self.learns(dataset)
-
     def resend_owed(self, replacement: Replacement) -> str:
         """Send the replacement the batches its predecessor owed, in order; the evidence line.
-
-        A sample quarantined since the pool started (the one in flight, just now) is left out
-        here: the workers' dataset wrapper does not know it.
-        """
+        A sample quarantined meanwhile (the one in flight, just now) is left out by the worker
+        (``live_quarantine``)."""
         assert self.pool is not None
         worker_id = replacement.worker_id
         owed = self.books.owed_by(worker_id)
         index_queue = self.pool.index_queue(worker_id)
-        ledger = self.ledger
         for task in owed:
-            batch, bad = self.without_new_quarantine(ledger.indices_of(task))
-            skipped = ledger.skipped_of(task) + bad
-            if batch is None:  # nothing of it is left to load: it is skipped here, in its turn
-                self.books.received(task, worker_id, SkippedBatch([], "quarantined"))
-                ledger.owe(task, [], skipped)
-                continue
-            ledger.owe(task, batch, skipped)
-            index_queue.put((task, batch))
+            index_queue.put((task, self.ledger.indices_of(task)))
         self.books.recount_tasks(worker_id)
         self.respawns += 1
         self.sup.counts.resent_batches += len(owed)
@@ -665,9 +592,6 @@ class Recovery:
         ``handled``: the worker whose failure made the decision (any other found dead is told)."""
         owed = self.ledger.owed_in_order()
         self.sup.counts.resent_batches += len(owed)
-        # what was left out of the owed batches: the successor does not know it (counted now)
-        self.sup.counts.skipped += self.ledger.skipped_owed()
-        self.count_pending_skips()
         if self.streams is not None:
             self.events.drain()  # every skip the dead worker wrote: a replay drops them too
             # A worker whose end torch saw may still have batches waiting in torch's reorder
@@ -737,7 +661,7 @@ class Recovery:
             action = self._probe(diagnosis, at, ev.in_flight_index)
         recorded_as = "respawned"
         if action.kind is ActionKind.QUARANTINE and not self.iterable:
-            self.sup.quarantine_add(ev.in_flight_index, diagnosis)
+            self._quarantine(ev.in_flight_index, diagnosis)  # a new pool follows: it knows
             recorded_as = "quarantined"
         diagnosis.evidence.append(
             f"worker {ev.worker_id} died while the pool was stopped for worker {handled}'s "
@@ -790,6 +714,7 @@ def _quarantined(index: Any, quarantine: Any) -> bool:
 __all__ = [
     "MAX_SETTLED_RESULTS",
     "RESULT_LOCK_WAIT_S",
+    "TABLE_FULL_NOTE",
     "HandOver",
     "Outcome",
     "Raise",

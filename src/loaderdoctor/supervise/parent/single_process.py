@@ -127,7 +127,7 @@ class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
             "plain torch loading takes over for the rest of this loader's life"
         )
         sup.record(diagnosis, "fell-back")
-        sup.plain_torch = True
+        sup.falls_back_to_plain_torch()
         warnings.warn(
             "loaderdoctor's own machinery failed (internal-error, please report it); this "
             "DataLoader continues as a plain torch DataLoader, without supervision.\n"

@@ -76,14 +76,13 @@ def loads_in_process(
         return False
     diagnosis.evidence.append(action.note)
     supervision.record(diagnosis, action.kind.value)
+    supervision.starts_workers_instead(action.start_method)
     if action.start_method is not None:
-        supervision.fallback_start_method = action.start_method
         where = (
             f"loading in {action.num_workers} forked worker process(es) "
             f"(multiprocessing_context={action.start_method!r})"
         )
     else:
-        supervision.workers_cannot_start = True
         where = "loading in the main process (num_workers=0)"
     warnings.warn(
         f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> {where}",

@@ -12,7 +12,7 @@ import enum
 import os
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,6 +213,40 @@ class Supervision:
         supervision.base_settings = (loader.num_workers, loader.prefetch_factor or 0)
         return supervision
 
+    @classmethod
+    def of_probe(cls, settings: Settings, dataset: Any, oom_score_adj: int) -> Supervision:
+        """The supervision of an isolated re-try: quiet (the loader it serves reports the
+        outcome), its worker first in line for the OOM killer (``oom_score_adj``)."""
+        supervision = cls(settings, dataset, lambda: None)
+        supervision.log.quiet = True
+        supervision.oom_score_adj = oom_score_adj
+        return supervision
+
+    # --- what happened to the pools ----------------------------------------------------------
+    def epoch_started(self) -> BackoffStep | None:
+        """The loader's ``__iter__``: one more epoch; the back-off step it climbs, if any."""
+        self.epoch += 1
+        self.tell_watchers("iter")
+        return None if self.plain_torch else self.climb_at_epoch_start()
+
+    def workers_started(self, pids: set[int], oom_notes: Sequence[str] = ()) -> None:
+        """Workers started (a pool, or one replacement): their pids, and why the OOM killer's
+        order could not be set where it could not."""
+        self.worker_pids |= pids
+        self.oom_notes.extend(oom_notes)
+
+    def starts_workers_instead(self, start_method: str | None) -> None:
+        """Workers cannot start as the loader asks, and healing is on: fork them instead
+        (``start_method``), or load in the main process (None)."""
+        if start_method is not None:
+            self.fallback_start_method = start_method
+        else:
+            self.workers_cannot_start = True
+
+    def falls_back_to_plain_torch(self) -> None:
+        """loaderdoctor's own machinery failed and healing is on."""
+        self.plain_torch = True
+
     # --- recording -------------------------------------------------------------------------
     def delivered(self, indices: Any, batch: Any, samples: int | None = None) -> None:
         """One batch handed to the user: the loader's delivered counts (the only ones kept),
@@ -266,9 +300,11 @@ class Supervision:
         backoff.epoch_started()
         return step
 
-    def quarantine_add(self, index: Any, diagnosis: Diagnosis) -> None:
+    def quarantine_add(self, index: Any, diagnosis: Diagnosis) -> bool:
+        """Quarantine ``index``; False when a running pool's workers cannot be told (their
+        table is full): only a new pool of workers would know it."""
         if not isinstance(index, int) or index in self.quarantine:
-            return
+            return True
         self.quarantine[index] = QuarantineEntry(
             index=index,
             cause=diagnosis.cause,
@@ -276,11 +312,11 @@ class Supervision:
             file=diagnosis.sample_file,
             when=quarantine_now(),
         )
-        for live in list(self.live_quarantines):
-            live.add(index)
+        told = [live.add(index) for live in list(self.live_quarantines)]
         path = self.settings.quarantine_path
         if path is not None:
             write_quarantine(path, self.quarantine)
+        return all(told)
 
     def take_event(self, event: dict[str, Any]) -> None:
         """A skip or replace decided in a worker (or in this process) enters the counts and log."""

@@ -163,7 +163,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         supervision = self._ld_sup
         policy = supervision.sample_policy(snapshot.drop_last)
         dataset = wrap_dataset(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy)
-        self._ld_recovery.learns(dataset, policy is not None and policy.on_error == "replace")
+        self._ld_recovery.learns(dataset)
         collate = SupervisedCollate(snapshot.collate_fn, heal=policy is not None)
         return snapshot.with_overrides(
             dataset=dataset,
@@ -203,8 +203,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         pool = Pool(self.ld_processes(), self._ld_log_dir)
         self._ld_pool = pool
         pool.first_for_oom_killer(self._ld_sup.oom_score_adj)
-        self._ld_sup.oom_notes.extend(pool.oom_notes)
-        self._ld_sup.worker_pids |= pool.pids()
+        self._ld_sup.workers_started(pool.pids(), pool.oom_notes)
         self._ld_watch = WorkerWatch(
             pool,
             self._ld_recorder,
@@ -224,6 +223,11 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         return self._ld_watch
 
     # --- bookkeeping of what each batch holds -------------------------------------------------
+    def ld_next_index(self) -> Any:
+        index = super().ld_next_index()
+        self._ld_last_index = index
+        return index
+
     def ld_try_put_index(self) -> None:
         sent = self.ld_sent
         super().ld_try_put_index()
@@ -263,9 +267,8 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
     def _ld_received(self, data: Any, worker_id: int) -> Any:
         """A batch torch is about to hand over: counted, unwrapped, or its worker's exception
         raised (for healing, a ``PoolFailure`` when the batch is still owed)."""
-        task, indices, skipped = self._ld_ledger.settle_handed_over(self._ld_books.task_info)
+        task, indices = self._ld_ledger.settle_handed_over(self._ld_books.task_info)
         sup = self._ld_sup
-        sup.counts.skipped += skipped
         self._ld_events.drain_if_new(self._ld_recorder.total(Field.EVENTS))
         if torch_compat.is_exception_wrapper(data):
             self.ld_task_done(worker_id)
@@ -275,8 +278,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
             error, diagnosis = worker_exception(data, ev, indices, self._ld_snapshot.dataset)
             try:
                 if sup.settings.heal and owed_again(diagnosis) and task is not None:
-                    sup.counts.skipped -= skipped
-                    self._ld_ledger.owe(task, indices, skipped)  # still owed to the user
+                    self._ld_ledger.owe(task, indices)  # still owed to the user
                     raise PoolFailure(ev, error, diagnosis)
                 sup.record(diagnosis, "raised")
                 self._ld_raising = error  # raised on purpose: the user's, not an internal error
@@ -387,7 +389,6 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         return data
 
     def _ld_epoch_done(self) -> None:
-        self._ld_recovery.count_pending_skips()  # the epoch's last batches
         self._ld_events.drain()
         if self._ld_sup.backoff is not None:
             self._ld_sup.backoff.epoch_finished()
