@@ -185,31 +185,28 @@ def test_without_a_hang_timeout_a_slow_worker_is_never_a_hang() -> None:
     assert watch.poll([True], {0: (0,)}) is None
 
 
-class ThreadFed:
-    """What ``WorkerWatch.wait`` reads of an iterator whose pin-memory thread feeds it."""
-
-    ld_reads_result_queue = False
-
-    def __init__(self, *messages: Any) -> None:
-        self.ld_data_queue: queue.Queue[Any] = queue.Queue()
-        for message in messages:
-            self.ld_data_queue.put(message)
-
-    def ld_receive(self, timeout: float) -> Any:
-        return self.ld_data_queue.get(timeout=timeout)
-
-
 class Books:
-    def __init__(self, busy: list[bool], tasks: dict[int, Any]) -> None:
+    """What ``WorkerWatch.wait`` reads of the books of an iterator whose pin-memory thread
+    feeds it."""
+
+    reads_result_queue = False
+
+    def __init__(self, busy: list[bool], tasks: dict[int, Any], *messages: Any) -> None:
         self.workers_status, self.task_info = busy, tasks
+        self.data_queue: queue.Queue[Any] = queue.Queue()
+        for message in messages:
+            self.data_queue.put(message)
+
+    def receive(self, timeout: float) -> Any:
+        return self.data_queue.get(timeout=timeout)
 
 
 def test_the_shared_receive_loop_returns_a_message_or_says_none_came() -> None:
     watch, recorder, _ = _watch([FakeProcess(101)])
     recorder.reset_slot(0)
-    books: Any = Books([True], {0: (0,)})
-    assert watch.wait(ThreadFed((0, "batch")), books, timeout=5.0) == (True, (0, "batch"))
-    assert watch.wait(ThreadFed(), books, timeout=0.05) == (False, None)  # torch's timeout answer
+    books: Any = Books([True], {0: (0,)}, (0, "batch"))
+    assert watch.wait(books, timeout=5.0) == (True, (0, "batch"))
+    assert watch.wait(books, timeout=0.05) == (False, None)  # torch's timeout answer
 
 
 def test_the_shared_receive_loop_raises_a_dead_workers_evidence() -> None:
@@ -218,7 +215,7 @@ def test_the_shared_receive_loop_raises_a_dead_workers_evidence() -> None:
     ledger.owe(0, [4, 5])
     books: Any = Books([True], {0: (0,)})
     with pytest.raises(PoolFailure) as raised:
-        watch.wait(ThreadFed(), books, timeout=60.0)  # the first look finds it: no 60 s wait
+        watch.wait(books, timeout=60.0)  # the first look finds it: no 60 s wait
     ev = raised.value.evidence
     assert (ev.kind, ev.worker_id, ev.signal, ev.batch_indices) == ("death", 0, "SIGKILL", [4, 5])
     assert raised.value.__context__ is None  # not chained under the queue's Empty

@@ -568,7 +568,7 @@ def test_every_torch_private_in_our_source_is_in_the_contract() -> None:
 # --- no torch private outside torch_compat ------------------------------------------
 # Nowhere but in torch_compat (torchdata_compat for torchdata's) may code reach into torch: the
 # subclasses override torch's hooks through the Hooked* bases, and read torch's state through
-# them (IteratorState, IteratorBooks, ...). torchdata is imported only in torchdata_compat, so
+# them (IteratorBooks, ...). torchdata is imported only in torchdata_compat, so
 # that it stays optional in one place.
 COMPAT_MODULES = {"torch_compat.py", "torchdata_compat.py"}
 

@@ -367,71 +367,7 @@ class WorkerLists:
         self._workers[worker_id] = process
 
 
-class IteratorState:
-    """What a supervised multiprocessing iterator reads of torch's state (torch's iterator and
-    torchdata's copy of it keep it under the same names)."""
-
-    # set by torch's __init__ and _reset (annotated here for the type checker only)
-    _send_idx: int
-    _rcvd_idx: int
-    _timeout: float
-    _task_info: dict[int, tuple[Any, ...]]
-    _workers_num_tasks: list[int]
-    _data_queue: Any
-    _worker_result_queue: Any
-    _workers: list[Any]
-    _index_queues: list[Any]
-    _workers_done_event: Any
-
-    @property
-    def ld_sent(self) -> int:
-        """How many tasks were sent to workers so far (``_send_idx``)."""
-        return int(self._send_idx)
-
-    @property
-    def ld_timeout(self) -> float:
-        return self._timeout  # as the user gave it (torch's message says it so)
-
-    @property
-    def ld_task_in_turn(self) -> tuple[Any, ...] | None:
-        """The books' entry of the task whose turn it is (``_task_info[_rcvd_idx]``)."""
-        return self._task_info.get(self._rcvd_idx)
-
-    @property
-    def ld_reads_result_queue(self) -> bool:
-        """The main thread reads the workers' result queue itself (no pin-memory thread)."""
-        return self._data_queue is self._worker_result_queue
-
-    @property
-    def ld_data_queue(self) -> Any:
-        """The queue the main thread reads (``_data_queue``)."""
-        return self._data_queue
-
-    def ld_receive(self, timeout: float) -> Any:
-        """One message from the queue the main thread reads."""
-        return self._data_queue.get(timeout=timeout)
-
-    def ld_processes(self) -> WorkerLists:
-        """The worker processes, their index queues and the done event: torch's own."""
-        return WorkerLists(self._workers, self._index_queues, self._workers_done_event)
-
-    def ld_task_done(self, worker_id: int) -> None:
-        """A task of ``worker_id`` came back (an exception): it has one task fewer."""
-        self._workers_num_tasks[worker_id] -= 1
-
-    def ld_is_shut_down(self, default: bool = True) -> bool:
-        """torch's ``_shutdown`` (``default`` while its ``__init__`` has not set it yet)."""
-        return bool(vars(self).get("_shutdown", default))
-
-    def ld_mark_shut_down(self) -> None:
-        vars(self)["_shutdown"] = True
-
-    def ld_started_workers(self) -> list[Any]:
-        """The workers torch's ``__init__`` started before it failed (maybe none)."""
-        return list(vars(self).get("_workers", []))
-
-
-class MultiProcessingHooks(Hooks, IteratorState, ld_base=True):
+class MultiProcessingHooks(Hooks, ld_base=True):
     """The hooks of torch's multiprocessing iterator, with torch's behaviour as the default; a
     mixin before torch's iterator, or before torchdata's copy of it, which has the same hooks
     (``_reset`` and ``_process_data`` take more there: each ``Hooked`` class defines those two).
@@ -567,6 +503,10 @@ class IteratorBooks:
 
     # --- settings torch copied from the loader ------------------------------------------
     @property
+    def timeout(self) -> float:
+        return self._it._timeout  # as the user gave it, 3 or 3.0 (torch's message says it so)
+
+    @property
     def num_workers(self) -> int:
         return int(self._it._num_workers)
 
@@ -595,6 +535,21 @@ class IteratorBooks:
         return self._it._index_sampler
 
     # --- the books --------------------------------------------------------------------------
+    @property
+    def sent(self) -> int:
+        """How many tasks were sent to workers so far (``_send_idx``)."""
+        return int(self._it._send_idx)
+
+    @property
+    def task_in_turn(self) -> tuple[Any, ...] | None:
+        """The books' entry of the task whose turn it is (``_task_info[_rcvd_idx]``)."""
+        it = self._it
+        return it._task_info.get(it._rcvd_idx)
+
+    def task_done(self, worker_id: int) -> None:
+        """A task of ``worker_id`` came back (an exception): it has one task fewer."""
+        self._it._workers_num_tasks[worker_id] -= 1
+
     @property
     def task_info(self) -> dict[int, tuple[Any, ...]]:
         """The live ``_task_info`` (read it; change it only through these methods)."""
@@ -633,6 +588,21 @@ class IteratorBooks:
         )
 
     # --- the result queue ---------------------------------------------------------------------
+    @property
+    def reads_result_queue(self) -> bool:
+        """The main thread reads the workers' result queue itself (no pin-memory thread)."""
+        it = self._it
+        return it._data_queue is it._worker_result_queue
+
+    @property
+    def data_queue(self) -> Any:
+        """The queue the main thread reads (``_data_queue``)."""
+        return self._it._data_queue
+
+    def receive(self, timeout: float) -> Any:
+        """One message from the queue the main thread reads."""
+        return self._it._data_queue.get(timeout=timeout)
+
     def result_queue_writer_lock(self) -> Any:
         return result_queue_writer_lock(self._it)
 
@@ -667,6 +637,22 @@ class IteratorBooks:
         return ""
 
     # --- workers --------------------------------------------------------------------------
+    def processes(self) -> WorkerLists:
+        """The worker processes, their index queues and the done event: torch's own."""
+        it = self._it
+        return WorkerLists(it._workers, it._index_queues, it._workers_done_event)
+
+    def started_workers(self) -> list[Any]:
+        """The workers torch's ``__init__`` started before it failed (maybe none)."""
+        return list(vars(self._it).get("_workers", []))
+
+    def is_shut_down(self, default: bool = True) -> bool:
+        """torch's ``_shutdown`` (``default`` while its ``__init__`` has not set it yet)."""
+        return bool(vars(self._it).get("_shutdown", default))
+
+    def mark_shut_down(self) -> None:
+        vars(self._it)["_shutdown"] = True
+
     def worker_loop_args(
         self, worker_id: int, index_queue: Any, *, dataset: Any = None, worker_init_fn: Any = None
     ) -> tuple[Any, ...]:
@@ -707,7 +693,6 @@ __all__ = [
     "Hooks",
     "IterableDatasetStopIteration",
     "IteratorBooks",
-    "IteratorState",
     "KeyErrorMessage",
     "LoaderHooks",
     "MultiProcessingHooks",

@@ -3,8 +3,8 @@
 torchdata is optional (``pip install 'loaderdoctor[torchdata]'``): this module imports it, and
 without it raises ``ModuleNotFoundError`` naming the extra; ``torch_compat`` never imports it.
 torchdata's multiprocessing iterator is a fork of torch's and keeps torch's bookkeeping under
-torch's names, so ``torch_compat.IteratorState`` and ``torch_compat.IteratorBooks`` read it as
-they read torch's; its hooks differ (``_reset`` primes the prefetch or not, ``_process_data``
+torch's names, so ``torch_compat.IteratorBooks`` reads it as it
+reads torch's; its hooks differ (``_reset`` primes the prefetch or not, ``_process_data``
 takes the worker's state). ``tests/ecosystem/test_stateful.py`` fails when a torchdata release
 moves one of these names.
 """

@@ -257,7 +257,7 @@ def test_torchdata_calls_each_override_directly_with_its_own_parameters() -> Non
 
 
 def test_torchdata_keeps_torchs_books_under_torchs_names() -> None:
-    """What ``torch_compat.IteratorState`` and ``IteratorBooks`` read of torchdata's iterator,
+    """What ``torch_compat.IteratorBooks`` reads of torchdata's iterator,
     right after iter() (2 workers, prefetch 2): torch's names, torch's shapes."""
     from loaderdoctor import torch_compat
 

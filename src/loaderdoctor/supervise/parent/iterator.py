@@ -58,8 +58,8 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
 
     def _ld_start_failed(self, error: Exception) -> None:
         torch_compat.stop_sigchld_checks(self)  # workers torch registered before it failed
-        kill_all(self.ld_started_workers())
-        self.ld_mark_shut_down()
+        kill_all(self._ld_books.started_workers())
+        self._ld_books.mark_shut_down()
         self._ld_cleanup()
         sup = self._ld_sup
         diagnosis = start_diagnosis(error, self._ld_snapshot, self._ld_start_method)

@@ -200,7 +200,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         # A dead worker must never make torch's SIGCHLD handler raise at a random line.
         torch_compat.stop_sigchld_checks(self)
         snapshot = self._ld_snapshot
-        pool = Pool(self.ld_processes(), self._ld_log_dir)
+        pool = Pool(self._ld_books.processes(), self._ld_log_dir)
         self._ld_pool = pool
         pool.first_for_oom_killer(self._ld_sup.oom_score_adj)
         self._ld_sup.workers_started(pool.pids(), pool.oom_notes)
@@ -229,9 +229,9 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         return index
 
     def ld_try_put_index(self) -> None:
-        sent = self.ld_sent
+        sent = self._ld_books.sent
         super().ld_try_put_index()
-        if self.ld_sent != sent:
+        if self._ld_books.sent != sent:
             self._ld_recovery.owe(sent, self._ld_last_index)
 
     def _ld_new_epoch(self) -> None:
@@ -246,21 +246,21 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
     # --- waiting for data, watching the workers -------------------------------------------
     def ld_try_get_data(self, timeout: float = torch_compat.MP_STATUS_CHECK_INTERVAL) -> Any:
         try:
-            return self._ld_watching().wait(self, self._ld_books, timeout)
+            return self._ld_watching().wait(self._ld_books, timeout)
         except HalfMessage as stalled:
             half = stalled.evidence
         self._ld_recovery.result_queue_unreadable()
         raise PoolFailure(half)
 
     def ld_get_data(self) -> Any:
-        timeout = self.ld_timeout
+        timeout = self._ld_books.timeout
         if timeout > 0:
             success, data = self.ld_try_get_data(timeout)
             if success:
                 return data
             books = self._ld_books
             raise PoolFailure(
-                self._ld_watching().timed_out(self.ld_task_in_turn, books.task_info, timeout)
+                self._ld_watching().timed_out(books.task_in_turn, books.task_info, timeout)
             )
         return super().ld_get_data()
 
@@ -271,7 +271,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         sup = self._ld_sup
         self._ld_events.drain_if_new(self._ld_recorder.total(Field.EVENTS))
         if torch_compat.is_exception_wrapper(data):
-            self.ld_task_done(worker_id)
+            self._ld_books.task_done(worker_id)
             self.ld_try_put_index()
             ev = self._ld_watching().base("exception", worker_id)
             ev.batch = task
@@ -422,7 +422,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
     # --- the end ----------------------------------------------------------------------------
     def _ld_drain(self) -> None:
         """Read the events written so far (``loader.report`` asks, mid-epoch)."""
-        if self._ld_state is IterState.RUNNING and not self.ld_is_shut_down():
+        if self._ld_state is IterState.RUNNING and not self._ld_books.is_shut_down():
             self._ld_events.drain()
         successor = self._ld_successor
         if isinstance(successor, SupervisedPool):
@@ -439,14 +439,14 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         if pool is not None and not pool.owned_here():
             # A forked child inherited this iterator: its workers are not this process's
             # children, so there is nothing to stop (and torch's join would raise here).
-            self.ld_mark_shut_down()
+            self._ld_books.mark_shut_down()
             return
         successor = self._ld_successor
         if successor is not None:
             torch_compat.shut_down(successor)
-        was_shut = self.ld_is_shut_down()
+        was_shut = self._ld_books.is_shut_down()
         super().ld_shutdown_workers()
-        if not was_shut and self.ld_is_shut_down(default=False):
+        if not was_shut and self._ld_books.is_shut_down(default=False):
             self._ld_events.drain()
             self._ld_cleanup()
             if self._ld_state is IterState.RUNNING:

@@ -33,7 +33,7 @@ from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.worker import sharer_guard
 from loaderdoctor.supervise.worker.hooks import SEND_ERROR_HEADER
 from loaderdoctor.system.limits import open_files, process_open_files
-from loaderdoctor.torch_compat import IteratorBooks, IteratorState
+from loaderdoctor.torch_compat import IteratorBooks
 
 # How often the main process looks at its workers while it waits for a batch. torch checks every
 # MP_STATUS_CHECK_INTERVAL (5 s) and relies on a SIGCHLD handler for the rest.
@@ -153,17 +153,15 @@ class WorkerWatch:
         self.baseline = collect.read_baseline()
 
     # --- waiting for a batch -----------------------------------------------------------------
-    def wait(
-        self, iterator: IteratorState, books: IteratorBooks, timeout: float
-    ) -> tuple[bool, Any]:
+    def wait(self, books: IteratorBooks, timeout: float) -> tuple[bool, Any]:
         """torch's ``_try_get_data``, watched: ``(True, message)`` from the queue the main thread
         reads, ``(False, None)`` when ``timeout`` passes without one. Every ``POLL_S`` the
         workers are looked at; a failed one raises ``PoolFailure`` with its evidence. A half
         message left by a dead worker raises ``HalfMessage``: that queue is never read again,
         which the caller knows what to make of."""
         deadline = time.monotonic() + timeout
-        direct = iterator.ld_reads_result_queue  # else pin_memory's thread reads the results
-        results = iterator.ld_data_queue
+        direct = books.reads_result_queue  # else pin_memory's thread reads the results
+        results = books.data_queue
 
         def stalled() -> Evidence | None:
             return self.poll(books.workers_status, books.task_info)
@@ -174,7 +172,7 @@ class WorkerWatch:
             try:
                 if direct:
                     return (True, receive(results, wait, stalled))
-                return (True, iterator.ld_receive(wait))
+                return (True, books.receive(wait))
             except queue.Empty:
                 pass
             except HalfMessage:
