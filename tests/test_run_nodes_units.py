@@ -46,6 +46,7 @@ TORCHRUN = ["torchrun", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
             ("node-gpu07-77", None, "2"),
         ),
         ([*TORCHRUN, "--nnodes", "1", "--node-rank", "0", "t.py"], {}, None),
+        ([*TORCHRUN, "--node-rank", "0", "t.py"], {"NODE_RANK": "0"}, None),  # torchrun: 1 node
         (["torchrun", "--standalone", "--nproc-per-node", "2", "t.py"], {}, None),
         (["python", "t.py"], {"NODE_RANK": "2"}, ("node2-gpu07", 2, None)),
         (

@@ -69,10 +69,11 @@ def node_of(
     """
     if command and command[0] == "--":
         command = command[1:]
-    options = launcher_options(command) or {}
-    nnodes = options.get("nnodes") or next(
-        (environ[name] for name in NNODES_ENVS if environ.get(name)), None
-    )
+    launcher = launcher_options(command)
+    options = launcher or {}
+    # torchrun's own default is one node, whatever the environment says
+    nnodes = options.get("nnodes", "1") if launcher is not None else None
+    nnodes = nnodes or next((environ[name] for name in NNODES_ENVS if environ.get(name)), None)
     given = options.get("node-rank") or next(
         (environ[name] for name in NODE_RANK_ENVS if environ.get(name, "").isdigit()), None
     )
