@@ -56,6 +56,8 @@ TORCHRUN = ["torchrun", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
         ),
         (["python", "t.py"], {"SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1"}, None),
         (["python", "t.py"], {}, None),
+        (["python", "t.py"], {"GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1"}, None),
+        (["python", "t.py"], {"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}, ("node1-gpu07", 1, "2")),
     ],
 )
 def test_which_node_a_run_is(

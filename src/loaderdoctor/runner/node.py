@@ -22,7 +22,8 @@ LAUNCHER_FLAGS = frozenset(
     {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module"}
 )
 NODE_RANK_ENVS = ("NODE_RANK", "SLURM_NODEID", "GROUP_RANK")
-NNODES_ENVS = ("SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+# GROUP_WORLD_SIZE: torchrun's node count, beside GROUP_RANK, where a launcher runs us under it
+NNODES_ENVS = ("SLURM_JOB_NUM_NODES", "SLURM_NNODES", "GROUP_WORLD_SIZE")
 NODE_PREFIX = "node"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -60,7 +61,7 @@ def _most_nodes(nnodes: str) -> int | None:
 def node_of(
     command: Sequence[str], environ: Mapping[str, str], host: str | None = None, pid: int = 0
 ) -> NodeInfo | None:
-    """The node this run supervises, or None for a single-machine run (today's one folder).
+    """The node this run supervises, or None for a single-machine run (its report stays in the report dir itself).
 
     A job is multi-node when torchrun's ``--nnodes`` (or SLURM's node count) says more than one,
     or, with no count given, when a node rank is. Its folder is ``node<RANK>-<host>``: two nodes
