@@ -311,3 +311,9 @@ def test_the_merged_job_report_is_written_beside_its_nodes(
     # again, over its own merged report.json: the node folders are merged afresh
     assert main(["report", "--json", str(tmp_path)]) == 0
     assert json.loads(capsys.readouterr().out)["nodes"] == data["nodes"]
+
+
+def test_a_host_name_is_shown_as_written_not_as_markup(tmp_path: Path) -> None:
+    job = crashed_job(tmp_path)
+    job.nodes[0].host = "[bold]gpu[/bold]"
+    assert "node0-h │ [bold]gpu[/bold] │ crashed" in format_text(job, width=120)

@@ -177,9 +177,9 @@ def _node_table(report: RunReport) -> RenderableType:
     for column in ("node", "host", "status", "exit", "ranks", "samples", "incidents"):
         table.add_column(column, overflow="fold")
     for node in report.nodes:
-        table.add_row(
-            node.name,
-            node.host,
+        table.add_row(  # Text, not str: a host name is not rich markup
+            Text(node.name),
+            Text(node.host),
             Text(node.status, style=STATUS_STYLES.get(node.status, "")),
             str(node.exit_code),
             ", ".join("-" if rank is None else str(rank) for rank in node.ranks) or "-",
