@@ -20,6 +20,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help=(
             "a run's report folder or its report.json (default ./loaderdoctor-report), "
+            "a multi-node run's folder (its node folders are merged into one job report), "
             "or a scan's JSON (loaderdoctor scan --json > scan.json)"
         ),
     )
@@ -55,14 +56,20 @@ def run(args: argparse.Namespace) -> int:
     data = scan_json(args.report_dir)
     if data is not None:
         return rerender_scan(args, data)
-    from loaderdoctor.runner.core import RunUsageError, load_report
+    from loaderdoctor.runner.core import RunUsageError, write_report
+    from loaderdoctor.runner.job import JobReportError, load_run_or_job
 
     try:
-        report = load_report(args.report_dir)
-    except RunUsageError as error:
+        report, merged = load_run_or_job(args.report_dir)
+    except (RunUsageError, JobReportError) as error:
         raise CommandError(str(error)) from None
     folder = args.report_dir if args.report_dir.is_dir() else args.report_dir.parent
     report.report_dir = str(folder.resolve())
+    if merged:  # the job's report.json beside its node folders, as a run's is in its folder
+        try:
+            write_report(report, folder)
+        except OSError as error:
+            print(f"loaderdoctor report: report.json not written: {error}", file=sys.stderr)
     html = None
     if not args.no_html:
         from loaderdoctor.cli.run import write_html_report

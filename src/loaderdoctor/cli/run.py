@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -85,22 +86,22 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from loaderdoctor.runner.core import RunSettings, RunUsageError, outer_supervisor, run_command
+    from loaderdoctor.runner.node import node_of
 
     if args.max_skipped is not None and not args.heal:
         raise CommandError("--max-skipped is healing's budget: add --heal")
     outer = outer_supervisor()
     if outer is not None:
         return _run_under(outer, args.argv)
-    kept = keep_earlier_report(args.report_dir)
-    if kept is not None:
-        print(
-            f"loaderdoctor run: the earlier report in {args.report_dir} is kept in {kept}",
-            file=sys.stderr,
-            flush=True,
-        )
+    node = node_of(list(args.argv), os.environ, pid=os.getpid())
+    report_dir = args.report_dir if node is None else args.report_dir / node.name
+    if node is not None:  # the job's earlier merged report no longer describes this job
+        _say_kept(args.report_dir, keep_earlier_report(args.report_dir, racing=True))
+    _say_kept(report_dir, keep_earlier_report(report_dir))
     settings = RunSettings(
         command=list(args.argv),
-        report_dir=args.report_dir,
+        report_dir=report_dir,
+        node=node,
         heal=args.heal,
         max_skipped=args.max_skipped,
         hang_timeout_s=args.hang_timeout,
@@ -139,11 +140,22 @@ def _run_under(outer: tuple[int, str], argv: list[str]) -> NoReturn:
         raise CommandError(str(error)) from None
 
 
-def keep_earlier_report(report_dir: Path) -> Path | None:
+def _say_kept(report_dir: Path, kept: Path | None) -> None:
+    if kept is not None:
+        print(
+            f"loaderdoctor run: the earlier report in {report_dir} is kept in {kept}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def keep_earlier_report(report_dir: Path, *, racing: bool = False) -> Path | None:
     """Move an earlier run's report out of the way, into ``DIR/earlier/<when it was written>``.
 
     ``DIR/report.json`` is always this run's (scripts read it there), and an earlier crash report
     is never replaced by a later run, not even by ``run -- ls``. Only the files a run writes move.
+    ``racing``: the nodes of a job all move the job's report; the one that finds it gone already
+    has nothing left to move.
     """
     from loaderdoctor.report.html.run import HTML_NAME
     from loaderdoctor.runner.protocol import REPORT_NAME
@@ -163,6 +175,8 @@ def keep_earlier_report(report_dir: Path) -> Path | None:
             if (report_dir / name).is_file():
                 (report_dir / name).rename(target / name)
     except OSError as error:
+        if racing and not earlier_json.exists():
+            return None
         raise CommandError(
             f"--report-dir {report_dir} holds an earlier report that cannot be moved to {target} "
             f"({error.strerror or error}): pass another --report-dir"

@@ -48,6 +48,24 @@ def format_headline(report: RunReport) -> str:
     return f"the command succeeded: {after}"
 
 
+def format_job_headline(report: RunReport) -> str:
+    """A job report's headline: which node (and rank) ended it, or that every node finished."""
+    assert report.job is not None
+    count = f"{report.job.nodes} node{'s' if report.job.nodes != 1 else ''}"
+    after = f"after {format_seconds(report.duration_s)}"
+    ended = report.job.ended_by
+    if ended is not None:
+        rank = f", rank {ended.rank}" if ended.rank is not None else ""
+        return (
+            f"the job failed on {ended.node}{rank}: exit code {ended.exit_code} {after} ({count})"
+        )
+    if report.status == "healed-with-loss":
+        return f"the job succeeded on {count}, healed with healthy samples lost: {after}"
+    if report.status == "healed":
+        return f"the job succeeded on {count}, healed: {after}"
+    return f"the job succeeded on {count}: {after}"
+
+
 def format_verdict(report: RunReport) -> str:
     """The summary's last line, what a log's reader looks for first: the incident that ended the
     run (its cause, title and where), what was healed, or that no worker died. It says what
@@ -70,6 +88,9 @@ def format_verdict(report: RunReport) -> str:
             return f"verdict: {count} healed, with healthy samples lost ({causes})"
         return f"verdict: {count} healed ({causes})"
     if report.exit_code != 0 and not (report.interrupted or report.signal == "SIGINT"):
+        ended = report.job.ended_by if report.job is not None else None
+        if ended is not None:
+            return f"verdict: no DataLoader worker died; {ended.node}'s command failed on its own"
         return "verdict: no DataLoader worker died; the command failed on its own"
     return "verdict: no DataLoader worker died"
 
@@ -80,13 +101,15 @@ def format_delivered(report: RunReport) -> str:
     ranked = [r for r in report.ranks if r.rank is not None]
     if ranked:
         text += f" by {len(ranked)} ranks"
+    if report.nodes:
+        text += f" on {len(report.nodes)} nodes"
     if loaders:
         text += f" ({loaders} supervised DataLoader{'s' if loaders != 1 else ''})"
     return text
 
 
 def format_where(incident: RunIncident) -> str:
-    parts = []
+    parts = [incident.node] if incident.node is not None else []
     if incident.rank is not None:
         parts.append(f"rank {incident.rank}")
     if incident.worker_id is not None:
@@ -145,6 +168,27 @@ def _incident_table(report: RunReport) -> RenderableType:
     return table
 
 
+def _node_table(report: RunReport) -> RenderableType:
+    """A job's nodes, in node order: each one's status, exit code and ranks."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=None, expand=False, show_edge=False, pad_edge=False)
+    for column in ("node", "host", "status", "exit", "ranks", "samples", "incidents"):
+        table.add_column(column, overflow="fold")
+    for node in report.nodes:
+        table.add_row(  # Text, not str: a host name is not rich markup
+            Text(node.name),
+            Text(node.host),
+            Text(node.status, style=STATUS_STYLES.get(node.status, "")),
+            str(node.exit_code),
+            ", ".join("-" if rank is None else str(rank) for rank in node.ranks) or "-",
+            str(node.delivered.samples),
+            str(node.incidents),
+        )
+    return table
+
+
 def _incident_details(incident: RunIncident) -> list[RenderableType]:
     from rich.text import Text
 
@@ -194,9 +238,12 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
     from rich.console import Group
     from rich.text import Text
 
-    headline = Text("loaderdoctor run: ", style="bold")
-    headline.append(format_headline(report), style=STATUS_STYLES.get(report.status, ""))
+    headline = Text(f"loaderdoctor {'job' if report.job else 'run'}: ", style="bold")
+    said = format_job_headline(report) if report.job else format_headline(report)
+    headline.append(said, style=STATUS_STYLES.get(report.status, ""))
     parts: list[RenderableType] = [headline, Text(f"  {format_delivered(report)}")]
+    if report.nodes:
+        parts.append(_node_table(report))
     if report.incidents:
         parts.append(Text(f"  {len(report.incidents)} incident(s):"))
         parts.append(_incident_table(report))

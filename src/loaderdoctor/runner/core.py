@@ -10,6 +10,7 @@ be killed outright, the command writes it and stops (``lifeline``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -31,6 +32,7 @@ from loaderdoctor.runner.memory import MemorySampler
 from loaderdoctor.runner.model import (
     Delivered,
     MemoryReport,
+    NodeInfo,
     ProcessSummary,
     RunIncident,
     RunReport,
@@ -73,6 +75,7 @@ class RunSettings:
     hang_timeout_s: float = DEFAULT_HANG_TIMEOUT_S  # 0 disables the watchdog
     max_skipped: str | None = None  # a count or a fraction, as --max-skipped gave it
     memory_interval_s: float = 0.5
+    node: NodeInfo | None = None  # one node of a multi-node job: report_dir is its own folder
 
 
 def resolve_command(argv: Sequence[str]) -> list[str]:
@@ -184,7 +187,9 @@ def run_command(settings: RunSettings) -> RunReport:
     incidents_dir = report_dir / INCIDENTS_DIRNAME
     started_wall = time.time()
     started = time.monotonic()
-    record = RunRecord(os.getpid(), command, started_wall)
+    if settings.node is not None:
+        settings.node.started_wall = started_wall
+    record = RunRecord(os.getpid(), command, started_wall, settings.node)
     protocol.write_json(str(incidents_dir / RUN_RECORD_NAME), record.to_dict())
     # True only if nothing replaces it: run and its command both died without a word.
     write_report(_report_of_a_dead_supervisor(report_dir, record, writer=None), report_dir)
@@ -220,9 +225,22 @@ def run_command(settings: RunSettings) -> RunReport:
             memory=memory,
             interrupted=bool(interrupted),
         )
+        _as_node(report, settings.node)
         write_report(report, report_dir)
         shutil.rmtree(incidents_dir, ignore_errors=True)
     return report
+
+
+def _as_node(report: RunReport, node: NodeInfo | None) -> None:
+    """A node's report says which node it is, and where the job's report comes from."""
+    if node is None:
+        return
+    report.node = node
+    job_dir = Path(report.report_dir).parent
+    report.notes.append(
+        f"{node.name} is one node of a multi-node job: loaderdoctor report {job_dir} merges "
+        "every node's report into one"
+    )
 
 
 @dataclass
@@ -232,14 +250,25 @@ class RunRecord:
     pid: int
     command: list[str]
     started_wall: float
+    node: NodeInfo | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "command": self.command, "started_wall": self.started_wall}
+        node = dataclasses.asdict(self.node) if self.node is not None else None
+        return {
+            "pid": self.pid,
+            "command": self.command,
+            "started_wall": self.started_wall,
+            "node": node,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        node = data.get("node")
         return cls(
-            int(data["pid"]), [str(part) for part in data["command"]], float(data["started_wall"])
+            int(data["pid"]),
+            [str(part) for part in data["command"]],
+            float(data["started_wall"]),
+            NodeInfo(**node) if isinstance(node, dict) else None,
         )
 
 
@@ -274,6 +303,7 @@ def _report_of_a_dead_supervisor(
         interrupted=False,
     )
     report.supervisor = "died"
+    _as_node(report, record.node)
     if writer is None:
         note = (
             f"loaderdoctor run (pid {record.pid}) and its command ended without a report: "

@@ -52,6 +52,7 @@ class RunIncident:
     process_pid: int | None = None  # the process whose loader saw it (a rank, the script)
     time_s: float | None = None  # seconds after the command started
     diagnosis: dict[str, Any] | None = None
+    node: str | None = None  # in a job report: the node folder whose run saw it
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -110,6 +111,7 @@ class ProcessSummary:
     workers: int = 0  # DataLoader worker processes it ran, respawns included
     # Whether its workers go before it when memory runs out (the loader report's line)
     oom_protection: str | None = None
+    node: str | None = None  # in a job report: the node folder whose run saw it
 
 
 @dataclass
@@ -169,6 +171,58 @@ class MemoryReport:
 
 
 @dataclass
+class NodeInfo:
+    """Which node of a multi-node job one ``loaderdoctor run`` supervised, as its command line
+    (torchrun's ``--node-rank``, ``--nnodes``, ``--rdzv-id``) or environment (``NODE_RANK``,
+    ``SLURM_NODEID``, ``GROUP_RANK``, ``SLURM_JOB_ID``) said it when the run started."""
+
+    name: str  # its folder under the job's report dir, unique on a shared file system
+    host: str
+    rank: int | None = None  # the node rank; None when the rendezvous assigns it later
+    nnodes: str | None = None  # as given: "2", or a range "1:4"
+    job_id: str | None = None  # the same on every node of one job; None when nothing says it
+    started_wall: float = 0.0  # seconds since the epoch, to order the nodes' incidents
+
+
+@dataclass
+class EndedBy:
+    """The node (and rank, where one is known) whose failure ended a job."""
+
+    node: str
+    node_rank: int | None
+    rank: int | None
+    cause: str | None  # the incident's cause; None when the command failed on its own
+    exit_code: int
+
+
+@dataclass
+class NodeSummary:
+    """One node's run in a job report; its own report stays in ``report``."""
+
+    name: str
+    host: str
+    rank: int | None
+    status: RunStatus
+    exit_code: int
+    signal: str | None
+    duration_s: float
+    ranks: list[int | None]  # the global ranks of its processes with supervised DataLoaders
+    incidents: int
+    delivered: Delivered
+    report: str  # its report.json, relative to the job's folder
+    supervisor: SupervisorFate = "finished"
+
+
+@dataclass
+class JobSummary:
+    """What a job report adds: the job's id, its node count and what ended it."""
+
+    id: str | None
+    nodes: int
+    ended_by: EndedBy | None = None
+
+
+@dataclass
 class RunReport:
     """Everything ``loaderdoctor run`` learned about one command."""
 
@@ -193,6 +247,11 @@ class RunReport:
     # Whether the workers and the samples re-tried alone go before the training process(es) when
     # memory runs out, as the loader report says it; None when no worker ran.
     oom_protection: str | None = None
+    # A node's report: which node of a multi-node job it is; None for a single-machine run
+    node: NodeInfo | None = None
+    # A job report (``loaderdoctor report DIR`` over node folders): its nodes, in node order
+    job: JobSummary | None = None
+    nodes: list[NodeSummary] = field(default_factory=list)
     schema: int = SCHEMA
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -224,7 +283,9 @@ class RunReport:
         values["incidents"] = [RunIncident.from_dict(i) for i in values.get("incidents", [])]
         values["delivered"] = Delivered(**values.get("delivered", {}))
         values["ranks"] = [
-            ProcessSummary(**{**r, "delivered": Delivered(**r.get("delivered", {}))})
+            ProcessSummary(
+                **{**_known(ProcessSummary, r), "delivered": Delivered(**r.get("delivered", {}))}
+            )
             for r in values.get("ranks", [])
         ]
         values["unsupervised_loaders"] = [
@@ -233,6 +294,17 @@ class RunReport:
         ]
         if values.get("memory") is not None:
             values["memory"] = MemoryReport.from_dict(values["memory"])
+        if values.get("node") is not None:
+            values["node"] = NodeInfo(**_known(NodeInfo, values["node"]))
+        if values.get("job") is not None:
+            job = _known(JobSummary, values["job"])
+            if job.get("ended_by") is not None:
+                job["ended_by"] = EndedBy(**_known(EndedBy, job["ended_by"]))
+            values["job"] = JobSummary(**job)
+        values["nodes"] = [
+            NodeSummary(**{**_known(NodeSummary, n), "delivered": Delivered(**n["delivered"])})
+            for n in values.get("nodes", [])
+        ]
         return cls(**values)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from loaderdoctor.forensics.catalog import page_command
 from loaderdoctor.report.html.chart import Chart, Line, svg_chart
+from loaderdoctor.report.html.job import job_meta, nodes_section
 from loaderdoctor.report.html.page import (
     PALETTE,
     STATUS_COLORS,
@@ -78,7 +79,7 @@ def incident_markers(incidents: Sequence[RunIncident]) -> list[tuple[float, str]
 
 
 def _incident_card(incident: RunIncident, page_dir: str | Path | None) -> str:
-    where = []
+    where = [f"<b>{_e(incident.node)}</b>"] if incident.node is not None else []
     if incident.rank is not None:
         where.append(f"rank {incident.rank}")
     if incident.worker_id is not None:
@@ -257,13 +258,20 @@ def _meta(report: RunReport) -> list[str]:
 def _ranks_table(report: RunReport) -> list[str]:
     if not report.ranks:
         return []
+    by_node = bool(report.nodes)  # a job's: each rank says its node, the pid is that node's
+
+    def node(name: str | None) -> str:
+        return f"<td>{_e(name or '')}</td>" if by_node else ""
+
     rows = "".join(
-        f"<tr><td>{r.pid}</td><td>{'' if r.rank is None else r.rank}</td><td>{r.loaders}</td>"
-        f"<td>{r.delivered.batches}</td><td>{r.delivered.samples}</td><td>{r.incidents}</td></tr>"
+        f"<tr>{node(r.node)}<td>{r.pid}</td><td>{'' if r.rank is None else r.rank}</td>"
+        f"<td>{r.loaders}</td><td>{r.delivered.batches}</td><td>{r.delivered.samples}</td>"
+        f"<td>{r.incidents}</td></tr>"
         for r in report.ranks
     )
     return [
-        "<h2>Processes with supervised DataLoaders</h2><table><tr><th>pid</th>"
+        "<h2>Processes with supervised DataLoaders</h2><table><tr>"
+        f"{'<th>node</th>' if by_node else ''}<th>pid</th>"
         "<th>rank</th><th>loaders</th><th>batches</th><th>samples</th><th>incidents</th></tr>"
         f"{rows}</table>"
     ]
@@ -276,6 +284,8 @@ def format_html(report: RunReport, page_dir: str | Path | None = None) -> str:
     ]
     body = [
         *_meta(report),
+        *job_meta(report),
+        *nodes_section(report),
         "<h2>Incidents</h2>",
         *incidents,
         *_memory_section(report),
@@ -283,7 +293,8 @@ def format_html(report: RunReport, page_dir: str | Path | None = None) -> str:
         *(f'<p class="muted">Note: {_e(note)}</p>' for note in report.notes),
     ]
     badge = (report.status, STATUS_COLORS.get(report.status, "#555"))
-    return page(f"loaderdoctor run: {report.status}", "loaderdoctor run", body, badge=badge)
+    title = "loaderdoctor job" if report.job is not None else "loaderdoctor run"
+    return page(f"{title}: {report.status}", title, body, badge=badge)
 
 
 def write_html(report: RunReport, report_dir: str | os.PathLike[str]) -> Path:
