@@ -70,6 +70,12 @@ def our_failure(what: str, error: Exception) -> str:
 LOG_DIR_PREFIX = "loaderdoctor-"
 
 
+def remove_log_dir(path: str, owner_pid: int) -> None:
+    """The owner's removal of its log directory (``weakref.finalize``)."""
+    if os.getpid() == owner_pid:  # never from a forked child that inherited the finalizer
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def make_log_dir() -> str:
     """A private directory for the workers' stack and event logs, named after its owner.
 
