@@ -61,3 +61,42 @@ def test_a_failed_shm_read_inside_loaderdoctor_is_an_internal_error(
         "reading /dev/shm failed inside loaderdoctor (internal-error, please report it): "
         "KeyError: 'total'"
     )
+
+
+def test_an_oom_kill_logged_before_the_pool_started_was_of_a_reused_pid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pids are reused: the kernel log may hold an OOM kill of an earlier process that had this
+    worker's pid. One logged well before the pool started is not this worker's; one after is."""
+    from loaderdoctor.system import kmsg
+
+    stale = (
+        "[13117.706880] Memory cgroup out of memory: Killed process 4242 (pt_data_worker) "
+        "total-vm:908760kB, anon-rss:403376kB"
+    )
+    fresh = stale.replace("13117.706880", "14500.250000")
+    baseline = collect.Baseline(oom_kills=0, note=None, host_oom_kills=0, uptime_s=14500.0)
+    for lines, oom in (([stale], False), ([stale, fresh], True)):
+        monkeypatch.setattr(
+            kmsg, "read_kernel_log", lambda lines=lines: kmsg.KernelLog(lines, True)
+        )
+        ev = Evidence(kind="death", pid=4242, signal="SIGKILL")
+        collect.add_machine_evidence(ev, baseline)
+        assert ev.oom_kill_for_pid is oom
+        assert ev.kernel_log == ([fresh] if oom else [])
+        assert (
+            ev.notes.count(
+                "the kernel log's OOM kill of pid 4242 at 13117.7 s after boot predates this pool "
+                "(14500.0 s): it was of an earlier process with the same pid"
+            )
+            == 1
+        )
+
+
+def test_the_kernel_log_clock_is_read_from_its_lines_and_proc_uptime() -> None:
+    from loaderdoctor.system import kmsg
+
+    assert kmsg.seconds_of("[   12.500001] Out of memory: Killed process 1 (x)") == 12.500001
+    assert kmsg.seconds_of("Out of memory: Killed process 1 (x)") is None
+    uptime = kmsg.uptime_s()
+    assert uptime is None or uptime > 0

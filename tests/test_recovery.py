@@ -14,7 +14,6 @@ import weakref
 from typing import Any
 
 import pytest
-import torch
 from torch.utils.data import DataLoader
 
 from loaderdoctor import torch_compat
@@ -148,7 +147,6 @@ def _setup(
         context=None,
         probe=probe,
         successor=lambda plan: ("successor", plan),
-        generator_state=torch.default_generator.get_state(),
     )
     recovery.watches(pool)  # type: ignore[arg-type]
     return recovery, books, pool, sup, probed

@@ -42,7 +42,7 @@ def test_death_leaves_no_worker_no_zombie_no_shm_and_no_log_dir() -> None:
     loader = loaderdoctor.DataLoader(Faulty("segv"), batch_size=2, num_workers=2)
     iterator = iter(loader)
     pids = {worker.pid for worker in iterator._workers}
-    log_dir = iterator._ld_log_dir
+    log_dir = iterator._ld.log_dir
     with pytest.raises(WorkerDiedError) as caught:
         for _ in iterator:
             pass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import multiprocessing
 import queue
 import re
 import weakref
@@ -249,6 +250,13 @@ def multiprocessing_context_of(iterator_or_loader: Any) -> Any:
     import torch.multiprocessing
 
     return getattr(iterator_or_loader, "multiprocessing_context", None) or torch.multiprocessing
+
+
+def start_method_of(loader: Any) -> str:
+    """The start method of the loader's multiprocessing context (the default one's if unset)."""
+    context = loader.multiprocessing_context or multiprocessing
+    method = context.get_start_method(allow_none=True)
+    return method or multiprocessing.get_all_start_methods()[0]
 
 
 def result_queue_writer_lock(iterator: Any) -> Any:
@@ -653,6 +661,9 @@ class IteratorBooks:
     def mark_shut_down(self) -> None:
         vars(self._it)["_shutdown"] = True
 
+    def stop_sigchld_checks(self) -> None:
+        stop_sigchld_checks(self._it)
+
     def worker_loop_args(
         self, worker_id: int, index_queue: Any, *, dataset: Any = None, worker_init_fn: Any = None
     ) -> tuple[Any, ...]:
@@ -713,6 +724,7 @@ __all__ = [
     "sampling_from",
     "show_user_dataset_in_worker_info",
     "shut_down",
+    "start_method_of",
     "stop_sigchld_checks",
     "worker_loop_args",
 ]

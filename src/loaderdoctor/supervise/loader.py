@@ -174,9 +174,10 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             return super().__iter__()
         climbed = _announce(step)
         current = self.ld_iterator
-        from loaderdoctor.supervise.parent.supervisor import SupervisedPool  # psutil: lazily
+        from loaderdoctor.supervise.parent.supervisor import supervisor_of  # psutil: lazily
 
-        state = current._ld_state if isinstance(current, SupervisedPool) else IterState.RUNNING
+        supervisor = supervisor_of(current)
+        state = supervisor.state if supervisor is not None else IterState.RUNNING
         if current is not None and (climbed or state is not IterState.RUNNING):
             # Persistent workers died with the last epoch, healing moved loading elsewhere, or
             # the loader climbs back up: start afresh, never resume such an iterator (stock
@@ -191,10 +192,11 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
     @property
     def report(self) -> LoaderReport:
         """What this loader saw and did: incidents with their actions, quarantine, counts."""
-        from loaderdoctor.supervise.parent.supervisor import SupervisedPool
+        from loaderdoctor.supervise.parent.supervisor import supervisor_of
 
-        if isinstance(self.ld_iterator, SupervisedPool):
-            self.ld_iterator._ld_drain()
+        supervisor = supervisor_of(self.ld_iterator)
+        if supervisor is not None:
+            supervisor.drain()
         self._ld.take_in_process_events()
         return self._ld.report()
 
@@ -211,9 +213,8 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
         loads_in_process,
         unguarded_diagnosis,
     )
-    from loaderdoctor.supervise.parent.supervisor import start_method_of
 
-    method = start_method_of(loader)
+    method = torch_compat.start_method_of(loader)
     if method == "fork":
         return
     unguarded = collect.unguarded_main_line()

@@ -1,5 +1,5 @@
 """torchdata's ``StatefulDataLoader``, supervised: an adapter of torchdata's iterator hooks onto
-``SupervisedPool``, as torch's iterator is (same wrapped workers, watch, ``Recovery`` and policy).
+the pool's ``Supervisor``, as torch's iterator is (same wrapped workers, watch, ``Recovery`` and policy).
 
 A clean run takes torchdata's code path unchanged (same batches, order, seeds and ``state_dict``).
 A stopped pool goes on from torchdata's own state at the last batch delivered
@@ -30,7 +30,7 @@ from loaderdoctor.supervise.loader import (
 from loaderdoctor.supervise.parent.iterator import probe_alone
 from loaderdoctor.supervise.parent.recovery import Successor
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
-from loaderdoctor.supervise.parent.supervisor import SupervisedPool
+from loaderdoctor.supervise.parent.supervisor import SupervisedPool, Supervisor
 from loaderdoctor.supervise.sampler_tail import SamplerTail
 
 
@@ -123,7 +123,8 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
         respawns: int = 0,
         sampler_tail: SamplerTail | None = None,
     ) -> None:
-        self._ld_init_state(
+        self._ld_supervisor = supervisor = Supervisor(
+            self,
             snapshot,
             supervision,
             respawns,
@@ -135,16 +136,16 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
         self._ld_sampler_tail = sampler_tail
         # (sampler count after the draw, index batch) since the snapshot a state_dict resumes from
         self._ld_drawn: deque[tuple[int, Any]] = deque()
-        self._ld_replaying = next_iter_state is not None
+        supervisor.replaying = next_iter_state is not None
         try:
-            with self._ld_bootstrapping():
+            with supervisor.bootstrapping():
                 # a worker may die or hang before the first batch
-                self._ld_attempt(
-                    functools.partial(super().__init__, self._ld_view(snapshot), next_iter_state),
+                supervisor.attempt(
+                    functools.partial(super().__init__, supervisor.view(snapshot), next_iter_state),
                     building=True,
                 )
         finally:
-            self._ld_replaying = False
+            supervisor.replaying = False
             self._ld_sampler_tail = None
 
     # --- bookkeeping of what each batch holds ----------------------------------------------
@@ -162,9 +163,9 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
     def ld_reset(self, loader: Any, first_iter: bool = False, prime_prefetch: bool = True) -> None:
         if not first_iter:
             self._ld_drawn.clear()
-            self._ld_new_epoch()
-            if self._ld_successor is not None:  # persistent workers: the successor's pool
-                self._ld_successor.ld_reset(loader)
+            self._ld.new_epoch()
+            if self._ld.successor is not None:  # persistent workers: the successor's pool
+                self._ld.successor.ld_reset(loader)
                 self.ld_finished = False
                 return
         super().ld_reset(loader, first_iter, prime_prefetch)
@@ -177,8 +178,9 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
         return data
 
     def state_dict(self) -> Any:
-        if self._ld_successor is not None:
-            return self._ld_successor.state_dict()
+        supervisor = self._ld_supervisor  # torchdata may ask before its __init__ returned
+        if supervisor is not None and supervisor.successor is not None:
+            return supervisor.successor.state_dict()
         return super().state_dict()
 
 

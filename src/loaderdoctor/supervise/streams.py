@@ -15,10 +15,13 @@ from the delivered ones (by key) shows it too. Either way the loss is said, neve
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 
 # The last few delivered items of each worker whose keys a replay is checked against.
 CHECKED_KEYS = 64
@@ -180,6 +183,15 @@ class StreamProgress:
                     "(read again when the stream resumed)"
                 )
         return batch.items
+
+    def say_notes(self) -> None:
+        """Warn of each finding not said yet (a replay that did not match), and add it to the
+        evidence of the last death a resume healed."""
+        for note in self.notes:
+            warnings.warn(f"loaderdoctor: {note}", HealWarning, stacklevel=user_stacklevel())
+            if self.incident is not None:
+                self.incident.evidence.append(note)
+        self.notes.clear()
 
     def ended(self, worker_id: int) -> None:
         self._of(worker_id).ended = True

@@ -173,6 +173,23 @@ def _parse_oom_line(line: str) -> OomKill | None:
 
 
 _TIMESTAMP = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+_SECONDS = re.compile(r"^\[\s*(\d+\.\d+)\]")
+
+
+def seconds_of(line: str) -> float | None:
+    """A kernel log line's time, in seconds since boot (``[  123.456789] ...``)."""
+    found = _SECONDS.match(line)
+    return float(found.group(1)) if found else None
+
+
+def uptime_s() -> float | None:
+    """Seconds since boot (``/proc/uptime``), the clock the kernel log's times are on; None
+    where it cannot be read."""
+    try:
+        with open("/proc/uptime", encoding="ascii") as file:
+            return float(file.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def lines_for_pid(lines: Sequence[str], pid: int) -> list[str]:

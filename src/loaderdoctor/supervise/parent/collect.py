@@ -41,20 +41,55 @@ class Baseline:
     oom_kills: int | None
     note: str | None
     host_oom_kills: int | None = None
+    # seconds since boot when the pool started: an OOM kill logged well before then was of
+    # another process that had the same pid
+    uptime_s: float | None = None
 
 
 def read_baseline() -> Baseline:
-    from loaderdoctor.system import cgroup
+    from loaderdoctor.system import cgroup, kmsg
     from loaderdoctor.system.memory import host_oom_kills
 
-    host = host_oom_kills()
+    host, uptime = host_oom_kills(), kmsg.uptime_s()
     try:
         memory = cgroup.memory_cgroup()
     except OSError as error:
-        return Baseline(None, f"memory cgroup not readable: {error}", host)
+        return Baseline(None, f"memory cgroup not readable: {error}", host, uptime)
     except Exception as error:  # a probe must never break the loader, nor pose as the machine
-        return Baseline(None, our_failure("reading the memory cgroup", error), host)
-    return Baseline(memory.oom_kill_count, memory.note, host)
+        return Baseline(None, our_failure("reading the memory cgroup", error), host, uptime)
+    return Baseline(memory.oom_kill_count, memory.note, host, uptime)
+
+
+# How much earlier than the pool's start an OOM kill in the kernel log may be and still be of
+# its worker: the watch reads the baseline a moment after the workers start, and the kernel
+# log's clock and /proc/uptime's may drift apart by a little.
+STALE_OOM_MARGIN_S = 10.0
+
+
+def of_this_worker(lines: list[str], baseline: Baseline | None, ev: Evidence) -> list[str]:
+    """The kernel log's lines that name ``ev.pid`` and may be of this worker: one logged well
+    before its pool started was of an earlier process with the same pid (pids are reused); an
+    OOM kill among those is said in a note."""
+    from loaderdoctor.system import kmsg
+
+    started = baseline.uptime_s if baseline is not None else None
+    mine = kmsg.lines_for_pid(lines, ev.pid) if ev.pid is not None else []
+    if started is None:
+        return mine
+    fresh = []
+    for line in mine:
+        logged = kmsg.seconds_of(line)
+        if logged is None or logged >= started - STALE_OOM_MARGIN_S:
+            fresh.append(line)
+            continue
+        note = (
+            f"the kernel log's OOM kill of pid {ev.pid} at {logged:.1f} s after boot "
+            f"predates this pool ({started:.1f} s): it was of an earlier process with the "
+            "same pid"
+        )
+        if kmsg.oom_kills([line]) and note not in ev.notes:  # the log is read again
+            ev.notes.append(note)
+    return fresh
 
 
 def our_failure(what: str, error: Exception) -> str:
@@ -68,6 +103,12 @@ def our_failure(what: str, error: Exception) -> str:
 
 
 LOG_DIR_PREFIX = "loaderdoctor-"
+
+
+def remove_log_dir(path: str, owner_pid: int) -> None:
+    """The owner's removal of its log directory (``weakref.finalize``)."""
+    if os.getpid() == owner_pid:  # never from a forked child that inherited the finalizer
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def make_log_dir() -> str:
@@ -315,13 +356,14 @@ def add_machine_evidence(ev: Evidence, baseline: Baseline | None) -> None:
             if not log.readable:
                 ev.notes.append(f"kernel log not readable: {log.note}")
                 break
-            kills = [k for k in kmsg.oom_kills(log.lines) if k.pid == ev.pid]
+            mine = of_this_worker(log.lines, baseline, ev)
+            kills = [k for k in kmsg.oom_kills(mine) if k.pid == ev.pid]
             if kills:
                 ev.oom_kill_for_pid = True
                 ev.kernel_log = [k.line for k in kills][-2:]
                 break
             if time.monotonic() > deadline:
-                ev.kernel_log = kmsg.lines_for_pid(log.lines, ev.pid)[-4:]
+                ev.kernel_log = mine[-4:]
                 break
             time.sleep(0.1)
     try:

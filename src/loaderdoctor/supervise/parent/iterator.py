@@ -1,5 +1,5 @@
-"""torch's multiprocessing iterator, supervised: an adapter of torch's hooks onto ``SupervisedPool``
-(``supervisor``), which holds the supervision torchdata's iterator runs on too. A clean run takes
+"""torch's multiprocessing iterator, supervised: an adapter of torch's hooks onto the pool's
+``Supervisor`` (``supervisor``), the supervision torchdata's iterator runs on too. A clean run takes
 exactly torch's code path (same sampler draws, same seeds, same batches). Here too: the successor
 a stopped pool hands over to.
 """
@@ -20,8 +20,8 @@ from loaderdoctor.supervise.parent.start_failure import (
     start_diagnosis,
     start_error,
 )
-from loaderdoctor.supervise.parent.supervision import IterState, LoaderSnapshot, Supervision
-from loaderdoctor.supervise.parent.supervisor import SupervisedPool
+from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
+from loaderdoctor.supervise.parent.supervisor import SupervisedPool, Supervisor
 from loaderdoctor.supervise.parent.watch import POLL_S
 from loaderdoctor.supervise.streams import StreamProgress
 
@@ -36,16 +36,22 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
         respawns: int = 0,
         streams: StreamProgress | None = None,
     ):
-        self._ld_init_state(
-            snapshot, supervision, respawns, streams, successor=successor_of, probe=probe_alone
+        self._ld_supervisor = Supervisor(
+            self,
+            snapshot,
+            supervision,
+            respawns,
+            streams,
+            successor=successor_of,
+            probe=probe_alone,
         )
-        if self._ld_start(self._ld_view(snapshot)):
-            self._ld_watching()
+        if self._ld_start(self._ld.view(snapshot)):
+            self._ld.watching()
 
     def _ld_start(self, view: LoaderSnapshot) -> bool:
         """torch's own __init__ starts the workers; False when they could not start."""
         try:
-            with self._ld_bootstrapping():
+            with self._ld.bootstrapping():
                 super().__init__(view)
         except Exception as error:  # torch's start: pickling the user's parts raises anything
             self._ld_start_failed(error)
@@ -53,32 +59,32 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
         # At once: torch's __init__ has already sent the first indices, and a worker that dies
         # while its pid is still registered makes torch's SIGCHLD handler raise at whatever line
         # runs then (seen: inside another iterator's __del__, "Exception ignored in").
-        torch_compat.stop_sigchld_checks(self)
+        self._ld.books.stop_sigchld_checks()
         return True
 
     def _ld_start_failed(self, error: Exception) -> None:
-        torch_compat.stop_sigchld_checks(self)  # workers torch registered before it failed
-        kill_all(self._ld_books.started_workers())
-        self._ld_books.mark_shut_down()
-        self._ld_cleanup()
-        sup = self._ld_sup
-        diagnosis = start_diagnosis(error, self._ld_snapshot, self._ld_start_method)
-        if not loads_in_process(sup, diagnosis, self._ld_start_method):
+        supervisor = self._ld
+        books = supervisor.books
+        books.stop_sigchld_checks()  # workers torch registered before it failed
+        kill_all(books.started_workers())
+        books.mark_shut_down()
+        supervisor.cleanup()
+        sup, snapshot = supervisor.sup, supervisor.snapshot
+        diagnosis = start_diagnosis(error, snapshot, supervisor.start_method)
+        if not loads_in_process(sup, diagnosis, supervisor.start_method):
             sup.record(diagnosis, "raised")
             try:
                 raise start_error(error, diagnosis)
             finally:
                 error = None  # type: ignore[assignment]  # no cycle through the traceback
         forked = fallback_overrides(sup)
-        self._ld_successor = (
-            SupervisedMultiProcessingIter(self._ld_snapshot.with_overrides(**forked), sup)
+        supervisor.hand_over(
+            SupervisedMultiProcessingIter(snapshot.with_overrides(**forked), sup)
             if forked
             else SupervisedSingleProcessIter(
-                self._ld_snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None),
-                sup,
+                snapshot.with_overrides(num_workers=0, timeout=0, prefetch_factor=None), sup
             )
         )
-        self._ld_state = IterState.HANDED_OVER
 
     def ld_reset(self, loader: Any, first_iter: bool = False) -> None:
         if first_iter:
@@ -86,16 +92,17 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
             # first reset, which sends their first indices: a worker killed meanwhile (load is
             # normal) must reach WorkerWatch as a death, not raise out of torch's __init__ as a
             # start failure.
-            torch_compat.stop_sigchld_checks(self)
+            self._ld.books.stop_sigchld_checks()
             super().ld_reset(loader, first_iter)
             return
-        self._ld_new_epoch()
+        supervisor = self._ld
+        supervisor.new_epoch()
 
         def reset() -> None:
-            with self._ld_recovery.resetting():
+            with supervisor.recovery.resetting():
                 super(SupervisedMultiProcessingIter, self).ld_reset(loader, first_iter)
 
-        self._ld_attempt(reset)  # a persistent worker may have died between epochs
+        supervisor.attempt(reset)  # a persistent worker may have died between epochs
 
     def ld_process_data(self, data: Any, worker_idx: int) -> Any:
         return super().ld_process_data(self._ld_received(data, worker_idx), worker_idx)

@@ -139,7 +139,6 @@ class Recovery:
         context: Any,
         probe: Callable[[LoaderSnapshot, list[Any]], Any],
         successor: Callable[[Successor], Any],
-        generator_state: torch.Tensor,
         resume_point: Callable[[], Any] | None = None,
     ) -> None:
         self.books = books
@@ -153,7 +152,9 @@ class Recovery:
         self.context = context
         self.probe_batch = probe
         self.build_successor = successor
-        self.generator_state = generator_state
+        # Replayed by a successor so that its pool draws the same base seed as this one without
+        # consuming the user's generator (which would shift every later epoch).
+        self.generator_state = (snapshot.generator or torch.default_generator).get_state()
         # A loader whose own state records its pool (torchdata's StatefulDataLoader): a stopped
         # pool is resumed from that state (``resume_point()``, taken before the pool stops), never
         # with fewer workers, and one worker is never replaced alone (its worker loop is not

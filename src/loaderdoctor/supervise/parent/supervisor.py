@@ -1,35 +1,28 @@
-"""What torch's and torchdata's supervised multiprocessing iterators share: ``SupervisedPool``.
+"""The supervision of one pool of workers: ``Supervisor``, a plain object, and ``SupervisedPool``,
+the base of torch's and torchdata's supervised iterators (``iterator``, ``stateful``), which only
+forwards their hooks to it.
 
-It owns the pool's named parts and the hook bodies; each library's iterator is an adapter that
-translates its hooks into these calls (``iterator.SupervisedMultiProcessingIter`` for torch's,
-``stateful.SupervisedStatefulIter`` for torchdata's):
+The supervisor owns the pool's parts and calls them: the ``Ledger`` of batches owed; the
+``WorkerWatch`` that finds a dead, stuck or mute worker (``wait``, ``poll() -> Evidence | None``);
+``Recovery.handle(failure) -> Resumed | HandOver | Raise``, the one place that acts on a failure,
+on what ``HealPolicy.decide`` says; the ``Pool`` of worker processes; torch's bookkeeping, through
+``torch_compat.IteratorBooks`` alone; and the loader's ``Supervision`` (incidents, counts,
+quarantine, back-off ladder).
 
-* ``Ledger``: the batches handed to workers and not yet delivered (``ledger``);
-* ``WorkerWatch.wait`` / ``poll() -> Evidence | None``: a dead, stuck or mute worker (``watch``);
-* ``Recovery.handle(failure) -> Resumed | HandOver | Raise``: what is done about it, the one place
-  that acts on a failure (``recovery``), on what ``HealPolicy.decide`` says (``heal_policy``);
-* ``Pool``: the worker processes, their liveness and a fast stop (``pool``);
-* ``Supervision``: what the loader and its iterators share: the append-only ``IncidentLog``, the
-  counts, the quarantine, the back-off ladder (``supervision``).
-
-Its state is an ``IterState``. A failure found inside torch's ``_next_data`` leaves it as a
-``PoolFailure``; ``ld_next_data`` hands it to ``Recovery`` and turns the outcome into going on
-(a worker replaced alone), a successor iterator (a rebuilt pool serves the rest of the epoch;
-torch's ``__init__`` never runs twice on one object) or a raise.
+A failure found inside torch's ``_next_data`` leaves it as a ``PoolFailure``; ``attempt`` hands it
+to ``Recovery`` and turns the outcome into going on (a worker replaced alone), a successor
+iterator (a rebuilt pool serves the rest of the epoch; torch's ``__init__`` never runs twice on
+one object) or a raise. It holds the iterator only through the books, weakly: no reference
+cycle, and the workers stop by refcount as torch's do.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
-import shutil
-import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
-
-import torch
 
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis
@@ -37,7 +30,6 @@ from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import files, live_quarantine
 from loaderdoctor.supervise.errors import HealingStoppedError, LoaderError
-from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 from loaderdoctor.supervise.heal_policy import owed_again
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.collect import EventReader
@@ -54,47 +46,16 @@ from loaderdoctor.supervise.worker.hooks import SupervisedWorkerInit
 from loaderdoctor.supervise.worker.loader_view import wrap_dataset
 from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SkippedBatch
 
-
-def start_method_of(loader: Any) -> str:
-    context = loader.multiprocessing_context or multiprocessing
-    method = context.get_start_method(allow_none=True)
-    return method or multiprocessing.get_all_start_methods()[0]
+# What ``Supervisor.attempt`` returns for a step whose failure was handled (never a batch).
+HANDLED = object()
 
 
-def _generator_state(snapshot: LoaderSnapshot) -> torch.Tensor:
-    """Replayed by a successor so that its pool draws the same base seed as this one without
-    consuming the user's generator (which would shift every later epoch)."""
-    return (snapshot.generator or torch.default_generator).get_state()
+class Supervisor:
+    """The supervision of one iterator's pool of workers (its ``_ld_supervisor``)."""
 
-
-# What ``_ld_attempt`` returns for a step whose failure was handled (never a batch).
-_HANDLED = object()
-
-
-def _remove_log_dir(path: str, owner_pid: int) -> None:
-    if os.getpid() == owner_pid:  # never from a forked child that inherited the finalizer
-        shutil.rmtree(path, ignore_errors=True)
-
-
-class SupervisedPool(torch_compat.MultiProcessingHooks):
-    """What torch's and torchdata's supervised multiprocessing iterators share: the pool's
-    parts, the hook bodies and the one place a failure is handed to ``Recovery``. Each adapter
-    (``SupervisedMultiProcessingIter`` here, ``SupervisedStatefulIter`` for torchdata) only
-    translates its library's hooks into these calls: the parameters of ``_reset`` and
-    ``_process_data`` differ, and torchdata resumes a pool from its own state."""
-
-    _ld_state: IterState
-    # Class defaults: torch's __del__ shuts a pool down even when its __init__ failed early
-    _ld_successor: Any = None
-    _ld_pool: Pool | None = None
-    _ld_events: EventReader
-    _ld_log_dir: str
-    _ld_cleanup: weakref.finalize[Any, Any]
-    _ld_watch: WorkerWatch | None
-    _ld_recovery: Recovery
-
-    def _ld_init_state(
+    def __init__(
         self,
+        iterator: Any,
         snapshot: LoaderSnapshot,
         supervision: Supervision,
         respawns: int,
@@ -104,191 +65,181 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         probe: Callable[[LoaderSnapshot, list[Any]], Any],
         resume_point: Callable[[], Any] | None = None,
     ) -> None:
-        self._ld_sup = supervision
-        self._ld_snapshot = snapshot  # the user's loader as it was, for successors and probes
-        self._ld_state = IterState.RUNNING
+        self.sup = supervision
+        self.snapshot = snapshot  # the user's loader as it was, for successors and probes
+        self.state = IterState.RUNNING
         # (message, verdict) of the failure that stopped it; not the exception, whose traceback
         # would hold this iterator in a reference cycle
-        self._ld_failure: tuple[str, Diagnosis | None] = ("", None)
-        self._ld_successor = None
-        self._ld_epoch = supervision.epoch
-        self._ld_ledger = Ledger()
-        self._ld_last_index: Any = None
-        self._ld_raising: BaseException | None = None
-        self._ld_watch = None
+        self.failure: tuple[str, Diagnosis | None] = ("", None)
+        self.successor: Any = None
+        self.epoch = supervision.epoch
+        self.ledger = Ledger()
+        self.last_index: Any = None
+        self.raising: BaseException | None = None
+        self.watch: WorkerWatch | None = None
         # torchdata replays the steps since its last snapshot when it resumes: those batches
         # were delivered before, and are not counted again
-        self._ld_replaying = False
-        self._ld_start_method = start_method_of(snapshot)
-        self._ld_context = torch_compat.multiprocessing_context_of(snapshot)
-        self._ld_iterable = torch_compat.is_iterable(snapshot)
-        self._ld_log_dir = collect.make_log_dir()
-        self._ld_cleanup = weakref.finalize(self, _remove_log_dir, self._ld_log_dir, os.getpid())
+        self.replaying = False
+        self.start_method = torch_compat.start_method_of(snapshot)
+        self.iterable = torch_compat.is_iterable(snapshot)
+        self.log_dir = collect.make_log_dir()
+        self.cleanup = weakref.finalize(self, collect.remove_log_dir, self.log_dir, os.getpid())
         # IterableDataset: where each worker's stream stands; a re-started pool resumes from it
         progress = streams if streams is not None else new_stream_progress(snapshot)
-        self._ld_resuming = streams is not None  # a successor: its workers resume their streams
-        self._ld_events = EventReader(
-            self._ld_log_dir,
+        self.resuming = streams is not None  # a successor: its workers resume their streams
+        self.events = EventReader(
+            self.log_dir,
             supervision.take_event
             if progress is None
             else progress.take_events(supervision.take_event),
         )
-        self._ld_recorder = FlightRecorder(snapshot.num_workers)
+        self.recorder = FlightRecorder(snapshot.num_workers)
         for worker_id in range(snapshot.num_workers):
-            self._ld_recorder.reset_slot(worker_id)
-        self._ld_books = torch_compat.IteratorBooks(self)
-        self._ld_recovery = Recovery(
-            self._ld_books,
+            self.recorder.reset_slot(worker_id)
+        self.books = torch_compat.IteratorBooks(iterator)
+        self.recovery = Recovery(
+            self.books,
             snapshot,
             supervision,
-            self._ld_ledger,
-            self._ld_recorder,
-            self._ld_events,
+            self.ledger,
+            self.recorder,
+            self.events,
             streams=progress,
             respawns=respawns,
-            context=self._ld_context,
+            context=torch_compat.multiprocessing_context_of(snapshot),
             probe=probe,
             successor=successor,
-            generator_state=_generator_state(snapshot),
             resume_point=resume_point,
         )
 
     @property
-    def _ld_streams(self) -> StreamProgress | None:
+    def streams(self) -> StreamProgress | None:
         """IterableDataset: where each worker's stream stands; a re-started pool resumes from it."""
-        return self._ld_recovery.streams
+        return self.recovery.streams
 
-    def _ld_view(self, snapshot: LoaderSnapshot) -> LoaderSnapshot:
+    # --- the start ------------------------------------------------------------------------------
+    def view(self, snapshot: LoaderSnapshot) -> LoaderSnapshot:
         """The loader as the workers see it: the dataset, collate_fn and init wrapped."""
-        supervision = self._ld_sup
+        supervision = self.sup
         policy = supervision.sample_policy(snapshot.drop_last)
         dataset = wrap_dataset(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy)
-        self._ld_recovery.learns(dataset)
+        self.recovery.learns(dataset)
         collate = SupervisedCollate(snapshot.collate_fn, heal=policy is not None)
+        streams = self.streams
         return snapshot.with_overrides(
             dataset=dataset,
             collate_fn=collate,
             worker_init_fn=SupervisedWorkerInit(
                 snapshot.worker_init_fn,
-                self._ld_recorder,
-                self._ld_log_dir,
+                self.recorder,
+                self.log_dir,
                 snapshot.dataset,
                 hang_timeout=supervision.settings.hang_timeout,
                 oom_score_adj=supervision.oom_score_adj,
                 sharing_strategy=supervision.worker_sharing_strategy,
-                live_quarantine=live_quarantine.for_pool(supervision, self._ld_iterable),
+                live_quarantine=live_quarantine.for_pool(supervision, self.iterable),
                 stream_resumes=(
-                    self._ld_streams.resumes(snapshot.num_workers)
-                    if self._ld_streams is not None and self._ld_resuming
+                    streams.resumes(snapshot.num_workers)
+                    if streams is not None and self.resuming
                     else None
                 ),
                 collate=collate,
             ),
         )
 
-    def _ld_bootstrapping(self) -> contextlib.AbstractContextManager[None]:
+    def bootstrapping(self) -> contextlib.AbstractContextManager[None]:
         """While torch's (or torchdata's) ``__init__`` starts the workers: a spawned worker that
         re-runs the main script finds this pool's folder."""
-        return files.bootstrap_dir(self._ld_log_dir)
+        return files.bootstrap_dir(self.log_dir)
 
-    def _ld_watching(self) -> WorkerWatch:
+    def watching(self) -> WorkerWatch:
         """The watch on the pool, made once torch's ``__init__`` has started the workers (at
         once for torch's iterator; at the first wait for torchdata's, whose ``__init__`` waits
         for its workers' first state before it returns)."""
-        if self._ld_watch is not None:
-            return self._ld_watch
+        if self.watch is not None:
+            return self.watch
         # A dead worker must never make torch's SIGCHLD handler raise at a random line.
-        torch_compat.stop_sigchld_checks(self)
-        snapshot = self._ld_snapshot
-        pool = Pool(self._ld_books.processes(), self._ld_log_dir)
-        self._ld_pool = pool
-        pool.first_for_oom_killer(self._ld_sup.oom_score_adj)
-        self._ld_sup.workers_started(pool.pids(), pool.oom_notes)
-        self._ld_watch = WorkerWatch(
+        self.books.stop_sigchld_checks()
+        snapshot = self.snapshot
+        pool = Pool(self.books.processes(), self.log_dir)
+        pool.first_for_oom_killer(self.sup.oom_score_adj)
+        self.sup.workers_started(pool.pids(), pool.oom_notes)
+        self.watch = WorkerWatch(
             pool,
-            self._ld_recorder,
-            self._ld_ledger,
+            self.recorder,
+            self.ledger,
             dataset=snapshot.dataset,
-            start_method=self._ld_start_method,
-            iterable=self._ld_iterable,
-            hang_timeout=self._ld_sup.settings.hang_timeout,
-            epoch=self._ld_epoch,
+            start_method=self.start_method,
+            iterable=self.iterable,
+            hang_timeout=self.sup.settings.hang_timeout,
+            epoch=self.epoch,
             parts=(
                 ("dataset", snapshot.dataset),
                 ("collate_fn", snapshot.collate_fn),
                 ("worker_init_fn", snapshot.worker_init_fn),
             ),
         )
-        self._ld_recovery.watches(pool, self._ld_watch)
-        return self._ld_watch
+        self.recovery.watches(pool, self.watch)
+        return self.watch
 
     # --- bookkeeping of what each batch holds -------------------------------------------------
-    def ld_next_index(self) -> Any:
-        index = super().ld_next_index()
-        self._ld_last_index = index
-        return index
+    def sent(self, sent_before: int) -> None:
+        """torch may have sent a task: owed (with the index drawn last) until delivered."""
+        if self.books.sent != sent_before:
+            self.recovery.owe(sent_before, self.last_index)
 
-    def ld_try_put_index(self) -> None:
-        sent = self._ld_books.sent
-        super().ld_try_put_index()
-        if self._ld_books.sent != sent:
-            self._ld_recovery.owe(sent, self._ld_last_index)
-
-    def _ld_new_epoch(self) -> None:
+    def new_epoch(self) -> None:
         """torch's ``_reset`` of persistent workers starts another epoch on this pool."""
-        self._ld_epoch = self._ld_sup.epoch
-        if self._ld_watch is not None:
-            self._ld_watch.epoch = self._ld_epoch
-        recovery = self._ld_recovery
+        self.epoch = self.sup.epoch
+        if self.watch is not None:
+            self.watch.epoch = self.epoch
+        recovery = self.recovery
         streams = recovery.streams
-        recovery.new_epoch(None if streams is None else new_stream_progress(self._ld_snapshot))
+        recovery.new_epoch(None if streams is None else new_stream_progress(self.snapshot))
 
     # --- waiting for data, watching the workers -------------------------------------------
-    def ld_try_get_data(self, timeout: float = torch_compat.MP_STATUS_CHECK_INTERVAL) -> Any:
+    def wait(self, timeout: float) -> Any:
+        """torch's ``_try_get_data``, watched."""
         try:
-            return self._ld_watching().wait(self._ld_books, timeout)
+            return self.watching().wait(self.books, timeout)
         except HalfMessage as stalled:
             half = stalled.evidence
-        self._ld_recovery.result_queue_unreadable()
+        self.recovery.result_queue_unreadable()
         raise PoolFailure(half)
 
-    def ld_get_data(self) -> Any:
-        timeout = self._ld_books.timeout
-        if timeout > 0:
-            success, data = self.ld_try_get_data(timeout)
-            if success:
-                return data
-            books = self._ld_books
-            raise PoolFailure(
-                self._ld_watching().timed_out(books.task_in_turn, books.task_info, timeout)
-            )
-        return super().ld_get_data()
+    def get(self, timeout: float) -> Any:
+        """torch's ``_get_data`` with the user's ``timeout``: a batch, or the timeout's failure."""
+        success, data = self.wait(timeout)
+        if success:
+            return data
+        books = self.books
+        raise PoolFailure(self.watching().timed_out(books.task_in_turn, books.task_info, timeout))
 
-    def _ld_received(self, data: Any, worker_id: int) -> Any:
+    def received(self, data: Any, worker_id: int, put_index: Callable[[], None]) -> Any:
         """A batch torch is about to hand over: counted, unwrapped, or its worker's exception
         raised (for healing, a ``PoolFailure`` when the batch is still owed)."""
-        task, indices = self._ld_ledger.settle_handed_over(self._ld_books.task_info)
-        sup = self._ld_sup
-        self._ld_events.drain_if_new(self._ld_recorder.total(Field.EVENTS))
+        task, indices = self.ledger.settle_handed_over(self.books.task_info)
+        sup = self.sup
+        self.events.drain_if_new(self.recorder.total(Field.EVENTS))
         if torch_compat.is_exception_wrapper(data):
-            self._ld_books.task_done(worker_id)
-            self.ld_try_put_index()
-            ev = self._ld_watching().base("exception", worker_id)
+            self.books.task_done(worker_id)
+            put_index()
+            ev = self.watching().base("exception", worker_id)
             ev.batch = task
-            error, diagnosis = worker_exception(data, ev, indices, self._ld_snapshot.dataset)
+            error, diagnosis = worker_exception(data, ev, indices, self.snapshot.dataset)
             try:
                 if sup.settings.heal and owed_again(diagnosis) and task is not None:
-                    self._ld_ledger.owe(task, indices)  # still owed to the user
+                    self.ledger.owe(task, indices)  # still owed to the user
                     raise PoolFailure(ev, error, diagnosis)
                 sup.record(diagnosis, "raised")
-                self._ld_raising = error  # raised on purpose: the user's, not an internal error
+                self.raising = error  # raised on purpose: the user's, not an internal error
                 raise error
             finally:
                 error = None  # type: ignore[assignment]  # no cycle via its traceback
-        if self._ld_replaying:  # delivered before the state this pool resumed from
+        if self.replaying:  # delivered before the state this pool resumed from
             return data.batch if isinstance(data, HealedBatch) else data
         if isinstance(data, StreamBatch):
-            return self._ld_stream_delivered(data, indices, counted=task is not None)
+            return self.stream_delivered(data, indices, counted=task is not None)
         if isinstance(data, SkippedBatch):
             if task is not None:
                 sup.take_events(data.events)
@@ -301,34 +252,35 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         return data
 
     # --- the decision point ---------------------------------------------------------------
-    def ld_next_data(self) -> Any:
+    def next_data(self, step: Callable[[], Any]) -> Any:
+        """torch's ``_next_data`` (``step``), supervised: the next batch for the user."""
         while True:
-            if self._ld_state is IterState.FAILED:
-                message, diagnosis = self._ld_failure
+            if self.state is IterState.FAILED:
+                message, diagnosis = self.failure
                 raise LoaderError(
                     f"this DataLoader iterator stopped after an earlier failure: {message}",
                     diagnosis,
                 )
-            if self._ld_state is IterState.HANDED_OVER:
-                data = self._ld_from_successor()
+            if self.state is IterState.HANDED_OVER:
+                data = self.from_successor()
             else:
                 try:
-                    data = self._ld_attempt(super().ld_next_data)
+                    data = self.attempt(step)
                 except StopIteration:
-                    self._ld_epoch_done()
+                    self.epoch_done()
                     raise
-                if data is _HANDLED:
+                if data is HANDLED:
                     continue
-                if self._ld_sup.backoff is not None:
-                    self._ld_carry_out(self._ld_recovery.climb())
+                if self.sup.backoff is not None:
+                    self.carry_out(self.recovery.climb())
             if isinstance(data, SkippedBatch):
                 continue
             return data
 
-    def _ld_attempt(self, step: Callable[[], Any], *, building: bool = False) -> Any:
+    def attempt(self, step: Callable[[], Any], *, building: bool = False) -> Any:
         """Run a step of the library's own code that may meet a failed worker (a ``PoolFailure``
         out of the watch, or an exception of loaderdoctor's own code): its value, or
-        ``_HANDLED`` once ``Recovery`` has dealt with the failure and the pool goes on (or hands
+        ``HANDLED`` once ``Recovery`` has dealt with the failure and the pool goes on (or hands
         over); a failure that is the user's answer is raised from here. The one place a pool
         failure is caught. ``building``: inside the iterator's ``__init__``, before a batch was
         delivered: there is nothing to resume from yet."""
@@ -340,93 +292,167 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         except StopIteration:
             raise
         except Exception as error:  # broad on purpose: ours become internal-error
-            deliberate = error is self._ld_raising or isinstance(error, HealingStoppedError)
-            self._ld_raising = None  # holding it would be a cycle through its frames
+            deliberate = error is self.raising or isinstance(error, HealingStoppedError)
+            self.raising = None  # holding it would be a cycle through its frames
             if deliberate or origin_of(error) is None:
                 raise  # the user's (or torch's) exception, with its verdict
-            failure = PoolFailure(internal_evidence(error, self._ld_epoch), error)
+            failure = PoolFailure(internal_evidence(error, self.epoch), error)
         try:
-            recovery = self._ld_recovery
-            self._ld_carry_out(recovery.give_up(failure) if building else recovery.handle(failure))
+            recovery = self.recovery
+            self.carry_out(recovery.give_up(failure) if building else recovery.handle(failure))
         finally:
             # An exception kept in a local of this frame holds the frame (and so this
             # iterator) in a reference cycle through its traceback.
             failure = None
-        return _HANDLED
+        return HANDLED
 
-    def _ld_carry_out(self, outcome: Outcome | None) -> None:
+    def carry_out(self, outcome: Outcome | None) -> None:
         """Go on (``Resumed``, None), serve from a successor, or raise."""
         if isinstance(outcome, HandOver):
-            self._ld_successor = outcome.successor
-            self._ld_state = IterState.HANDED_OVER
+            self.hand_over(outcome.successor)
         elif isinstance(outcome, Raise):
             error, outcome.error = outcome.error, None
             if outcome.failure is not None:
-                self._ld_failure = outcome.failure
-                self._ld_state = IterState.FAILED
+                self.failure = outcome.failure
+                self.state = IterState.FAILED
             assert error is not None
             try:
                 raise error
             finally:
                 error = None  # a raised exception kept in a local is a cycle through its frame
 
-    def _ld_from_successor(self) -> Any:
-        successor = self._ld_successor
+    def hand_over(self, successor: Any) -> None:
+        """From now on ``successor`` serves this iterator's batches."""
+        self.successor = successor
+        self.state = IterState.HANDED_OVER
+
+    def from_successor(self) -> Any:
+        successor = self.successor
         try:
             data = torch_compat.next_data(successor)
         except StopIteration:
-            self._ld_epoch_done()
+            self.epoch_done()
             raise
         finally:
             # A successor that handed over in turn: follow the chain to the live one.
             # (detached first: a dropped iterator shuts its successor down with it).
             while (
-                isinstance(successor, SupervisedPool)
-                and successor._ld_state is IterState.HANDED_OVER
-            ):
-                successor._ld_successor, successor = None, successor._ld_successor
-            self._ld_successor = successor
+                inner := supervisor_of(successor)
+            ) is not None and inner.state is IterState.HANDED_OVER:
+                inner.successor, successor = None, inner.successor
+            self.successor = successor
         return data
 
-    def _ld_epoch_done(self) -> None:
-        self._ld_events.drain()
-        if self._ld_sup.backoff is not None:
-            self._ld_sup.backoff.epoch_finished()
-        self._ld_sup.tell_watchers("epoch-end")
+    def epoch_done(self) -> None:
+        self.events.drain()
+        if self.sup.backoff is not None:
+            self.sup.backoff.epoch_finished()
+        self.sup.tell_watchers("epoch-end")
 
     # --- streams (IterableDataset): positions delivered, culprits skipped ---------------------
-    def _ld_stream_delivered(self, batch: StreamBatch, indices: Any, counted: bool) -> Any:
+    def stream_delivered(self, batch: StreamBatch, indices: Any, counted: bool) -> Any:
         """Unwrap a stream worker's batch; its positions advance that worker's stream."""
-        streams = self._ld_streams
+        streams = self.streams
         if streams is None:  # a StreamBatch reaches only the iterator of a stream
             return batch.batch
         streams.delivered(batch)
         if counted:
-            self._ld_sup.take_events(batch.events)
+            self.sup.take_events(batch.events)
             # counted by what it holds: a stream that batches itself yields whole batches
-            self._ld_sup.delivered(indices, batch.batch)
-            if self._ld_sup.backoff is not None:
-                self._ld_sup.backoff.delivered()
-        for note in streams.notes:
-            warnings.warn(f"loaderdoctor: {note}", HealWarning, stacklevel=user_stacklevel())
-            if streams.incident is not None:
-                streams.incident.evidence.append(note)
-        streams.notes.clear()
+            self.sup.delivered(indices, batch.batch)
+            if self.sup.backoff is not None:
+                self.sup.backoff.delivered()
+        streams.say_notes()
         return batch.batch
 
-    def ld_mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
-        if not shutdown and self._ld_streams is not None:
-            self._ld_streams.ended(worker_id)  # its stream ended: a re-started one stays ended
-        super().ld_mark_worker_as_unavailable(worker_id, shutdown)
+    def stream_ended(self, worker_id: int) -> None:
+        if self.streams is not None:
+            self.streams.ended(worker_id)  # its stream ended: a re-started one stays ended
 
     # --- the end ----------------------------------------------------------------------------
-    def _ld_drain(self) -> None:
+    def drain(self) -> None:
         """Read the events written so far (``loader.report`` asks, mid-epoch)."""
-        if self._ld_state is IterState.RUNNING and not self._ld_books.is_shut_down():
-            self._ld_events.drain()
-        successor = self._ld_successor
-        if isinstance(successor, SupervisedPool):
-            successor._ld_drain()
+        if self.state is IterState.RUNNING and not self.books.is_shut_down():
+            self.events.drain()
+        inner = supervisor_of(self.successor)
+        if inner is not None:
+            inner.drain()
+
+    def shut_down(
+        self, books: torch_compat.IteratorBooks, torch_shutdown: Callable[[], None]
+    ) -> None:
+        """torch's ``_shutdown_workers`` (``torch_shutdown``), and this pool's successor and
+        files with it. ``books``: made afresh by the iterator, whose ``__del__`` may be the
+        caller: the garbage collector clears weak references to an object before it finalizes
+        it, this supervisor's among them."""
+        pool = self.recovery.pool
+        if pool is not None and not pool.owned_here():
+            # A forked child inherited this iterator: its workers are not this process's
+            # children, so there is nothing to stop (and torch's join would raise here).
+            books.mark_shut_down()
+            return
+        if self.successor is not None:
+            torch_compat.shut_down(self.successor)
+        was_shut = books.is_shut_down()
+        torch_shutdown()
+        if not was_shut and books.is_shut_down(default=False):
+            self.events.drain()
+            self.cleanup()
+            if self.state is IterState.RUNNING:
+                self.state = IterState.CLOSED
+
+
+def supervisor_of(iterator: Any) -> Supervisor | None:
+    """The supervisor of a supervised multiprocessing iterator; None for any other."""
+    return iterator._ld_supervisor if isinstance(iterator, SupervisedPool) else None
+
+
+class SupervisedPool(torch_compat.MultiProcessingHooks):
+    """The base of torch's and torchdata's supervised multiprocessing iterators: their hooks,
+    forwarded to the pool's ``Supervisor``. Each adapter builds the supervisor before its
+    library's ``__init__`` starts the workers, and translates the two hooks whose parameters
+    differ (``_reset``, ``_process_data``)."""
+
+    # A class default: torch's __del__ shuts a pool down even when its __init__ failed early
+    _ld_supervisor: Supervisor | None = None
+
+    @property
+    def _ld(self) -> Supervisor:
+        supervisor = self._ld_supervisor
+        assert supervisor is not None  # built first thing in the adapter's __init__
+        return supervisor
+
+    def ld_next_index(self) -> Any:
+        index = super().ld_next_index()
+        self._ld.last_index = index
+        return index
+
+    def ld_try_put_index(self) -> None:
+        supervisor = self._ld
+        sent = supervisor.books.sent
+        super().ld_try_put_index()
+        supervisor.sent(sent)
+
+    def ld_try_get_data(self, timeout: float = torch_compat.MP_STATUS_CHECK_INTERVAL) -> Any:
+        return self._ld.wait(timeout)
+
+    def ld_get_data(self) -> Any:
+        timeout = self._ld.books.timeout
+        if timeout > 0:
+            return self._ld.get(timeout)
+        return super().ld_get_data()
+
+    def ld_next_data(self) -> Any:
+        return self._ld.next_data(super().ld_next_data)
+
+    def _ld_received(self, data: Any, worker_id: int) -> Any:
+        """A batch torch is about to process (the adapters' ``_process_data``)."""
+        return self._ld.received(data, worker_id, self.ld_try_put_index)
+
+    def ld_mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
+        if not shutdown:
+            self._ld.stream_ended(worker_id)
+        super().ld_mark_worker_as_unavailable(worker_id, shutdown)
 
     def ld_shutdown_workers(self) -> None:
         # At exit Python may have emptied this module's globals, or torch_compat's, before a
@@ -435,22 +461,11 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         exiting = None if torch_compat is None else torch_compat.interpreter_exiting
         if exiting is None or exiting():
             return  # torch's own exit handlers stop the workers
-        pool = self._ld_pool
-        if pool is not None and not pool.owned_here():
-            # A forked child inherited this iterator: its workers are not this process's
-            # children, so there is nothing to stop (and torch's join would raise here).
-            self._ld_books.mark_shut_down()
+        supervisor = self._ld_supervisor
+        if supervisor is None:
+            super().ld_shutdown_workers()
             return
-        successor = self._ld_successor
-        if successor is not None:
-            torch_compat.shut_down(successor)
-        was_shut = self._ld_books.is_shut_down()
-        super().ld_shutdown_workers()
-        if not was_shut and self._ld_books.is_shut_down(default=False):
-            self._ld_events.drain()
-            self._ld_cleanup()
-            if self._ld_state is IterState.RUNNING:
-                self._ld_state = IterState.CLOSED
+        supervisor.shut_down(torch_compat.IteratorBooks(self), super().ld_shutdown_workers)
 
 
-__all__ = ["SupervisedPool", "start_method_of"]
+__all__ = ["HANDLED", "SupervisedPool", "Supervisor", "supervisor_of"]
