@@ -57,13 +57,28 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds between checkpoint saves (default 10)",
     )
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="scan on a Ray cluster (HOST:PORT of its head; without one, RAY_ADDRESS's "
+        "cluster, else Ray started here): shards of the indices as Ray tasks, each sample "
+        "still isolated on its node; needs pip install 'loaderdoctor[ray]'",
+    )
+    parser.add_argument(
+        "--shard-size",
+        type=int,
+        metavar="N",
+        help="with --ray: samples per Ray task (default: from the cluster's CPUs)",
+    )
     parser.add_argument("--html", metavar="PATH", help="also write the report as one HTML file")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.epilog = (
         "Scale out with torchrun: torchrun --nproc_per_node=N -m loaderdoctor scan SPEC shards "
         "the indices across ranks; rank 0 prints the merged report and writes the files. "
-        "Exit status: 0 clean, 1 bad samples found, 2 usage error, 130 interrupted (rerun with "
-        "--resume); under torchrun 0 whenever the scan completes, as torchrun takes any other "
+        "Exit status: 0 clean, 1 bad samples found, 2 usage error, 130 interrupted or the Ray "
+        "cluster lost (rerun with --resume); under torchrun 0 whenever the scan completes, as torchrun takes any other "
         "status for a failed rank."
     )
 
@@ -111,6 +126,7 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loaderdoctor.scan.cluster import ClusterLost
     from loaderdoctor.scan.job import ScanRequest, ScanUsageError, prepare
     from loaderdoctor.units import parse_size
 
@@ -130,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
         html=args.html,
+        ray=args.ray,
+        shard_size=args.shard_size,
     )
     try:
         job = prepare(request)
@@ -144,6 +162,12 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return ExitCode.INTERRUPTED
+        except ClusterLost as error:
+            raise CommandError(
+                f"{error}; every finished shard is saved in {job.checkpoints.mine}: run the "
+                "same command with --resume to continue",
+                ExitCode.INTERRUPTED,
+            ) from None
         if not leader:
             job.finish()  # rank 0 has this rank's results now, and reports for every rank
             return ExitCode.OK
