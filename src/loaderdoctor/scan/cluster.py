@@ -12,10 +12,13 @@ Ray re-runs the tasks of a lost node on the nodes left (its own retries): a scan
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -91,15 +94,18 @@ def scan_on_ray(
     total = len(dataset)
     state = resume if resume is not None else ScanState(spec, total)
     resumed = len(state)
-    connect(ray, options.address)
     saver = _Saver(checkpoint, 0.0, state)  # after each shard, unless saving costs more
     start = time.perf_counter()
     caps: set[str] = set()
-    try:
-        caps = _run_shards(ray, options, state, progress, saver)
-    finally:
-        saver.save()  # also when interrupted or lost: every finished shard is kept
-        ray.shutdown()
+    # Ray's driver prints the cluster's events (a node that died) on stdout, where the report
+    # goes (--json): they go to stderr, beside the progress.
+    with contextlib.redirect_stdout(sys.stderr):
+        connect(ray, options.address)
+        try:
+            caps = _run_shards(ray, options, state, progress, saver)
+        finally:
+            saver.save()  # also when interrupted or lost: every finished shard is kept
+            ray.shutdown()
     return build_report(
         state,
         functools.partial(sample_file, dataset),
@@ -119,6 +125,9 @@ def connect(ray: ModuleType, address: str | None) -> None:
 
     if address not in (None, "auto", "local"):
         _check_reachable(address)
+    # Ray's driver installs a handler of its own that aborts on SIGTERM: the scan's (save the
+    # checkpoint, say how to resume) is put back once it is connected.
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(
             address=address,
@@ -130,6 +139,8 @@ def connect(ray: ModuleType, address: str | None) -> None:
         where = f"at {address}" if address else "(RAY_ADDRESS, or a local Ray)"
         message = f"cannot join the Ray cluster {where}: {_first_line(error)}"
         raise ClusterUnreachable(message) from None
+    if on_sigterm is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _check_reachable(address: str) -> None:
