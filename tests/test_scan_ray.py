@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, run_python
+from loaderdoctor.report.scan import format_settings
 from loaderdoctor.scan import ScanReport, ShardRun
 from loaderdoctor.scan.cluster import absolute_spec, shard_size, shards_of
 from loaderdoctor.scan.state import ScanState
@@ -64,6 +65,8 @@ def test_shards_and_their_nodes_survive_the_checkpoint_and_the_report() -> None:
     assert again.shards == state.shards
     report = ScanReport("x.py:d", 8, 8, [], [], [], 1.0, 2, shards=state.shards)
     assert ScanReport.from_json(report.to_json()) == report
+    report.shards.append(ShardRun(4, 7, 4, "10.0.0.3", "cd" * 28, 1.0))
+    assert format_settings(report) == "Ray: 2 shards on 2 nodes"
 
 
 # --- integration: a real cluster ----------------------------------------------------------------
