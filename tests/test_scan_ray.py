@@ -38,7 +38,9 @@ needs_ray = pytest.mark.skipif(
 )
 NODE_START_S = 120  # a node joins in about 8 s on an idle machine; a loaded one is slower
 RAY = Path(sys.executable).parent / "ray"
-QUIET = {"RAY_USAGE_STATS_ENABLED": "0"}
+# No usage report, and no token authentication: a local cluster's default since Ray 2.5x, which
+# reads (and ray.init writes) ~/.ray/auth_token, a file this machine's other users share.
+HERMETIC = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 # --- unit: data in, exact output --------------------------------------------------------------
@@ -103,7 +105,7 @@ def start_node(arguments: list[str], log: Path) -> Node:
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, **QUIET},
+            env={**os.environ, **HERMETIC},
         )
     deadline = time.monotonic() + NODE_START_S
     try:
@@ -248,7 +250,7 @@ def test_ray_scan_names_the_bad_samples_of_a_local_scan_on_both_nodes(
     local = scan_dataset(datasets.Planted(), num_workers=1, timeout=1.5)
     options = ["--ray", cluster.address, "--shard-size", "4", "--num-workers", "1"]
     command = scan_command("planted", tmp_path / "q.json", *options, "--timeout", "1.5")
-    result = run_python([*command, "--json"], timeout=240)
+    result = run_python([*command, "--json"], env=HERMETIC, timeout=240)
     assert result.returncode == 1, result.stderr
     report = ScanReport.from_json(result.stdout)
     assert [(b.index, b.cause) for b in report.bad] == [(b.index, b.cause) for b in local.bad]
@@ -286,6 +288,7 @@ def test_a_node_killed_mid_scan_loses_no_finished_shard_and_a_rerun_resumes(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env={**os.environ, **HERMETIC},
     )
     try:
         before_kill = wait_for_shards(checkpoint, lambda s: s.node_id == doomed.node_id, scan)
@@ -303,7 +306,7 @@ def test_a_node_killed_mid_scan_loses_no_finished_shard_and_a_rerun_resumes(
         scan.wait(timeout=30)
     saved = ScanState.from_dict(json.loads(checkpoint.read_text()))
     assert all(shard in saved.shards for shard in before_kill)  # not one finished shard lost
-    resumed = run_python([*command, "--resume"], timeout=240)
+    resumed = run_python([*command, "--resume"], env=HERMETIC, timeout=240)
     assert resumed.returncode == 1, resumed.stderr
     report = ScanReport.from_json(resumed.stdout)
     assert [(b.index, b.cause) for b in report.bad] == [(3, "sample-error"), (150, "sample-error")]
@@ -329,6 +332,21 @@ def wait_for_shards(
                 return shards
         time.sleep(0.05)
     pytest.fail(f"no such shard in {checkpoint} after {timeout} s")
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_spec_that_fails_on_a_node_is_one_line_and_keeps_the_checkpoint(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    command = scan_command("only_here", tmp_path / "q.json", "--ray", cluster.address)
+    result = run_python(command, env=HERMETIC, timeout=240)
+    assert result.returncode == 130, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert line.startswith("loaderdoctor scan: error: a Ray task could not scan samples 0-19: ")
+    assert "FileNotFoundError: /data/train: no such folder on this node" in line
+    assert line.endswith("run the same command with --resume to continue")
+    assert ScanState.from_dict(json.loads((tmp_path / "q.checkpoint.json").read_text()))
 
 
 @pytest.mark.slow

@@ -43,6 +43,12 @@ CONNECT_TIMEOUT_S = 10.0  # a head that does not answer a TCP connection in this
 TASK_RETRIES = 3  # Ray's own re-runs of a task whose node or worker process died
 
 
+# A Ray started for this scan: no dashboard, and workers at the scan's own priority. Ray runs its
+# workers at nice 15 (RAY_worker_niceness), below everything else on the machine: beside other
+# work that halved the scan's rate on a shared 2-core machine.
+LOCAL_RAY: dict[str, Any] = {"include_dashboard": False, "_system_config": {"worker_niceness": 0}}
+
+
 class RayMissing(Exception):
     """Ray is not installed: one line naming the extra."""
 
@@ -100,12 +106,15 @@ def scan_on_ray(
     # Ray's driver prints the cluster's events (a node that died) on stdout, where the report
     # goes (--json): they go to stderr, beside the progress.
     with contextlib.redirect_stdout(sys.stderr):
-        connect(ray, options.address)
+        joined = not ray.is_initialized()  # a program already connected keeps its connection
+        if joined:
+            connect(ray, options.address)
         try:
             caps = _run_shards(ray, options, state, progress, saver)
         finally:
             saver.save()  # also when interrupted or lost: every finished shard is kept
-            ray.shutdown()
+            if joined:
+                ray.shutdown()
     return build_report(
         state,
         functools.partial(sample_file, dataset),
@@ -128,12 +137,13 @@ def connect(ray: ModuleType, address: str | None) -> None:
     # Ray's driver installs a handler of its own that aborts on SIGTERM: the scan's (save the
     # checkpoint, say how to resume) is put back once it is connected.
     on_sigterm = signal.getsignal(signal.SIGTERM)
+    starts_ray = address is None and not os.environ.get("RAY_ADDRESS")
     try:
         ray.init(
             address=address,
             logging_level=logging.ERROR,
             log_to_driver=False,  # the workers' own output is the report's evidence, not ours
-            include_dashboard=False if address is None else None,
+            **(LOCAL_RAY if starts_ray else {}),
         )
     except (ConnectionError, RuntimeError, ValueError) as error:
         where = f"at {address}" if address else "(RAY_ADDRESS, or a local Ray)"
@@ -225,11 +235,13 @@ def _result(ray: ModuleType, ref: Any, shard: list[int]) -> tuple[ScanState, str
     try:
         data = ray.get(ref)
     except ray.exceptions.RayError as error:
-        cause = getattr(error, "cause", None) or error
-        raise ClusterLost(
-            f"the Ray cluster lost the shard of samples {shard[0]}-{shard[-1]}: "
-            f"{type(cause).__name__}: {_first_line(cause)}"
-        ) from None
+        samples = f"samples {shard[0]}-{shard[-1]}"
+        if isinstance(error, ray.exceptions.RayTaskError):  # it raised (the spec on a node)
+            cause = error.cause if isinstance(error.cause, BaseException) else error
+            what = f"a Ray task could not scan {samples}"
+        else:  # its node or worker process died past Ray's retries, or its result is gone
+            cause, what = error, f"the Ray cluster lost the shard of {samples}"
+        raise ClusterLost(f"{what}: {type(cause).__name__}: {_first_line(cause)}") from None
     part = ScanState.from_dict(data["state"])
     part.shards.append(
         ShardRun(
