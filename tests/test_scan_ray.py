@@ -155,37 +155,20 @@ def kill_node(pgid: int) -> None:
 def start_cluster() -> Cluster:
     temp_dir = tempfile.mkdtemp(prefix="ldray-", dir="/tmp")  # Ray's socket paths must be short
     port = free_port()
-    head = start_node(
-        [
-            "--head",
-            "--node-ip-address",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--num-cpus",
-            "1",
-            "--include-dashboard=false",
-            "--temp-dir",
-            temp_dir,
-        ],
-        Path(temp_dir) / "head.log",
-    )
+    started: list[Node] = []
     try:
-        second = start_node(
-            [
-                "--address",
-                f"127.0.0.1:{port}",
-                "--num-cpus",
-                "1",
-                "--resources",
-                json.dumps({"loaderdoctor_second": 1}),
-            ],
-            Path(temp_dir) / "second.log",
-        )
+        head_options = ["--head", "--node-ip-address", "127.0.0.1", "--port", str(port)]
+        head_options += ["--num-cpus", "1", "--include-dashboard=false", "--temp-dir", temp_dir]
+        started.append(start_node(head_options, Path(temp_dir) / "head.log"))
+        second_options = ["--address", f"127.0.0.1:{port}", "--num-cpus", "1"]
+        second_options += ["--resources", json.dumps({"loaderdoctor_second": 1})]
+        started.append(start_node(second_options, Path(temp_dir) / "second.log"))
     except BaseException:
-        kill_node(head.pgid)
+        for node in started:
+            kill_node(node.pgid)
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
+    head, second = started
     return Cluster(f"127.0.0.1:{port}", head, second, temp_dir)
 
 
