@@ -23,6 +23,13 @@ machine has: its workers wait rather than compute, so what limits a pass is its 
 cost in the parent.
 
 Target: ratio scan/bare >= 0.8 (scan >= 0.90x the stock pass).
+
+``--ray``: the local scan beside ``scan --ray`` on a Ray started here (all of this machine's CPUs,
+connected once, its workers warmed up by a first pass): the same dataset (the Ray tasks load it
+from this file's ``ray_dataset``), the same workers per shard, rotating rounds. It prints the ratio
+ray/local and the Ray scan's samples/s per CPU of the cluster. Target: ratio ray/local >= 0.8.
+
+    python benchmarks/scan.py --ray [--workers 1 2] [--samples 3000]
 """
 
 from __future__ import annotations
@@ -189,6 +196,45 @@ def compare(dataset: Dataset, workers: int, repeats: int) -> None:
     )
 
 
+WORKLOAD_ENV, SAMPLES_ENV = "LOADERDOCTOR_BENCH_WORKLOAD", "LOADERDOCTOR_BENCH_SAMPLES"
+
+
+def ray_dataset() -> Dataset:
+    """The dataset of a Ray pass: what the Ray tasks load (a local Ray inherits the env)."""
+    kinds = {"decode": Decode, "compute": Work, "sleep": Sleep}
+    return kinds[os.environ[WORKLOAD_ENV]](int(os.environ[SAMPLES_ENV]))
+
+
+def ray_pass(dataset: Dataset, workers: int) -> None:
+    from loaderdoctor.scan.cluster import RayScan, scan_on_ray
+    from loaderdoctor.scan.job import load
+
+    options = RayScan(None, f"{os.path.abspath(__file__)}:ray_dataset", load, os.getcwd(), workers)
+    report = scan_on_ray(dataset, options, spec="bench")
+    assert not report.bad, report.bad
+
+
+def compare_ray(dataset: Dataset, workers: int, repeats: int) -> None:
+    import ray
+
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    ray_pass(dataset, workers)  # warm-up: Ray's worker processes start and import torch
+    rates: dict[str, list[float]] = {"local": [], "ray": []}
+    passes = {"local": scan_pass, "ray": ray_pass}
+    for round_number in range(repeats):
+        for name in ("local", "ray") if round_number % 2 == 0 else ("ray", "local"):
+            rates[name].append(timed(passes[name], dataset, workers)[0])
+    ratios = [r / loc for r, loc in zip(rates["ray"], rates["local"])]
+    local, remote = statistics.median(rates["local"]), statistics.median(rates["ray"])
+    print(f"{workers} workers per shard, {len(dataset)} samples, {repeats} rounds, {cpus} CPUs")  # type: ignore[arg-type]
+    print(f"  local scan: median {local:.0f} samples/s")
+    print(f"  ray scan:   median {remote:.0f} samples/s, {remote / cpus:.0f} samples/s per CPU")
+    print(
+        f"ratio ray/local: median {statistics.median(ratios):.3f} "
+        f"(min {min(ratios):.3f}, max {max(ratios):.3f})"
+    )
+
+
 def load() -> str:
     try:
         with open("/proc/pressure/cpu") as handle:
@@ -204,6 +250,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[2])
     parser.add_argument("--samples", type=int, default=1500)
     parser.add_argument("--workload", choices=("decode", "compute", "sleep"), default="decode")
+    parser.add_argument("--ray", action="store_true", help="the local scan beside scan --ray")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
@@ -216,10 +263,29 @@ def main() -> None:
         f"{args.workload}: {(time.perf_counter() - started) * 10:.2f} ms per sample in the main process"
     )
     print(f"before: {load()}")
+    if args.ray:
+        start_local_ray(args.workload, args.samples)
     for workers in args.workers:
         stock_pass(dataset, workers)  # warm-up
-        compare(dataset, workers, args.repeats)
+        if args.ray:
+            compare_ray(dataset, workers, args.repeats)
+        else:
+            compare(dataset, workers, args.repeats)
     print(f"after: {load()}")
+
+
+def start_local_ray(workload: str, samples: int) -> None:
+    import logging
+
+    import ray
+
+    os.environ.update({WORKLOAD_ENV: workload, SAMPLES_ENV: str(samples)})
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # else ray.init writes ~/.ray/auth_token
+    from loaderdoctor.scan.cluster import LOCAL_RAY
+
+    # as `scan --ray` starts it, kept for every pass
+    ray.init(logging_level=logging.ERROR, log_to_driver=False, **LOCAL_RAY)
 
 
 if __name__ == "__main__":

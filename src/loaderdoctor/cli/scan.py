@@ -6,8 +6,13 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from loaderdoctor.cli import CommandError, ExitCode
+
+if TYPE_CHECKING:
+    from loaderdoctor.scan.job import ScanJob
+    from loaderdoctor.scan.model import ScanReport
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -57,14 +62,33 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds between checkpoint saves (default 10)",
     )
+    _register_ray(parser)
     parser.add_argument("--html", metavar="PATH", help="also write the report as one HTML file")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.epilog = (
         "Scale out with torchrun: torchrun --nproc_per_node=N -m loaderdoctor scan SPEC shards "
         "the indices across ranks; rank 0 prints the merged report and writes the files. "
-        "Exit status: 0 clean, 1 bad samples found, 2 usage error, 130 interrupted (rerun with "
-        "--resume); under torchrun 0 whenever the scan completes, as torchrun takes any other "
+        "Exit status: 0 clean, 1 bad samples found, 2 usage error, 130 interrupted or the Ray "
+        "cluster lost (rerun with --resume); under torchrun 0 whenever the scan completes, as torchrun takes any other "
         "status for a failed rank."
+    )
+
+
+def _register_ray(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="scan on a Ray cluster (HOST:PORT of its head; without one, RAY_ADDRESS's "
+        "cluster, else Ray started here): shards of the indices as Ray tasks, each sample "
+        "still isolated on its node; needs pip install 'loaderdoctor[ray]'",
+    )
+    parser.add_argument(
+        "--shard-size",
+        type=int,
+        metavar="N",
+        help="with --ray: samples per Ray task (default: from the cluster's CPUs)",
     )
 
 
@@ -110,6 +134,28 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
         yield update
 
 
+def _scan(job: ScanJob, leader: bool) -> ScanReport | None:
+    """The report, or None when interrupted (the checkpoint saved; what to do is printed)."""
+    from loaderdoctor.scan.cluster import ClusterLost
+
+    try:
+        with progress_bar(leader) as progress:
+            return job.scan(progress)
+    except KeyboardInterrupt:
+        print(
+            f"loaderdoctor scan: interrupted; progress saved in {job.checkpoints.mine}: "
+            "run the same command with --resume to continue",
+            file=sys.stderr,
+        )
+        return None
+    except ClusterLost as error:
+        raise CommandError(
+            f"{error}; every finished shard is saved in {job.checkpoints.mine}: run the "
+            "same command with --resume to continue",
+            ExitCode.INTERRUPTED,
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from loaderdoctor.scan.job import ScanRequest, ScanUsageError, prepare
     from loaderdoctor.units import parse_size
@@ -130,19 +176,14 @@ def run(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
         html=args.html,
+        ray=args.ray,
+        shard_size=args.shard_size,
     )
     try:
         job = prepare(request)
         leader = job.shard.is_leader
-        try:
-            with progress_bar(leader) as progress:
-                report = job.scan(progress)
-        except KeyboardInterrupt:
-            print(
-                f"loaderdoctor scan: interrupted; progress saved in {job.checkpoints.mine}: "
-                "run the same command with --resume to continue",
-                file=sys.stderr,
-            )
+        report = _scan(job, leader)
+        if report is None:
             return ExitCode.INTERRUPTED
         if not leader:
             job.finish()  # rank 0 has this rank's results now, and reports for every rank

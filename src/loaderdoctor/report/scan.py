@@ -53,6 +53,9 @@ def format_settings(report: ScanReport) -> str:
         parts.append(f"no memory cap ({report.mem_cap})")
     if report.ranks > 1:
         parts.append(f"{report.ranks} ranks")
+    if report.shards:
+        nodes = len({shard.node_id for shard in report.shards})
+        parts.append(f"Ray: {len(report.shards)} shards on {nodes} node{'s' if nodes != 1 else ''}")
     if report.resumed > 0:
         parts.append(f"{report.resumed} samples from checkpoint")
     return ", ".join(parts)

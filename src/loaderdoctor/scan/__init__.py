@@ -10,6 +10,7 @@ from loaderdoctor.scan.model import (
     Outlier,
     Profile,
     ScanReport,
+    ShardRun,
     SlowSample,
 )
 from loaderdoctor.scan.summary import describe
@@ -20,6 +21,7 @@ __all__ = [
     "Outlier",
     "Profile",
     "ScanReport",
+    "ShardRun",
     "SlowSample",
     "describe",
     "quarantine_entries",

@@ -102,6 +102,37 @@ def scan_dataset(
     )
 
 
+def scan_part(
+    dataset: Any,
+    indices: list[int],
+    state: ScanState,
+    *,
+    num_workers: int,
+    timeout: float,
+    mem_limit: int | None,
+) -> str | None:
+    """Scan ``indices`` into ``state`` with the isolation of a whole scan (one Ray task's shard):
+    its own workers and memory cap, every crash, OOM kill or hang naming its sample. Returns how
+    the memory cap was enforced (None without a limit)."""
+    cap = _memory_cap(mem_limit)
+    try:
+        _scan(
+            dataset,
+            [i for i in indices if not state.done(i)],
+            state,
+            len(indices),
+            cap,
+            num_workers=num_workers,
+            timeout=timeout,
+            progress=None,
+            saver=_Saver(None, float("inf"), state),
+        )
+        return cap.how if cap is not None else None
+    finally:
+        if cap is not None:
+            cap.close()
+
+
 def _memory_cap(mem_limit: int | None) -> MemoryCap | None:
     """A cap on each worker's memory (a cgroup, else ``RLIMIT_AS``), or None without a limit."""
     if mem_limit is None:
@@ -333,4 +364,4 @@ def _unknown(message: str) -> Any:
     )
 
 
-__all__ = ["MAX_ROUNDS", "scan_dataset"]
+__all__ = ["MAX_ROUNDS", "scan_dataset", "scan_part"]

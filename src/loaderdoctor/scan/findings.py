@@ -68,6 +68,7 @@ def build_report(
             for index, death in sorted(state.deaths.items())
             if index in loaded  # killed a worker once, then loaded (the bad are listed as bad)
         ],
+        shards=sorted(state.shards, key=lambda shard: shard.first),
         **settings,
     )
 

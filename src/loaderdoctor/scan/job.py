@@ -44,12 +44,18 @@ class ScanRequest:
     checkpoint: str | None = None  # default: beside ``out``
     checkpoint_every: float = 10.0
     html: str | None = None  # written by the caller (a renderer); proven writable here
+    # Scan on a Ray cluster: None scans here; "" joins RAY_ADDRESS's cluster (else starts Ray
+    # here), anything else is the head's address.
+    ray: str | None = None
+    shard_size: int | None = None  # samples per Ray task (None: from the cluster's CPUs)
 
 
 def prepare(request: ScanRequest) -> ScanJob:
     """A job ready to scan, or :class:`ScanUsageError` before any sample is fetched."""
     _check_options(request)
     shard = current_shard()
+    if request.ray is not None:
+        _check_ray(shard)
     dataset = load(request.spec)
     if len(dataset) == 0:
         raise ScanUsageError(f"{request.spec} has no samples (its len() is 0): nothing to scan")
@@ -75,6 +81,23 @@ def _check_options(request: ScanRequest) -> None:
         raise ScanUsageError("--checkpoint-every must be a positive number of seconds")
     if request.mem_limit is not None and request.mem_limit < MIN_MEM_LIMIT:
         raise ScanUsageError("--mem-limit must be at least 32M: a worker needs that to start")
+    if request.shard_size is not None:
+        if request.ray is None:
+            raise ScanUsageError("--shard-size is the samples per Ray task: it needs --ray")
+        if request.shard_size < 1:
+            raise ScanUsageError("--shard-size must be at least 1 sample")
+
+
+def _check_ray(shard: Shard) -> None:
+    """Ray is there and is the only one spreading the scan (not beside torchrun's ranks)."""
+    from loaderdoctor.scan.cluster import RayMissing, import_ray
+
+    if shard.world_size > 1:
+        raise ScanUsageError("--ray spreads the scan itself: run it once, not under torchrun")
+    try:
+        import_ray()
+    except RayMissing as error:
+        raise ScanUsageError(str(error)) from None
 
 
 def _positive(seconds: float) -> bool:
@@ -97,6 +120,8 @@ class ScanJob:
         """
         try:
             with stop_on_sigterm():
+                if self.request.ray is not None:
+                    return self._scan_on_ray(progress)
                 return scan_dataset(
                     self.dataset,
                     spec=self.request.spec,
@@ -110,6 +135,39 @@ class ScanJob:
                     shard=self.shard,
                 )
         except JoinError as error:
+            raise ScanUsageError(str(error)) from None
+
+    def _scan_on_ray(self, progress: Progress | None) -> ScanReport:
+        """Shards of the index space as Ray tasks; a cluster that cannot be joined is one line
+        (:class:`~loaderdoctor.scan.cluster.ClusterLost` mid-scan is the caller's to report)."""
+        from loaderdoctor.scan.cluster import (
+            ClusterUnreachable,
+            RayScan,
+            absolute_spec,
+            scan_on_ray,
+        )
+
+        request = self.request
+        options = RayScan(
+            address=request.ray or None,
+            source=absolute_spec(request.spec),
+            load=load,
+            folder=os.getcwd(),
+            num_workers=request.num_workers,
+            timeout=request.timeout,
+            mem_limit=request.mem_limit,
+            shard_size=request.shard_size,
+        )
+        try:
+            return scan_on_ray(
+                self.dataset,
+                options,
+                spec=request.spec,
+                progress=progress,
+                checkpoint=self.checkpoints.mine,
+                resume=self.resume,
+            )
+        except ClusterUnreachable as error:
             raise ScanUsageError(str(error)) from None
 
     def write_quarantine(self, report: ScanReport) -> str | None:

@@ -75,6 +75,18 @@ class Profile:
 
 
 @dataclass
+class ShardRun:
+    """One shard of a scan spread over a Ray cluster: its samples and the node that scanned them."""
+
+    first: int  # its lowest index
+    last: int  # its highest index
+    samples: int
+    node: str  # the node's address (nodes of one machine share it)
+    node_id: str  # Ray's id of the node, unique within the cluster
+    seconds: float
+
+
+@dataclass
 class ScanReport:
     spec: str
     total: int
@@ -96,6 +108,8 @@ class ScanReport:
     # decoders, caches). Not in ``slowest``, whose times are the samples' own.
     worker_startup: list[float] = field(default_factory=list)
     flaky: list[FlakySample] = field(default_factory=list)
+    # On a Ray cluster: the shards, each with the node that scanned it (empty otherwise).
+    shards: list[ShardRun] = field(default_factory=list)
     schema: int = SCHEMA
 
     @property
@@ -148,4 +162,5 @@ class ScanReport:
             resumed=data.get("resumed", 0),
             worker_startup=list(data.get("worker_startup", [])),
             flaky=[FlakySample(**item) for item in data.get("flaky", [])],
+            shards=[ShardRun(**item) for item in data.get("shards", [])],
         )

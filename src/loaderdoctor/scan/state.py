@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loaderdoctor.atomic import write_json_atomically
-from loaderdoctor.jsonshape import json_kind
-from loaderdoctor.scan.model import BadSample
+from loaderdoctor.jsonshape import ShapeError, check_shape, json_kind
+from loaderdoctor.scan.model import BadSample, ShardRun
 from loaderdoctor.supervise.parent.quarantine import InvalidIndex, json_text, sample_index
 
 CHECKPOINT_SCHEMA = 1
@@ -43,6 +43,8 @@ class ScanState:
     # Samples in flight at a worker death that were not quarantined (they loaded alone): the
     # report lists those of them that loaded as flaky.
     deaths: dict[int, BadSample] = field(default_factory=dict)
+    # On a Ray cluster: each finished shard and the node that scanned it.
+    shards: list[ShardRun] = field(default_factory=list)
 
     def done(self, index: int) -> bool:
         return index in self.loaded or index in self.bad
@@ -54,6 +56,7 @@ class ScanState:
         """Take every result of ``other``; a sample that loaded anywhere is not bad."""
         self.loaded.update(other.loaded)
         self.startup.extend(other.startup)
+        self.shards.extend(other.shards)
         for index, death in other.deaths.items():
             self.deaths.setdefault(index, death)
         for index, bad in other.bad.items():
@@ -83,6 +86,7 @@ class ScanState:
             "bad": [asdict(self.bad[index]) for index in sorted(self.bad)],
             "startup": [round(seconds, 6) for seconds in self.startup],
             "deaths": [asdict(self.deaths[index]) for index in sorted(self.deaths)],
+            "shards": [asdict(shard) for shard in self.shards],
         }
 
     @classmethod
@@ -124,7 +128,17 @@ class ScanState:
         for position, item in enumerate(deaths):
             death = _bad(item, total, f"'deaths' entry {position}")
             state.deaths[death.index] = death
+        state.shards = _shards(data.get("shards", []))  # absent where no Ray cluster scanned
         return state
+
+
+def _shards(items: object) -> list[ShardRun]:
+    try:
+        check_shape(items, list[ShardRun], "'shards'")
+    except ShapeError as error:
+        raise CheckpointError(str(error)) from None
+    assert isinstance(items, list)
+    return [ShardRun(**item) for item in items]
 
 
 def _seconds(value: object) -> bool:
