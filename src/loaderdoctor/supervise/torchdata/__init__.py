@@ -1,0 +1,4 @@
+"""What torchdata's ``StatefulDataLoader`` needs beyond the supervision torch's DataLoader shares.
+
+Imported only by ``supervise.stateful``, which needs torchdata (``torchdata_compat``).
+"""
