@@ -186,7 +186,11 @@ def test_loaders_that_run_unsupervised_are_named_with_their_own_reason(tmp_path:
     result, report = ld_run(tmp_path, str(RUN_FIXTURES / "stateful_kinds.py"), timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     loaders = json.loads(result.stdout)
-    assert [samples for samples, _ in loaders] == [list(range(8))] * 4
+    assert [samples for samples, _ in loaders] == [list(range(8))] * 6
+    from loaderdoctor.supervise.torchdata.plain import IN_PROCESS
+
+    # iterable, in_order=False and map-style are supervised; num_workers=0 is plain torchdata
+    assert [reason for _, reason in loaders] == [None] * 4 + [IN_PROCESS] * 2
     reasons: dict[str, int] = {}
     for _, reason in loaders:
         if reason is not None:

@@ -389,13 +389,14 @@ def test_loaderdoctor_report_refuses_a_damaged_report_in_one_line(tmp_path: Path
     ]
 
 
-ITERABLE = (
-    "loaderdoctor supervises a StatefulDataLoader of a map-style dataset; this one's dataset is "
-    "iterable: it runs as plain torchdata, unsupervised."
+IN_PROCESS = (
+    "loaderdoctor supervises a StatefulDataLoader's worker processes; this one has "
+    "num_workers=0 and loads in the main process with torchdata's own iterator: it runs as "
+    "plain torchdata, unsupervised."
 )
-UNORDERED = (
-    "loaderdoctor supervises a StatefulDataLoader with in_order=True; this one runs as plain "
-    "torchdata, unsupervised."
+UNKNOWN_KEYWORD = (
+    "loaderdoctor does not know the DataLoader keyword(s) in_order of this torch release: "
+    "this DataLoader runs as plain torch, unsupervised."
 )
 
 
@@ -410,7 +411,7 @@ def test_merge_sums_the_states_and_names_loaders_that_ran_as_plain_torch(tmp_pat
         {
             **state,
             "unsupervised": 3,
-            "unsupervised_reasons": {ITERABLE: 2, UNORDERED: 1},
+            "unsupervised_reasons": {IN_PROCESS: 2, UNKNOWN_KEYWORD: 1},
             "batches": 5,
             "samples": 20,
             "worker_pids": [4001, 4002],
@@ -428,8 +429,8 @@ def test_merge_sums_the_states_and_names_loaders_that_ran_as_plain_torch(tmp_pat
     assert report.delivered == Delivered(5, 20)
     assert [(r.pid, r.loaders, r.workers) for r in report.ranks] == [(4000, 2, 2)]
     assert report.notes == [
-        f"2 DataLoader(s) ran unsupervised, their batches not in the delivered counts: {ITERABLE}",
-        f"1 DataLoader(s) ran unsupervised, their batches not in the delivered counts: {UNORDERED}",
+        f"2 DataLoader(s) ran unsupervised, their batches not in the delivered counts: {IN_PROCESS}",
+        f"1 DataLoader(s) ran unsupervised, their batches not in the delivered counts: {UNKNOWN_KEYWORD}",
     ]
 
 

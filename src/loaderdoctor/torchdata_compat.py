@@ -16,6 +16,11 @@ from typing import Any
 
 try:
     from torchdata.stateful_dataloader import StatefulDataLoader
+    from torchdata.stateful_dataloader.incremental_state import (
+        _DATASET_ITER_STATE,
+        _DATASET_STATE,
+        _FETCHER_STATE,
+    )
     from torchdata.stateful_dataloader.stateful import Stateful
     from torchdata.stateful_dataloader.stateful_dataloader import (
         _SAMPLER_ITER_YIELDED,
@@ -56,6 +61,20 @@ class HookedStatefulIter(
         return int(main[_SAMPLER_ITER_YIELDED]) if main else 0
 
     @property
+    def ld_snapshot_step(self) -> int:
+        """The step (batches yielded this epoch) of the snapshot a ``state_dict()`` resumes from."""
+        return int(self._snapshot[self._SNAPSHOT_STEP]) if self._snapshot else 0
+
+    @property
+    def ld_num_yielded(self) -> int:
+        """Batches yielded this epoch (torchdata's snapshots and ``state_dict`` count by it)."""
+        return int(self._num_yielded)
+
+    @ld_num_yielded.setter
+    def ld_num_yielded(self, value: int) -> None:
+        self._num_yielded = value
+
+    @property
     def ld_sampler_iter(self) -> Any:
         return self._sampler_iter
 
@@ -73,6 +92,33 @@ class HookedStatefulIter(
         self._finished = value
 
 
+def fast_forwards(state: Any) -> bool:
+    """torchdata resumes an IterableDataset from ``state`` by re-reading every worker's stream
+    from its start and dropping the batches yielded already (neither the dataset nor its
+    iterator is Stateful), as its own ``__init__`` decides: by the first worker state it holds."""
+    snapshot = state.get(StatefulMultiProcessingIter._SNAPSHOT, {})
+    for worker_state in snapshot.get(StatefulMultiProcessingIter._WORKER_SNAPSHOTS, {}).values():
+        if worker_state is None:
+            continue
+        fetcher = worker_state[_FETCHER_STATE] or {}
+        return worker_state[_DATASET_STATE] is None and fetcher.get(_DATASET_ITER_STATE) is None
+    return False
+
+
+def count_fast_forward_once(iterator: Any, state: Any) -> None:
+    """torchdata 0.11 counts the batches of a fast-forward twice: its ``__init__`` sets
+    ``_num_yielded`` to the state's step, then yields that many batches again, each counted, so a
+    ``state_dict()`` of the resumed iterator (and every snapshot taken during the fast-forward)
+    is that many steps ahead, and a resume from it fails ("last_yielded_worker_id does not
+    match"). A pool that loaderdoctor resumed after a death counts them once."""
+    steps = int(state[iterator._SNAPSHOT][iterator._SNAPSHOT_STEP])
+    if not steps or not fast_forwards(state) or iterator._num_yielded < 2 * steps:
+        return
+    iterator._num_yielded -= steps
+    if iterator._snapshot[iterator._SNAPSHOT_STEP] > steps:  # taken during the fast-forward
+        iterator._snapshot[iterator._SNAPSHOT_STEP] -= steps
+
+
 class HookedStatefulLoader(torch_compat.LoaderHooks, ld_base=True):
     """A mixin before torchdata's ``StatefulDataLoader`` (or a subclass of it): its
     ``_get_iterator`` is ``ld_get_iterator``, whose default is the next class's own."""
@@ -87,4 +133,6 @@ __all__ = [
     "Stateful",
     "StatefulDataLoader",
     "StatefulMultiProcessingIter",
+    "count_fast_forward_once",
+    "fast_forwards",
 ]

@@ -1,13 +1,12 @@
-"""torchdata's ``StatefulDataLoader``, supervised: an adapter of torchdata's iterator hooks onto
-the pool's ``Supervisor``, as torch's iterator is (same wrapped workers, watch, ``Recovery`` and policy).
+"""torchdata's ``StatefulDataLoader``, supervised: an adapter of torchdata's iterator hooks onto the
+pool's ``Supervisor``, as torch's iterator is (same wrapped workers, watch, ``Recovery``, policy).
 
 A clean run takes torchdata's code path unchanged (same batches, order, seeds and ``state_dict``).
-A stopped pool goes on from torchdata's own state at the last batch delivered
-(``Recovery(resume_point=...)``), never with fewer workers (the state records them). torchdata
-restores its own ``Stateful`` sampler exactly but fast-forwards any other over a new pass (for a
-random one, another order): the resumed pool instead draws on from the stopped one's sampler
-iterator, after the index batches drawn since the state's snapshot (``SamplerTail``), so every
-healthy sample still arrives exactly once.
+A stopped pool goes on from torchdata's own state at the last batch delivered, never with fewer
+workers (the state records them): torchdata restores its own ``Stateful`` sampler exactly, but
+fast-forwards any other over a new pass (for a random one, another order), so the resumed pool
+draws on from the stopped one's sampler iterator instead; an IterableDataset's streams go on
+from their positions, its culprit re-tried once as under ``DataLoader`` (``torchdata.resume``).
 """
 
 from __future__ import annotations
@@ -18,28 +17,29 @@ import weakref
 from collections import deque
 from typing import Any
 
-from loaderdoctor import torch_compat, torchdata_compat  # the latter imports torchdata
+from loaderdoctor import torchdata_compat  # imports torchdata
 from loaderdoctor.supervise.loader import (
     LOADER_HOOKS,
     DataLoader,
     _announce,
     _T_co,
-    _unsupervised_reason,
     _warn_once,
 )
 from loaderdoctor.supervise.parent.iterator import probe_alone
-from loaderdoctor.supervise.parent.recovery import Successor
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
 from loaderdoctor.supervise.parent.supervisor import SupervisedPool, Supervisor
-from loaderdoctor.supervise.sampler_tail import SamplerTail
+from loaderdoctor.supervise.streams import StreamProgress
+from loaderdoctor.supervise.torchdata import resume
+from loaderdoctor.supervise.torchdata.plain import plain_reason
+from loaderdoctor.supervise.torchdata.sampler_tail import SamplerTail
+from loaderdoctor.supervise.torchdata.streams import SnapshotPositions
 
 
 class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
     """What makes a ``StatefulDataLoader`` (or a subclass of it) supervised: mixed in before it.
 
     torchdata's ``__init__``, ``__iter__``, ``state_dict`` and ``load_state_dict`` run unchanged;
-    only the multiprocessing iterator of a map-style dataset is the supervised one. An iterable
-    dataset, or ``num_workers=0``, runs torchdata's own iterator (named, once, in a warning).
+    only the multiprocessing iterator is the supervised one (``num_workers=0`` runs torchdata's).
     """
 
     def __init__(
@@ -60,7 +60,7 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
         super().__init__(*args, **kwargs)
         loader: Any = self
         loader._ld = Supervision.of(loader, settings)
-        loader._ld_unsupervised = _unsupervised_reason([]) or _unsupported_reason(loader)
+        loader._ld_unsupervised = plain_reason(loader)
         for hook in list(LOADER_HOOKS):
             hook(self)
 
@@ -70,9 +70,8 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
     def ld_get_iterator(self) -> Any:
         loader: Any = self
         sup = loader._ld
-        if loader._ld_unsupervised is not None or loader.num_workers == 0:
-            if loader._ld_unsupervised is not None:
-                _warn_once(loader, loader._ld_unsupervised)
+        if loader._ld_unsupervised is not None:
+            _warn_once(loader, loader._ld_unsupervised)
             return super().ld_get_iterator()
         loader.check_worker_number_rationality()
         snapshot = LoaderSnapshot(loader)
@@ -84,19 +83,11 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
 
     def __iter__(self) -> Any:
         loader: Any = self
+        loader._ld_unsupervised = plain_reason(loader)  # before run's record reads it
         # torchdata starts a new iterator each epoch (unless persistent_workers): it takes the
         # prefetch_factor climbed back to
         _announce(loader._ld.epoch_started())
         return super().__iter__()  # type: ignore[misc]
-
-
-def _unsupported_reason(loader: Any) -> str | None:
-    if torch_compat.is_iterable(loader):
-        return (
-            "loaderdoctor supervises a StatefulDataLoader of a map-style dataset; this one's "
-            "dataset is iterable: it runs as plain torchdata, unsupervised."
-        )
-    return None
 
 
 class StatefulDataLoader(SupervisedStateful, torchdata_compat.StatefulDataLoader[_T_co]):
@@ -115,6 +106,9 @@ class StatefulDataLoader(SupervisedStateful, torchdata_compat.StatefulDataLoader
 class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter):
     """torchdata's multiprocessing iterator with a watch on every worker."""
 
+    _ld_serves = 0  # 1 in a successor: it counts the batches it yields itself
+    _ld_resumed_from: Any = None  # the state of a stream pool resumed after a death, until built
+
     def __init__(
         self,
         snapshot: LoaderSnapshot,
@@ -122,29 +116,37 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
         supervision: Supervision,
         respawns: int = 0,
         sampler_tail: SamplerTail | None = None,
+        streams: tuple[StreamProgress, dict[int, int]] | None = None,
     ) -> None:
         self._ld_supervisor = supervisor = Supervisor(
             self,
             snapshot,
             supervision,
             respawns,
-            None,
-            successor=_successor,
+            streams and streams[0],
+            successor=functools.partial(resume.successor, SupervisedStatefulIter),
             probe=probe_alone,
-            resume_point=functools.partial(_resume_point, weakref.ref(self)),
+            resume_point=functools.partial(resume.resume_point, weakref.ref(self)),
         )
         self._ld_sampler_tail = sampler_tail
+        self._ld_positions = SnapshotPositions(*(streams or ()))
         # (sampler count after the draw, index batch) since the snapshot a state_dict resumes from
         self._ld_drawn: deque[tuple[int, Any]] = deque()
         supervisor.replaying = next_iter_state is not None
+        # streams resumed after a death: one that dies again while torchdata resumes it goes on
+        # again from where it began
+        self._ld_resumed_from = next_iter_state if streams else None
         try:
             with supervisor.bootstrapping():
                 # a worker may die or hang before the first batch
-                supervisor.attempt(
+                built = supervisor.attempt(
                     functools.partial(super().__init__, supervisor.view(snapshot), next_iter_state),
-                    building=True,
+                    building=self._ld_resumed_from is None,
                 )
+                if streams and built is None:
+                    torchdata_compat.count_fast_forward_once(self, next_iter_state)
         finally:
+            self._ld_resumed_from = None
             supervisor.replaying = False
             self._ld_sampler_tail = None
 
@@ -171,10 +173,20 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
         super().ld_reset(loader, first_iter, prime_prefetch)
 
     def ld_process_data(self, data: Any, worker_id: int, state_dict: Any) -> Any:
+        raw = data
         data = super().ld_process_data(self._ld_received(data, worker_id), worker_id, state_dict)
+        self._ld_positions.processed(raw, self)
         kept_from = self.ld_snapshot_yielded  # draws up to the snapshot are never drawn again
         while self._ld_drawn and self._ld_drawn[0][0] <= kept_from:
             self._ld_drawn.popleft()
+        return data
+
+    def ld_next_data(self) -> Any:
+        if self._ld_resumed_from is not None:  # torchdata's __init__ replays: a death leaves it
+            return super(SupervisedPool, self).ld_next_data()
+        data = super().ld_next_data()
+        # a successor serves through the iterator it took over from, whose __next__ counts
+        self.ld_num_yielded += self._ld_serves
         return data
 
     def state_dict(self) -> Any:
@@ -182,19 +194,6 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
         if supervisor is not None and supervisor.successor is not None:
             return supervisor.successor.state_dict()
         return super().state_dict()
-
-
-def _resume_point(ref: weakref.ref[SupervisedStatefulIter]) -> tuple[Any, SamplerTail]:
-    """Where a stopped stateful pool goes on: torchdata's state at the last batch delivered,
-    and its sampler's tail."""
-    iterator = ref()
-    assert iterator is not None  # asked by its own Recovery, while it handles a failure
-    return iterator.state_dict(), SamplerTail(list(iterator._ld_drawn), iterator.ld_sampler_iter)
-
-
-def _successor(plan: Successor) -> SupervisedStatefulIter:
-    state, tail = plan.resume_point
-    return SupervisedStatefulIter(plan.snapshot, state, plan.supervision, plan.respawns, tail)
 
 
 __all__ = ["StatefulDataLoader", "SupervisedStateful", "SupervisedStatefulIter"]

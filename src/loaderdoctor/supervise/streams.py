@@ -135,6 +135,9 @@ class StreamResume:
     # An item that killed its worker twice: the stream ends just before it (a generator cannot
     # be read past it), so every item before it still arrives.
     stop: int | None = None
+    # The loader restores the stream itself (torchdata, from its own state): positions go on
+    # from ``base``; nothing is replayed, dropped or loaded here.
+    base: int | None = None
 
 
 @dataclass
@@ -159,6 +162,8 @@ class StreamProgress:
         self.replayable = replayable
         self.notes: list[str] = []  # non-replay findings not yet warned about
         self.incident: Any = None  # the Diagnosis of the last death healed by a resume
+        # The resumes of the next re-started pool, where its loader decides them (torchdata)
+        self.planned: dict[int, StreamResume] | None = None
 
     def _of(self, worker_id: int) -> _WorkerStream:
         return self.workers.setdefault(worker_id, _WorkerStream())
@@ -252,6 +257,8 @@ class StreamProgress:
         )
 
     def resumes(self, num_workers: int) -> dict[int, StreamResume]:
+        if self.planned is not None:
+            return self.planned
         return {worker_id: self.resume_for(worker_id) for worker_id in range(num_workers)}
 
     def take_events(

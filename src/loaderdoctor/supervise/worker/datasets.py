@@ -362,6 +362,9 @@ _NOT_PASSED = (
 )
 
 
+_STATEFUL_METHODS = ("state_dict", "load_state_dict")
+
+
 class _SupervisedIterator:
     """One worker's stream: counts positions (skipped items included), skips bad items, and
     resumes a re-started worker's stream where the user's copy stands (``StreamResume``)."""
@@ -397,6 +400,8 @@ class _SupervisedIterator:
             self.expected = dict(resume.keys)
             if resume.ended:
                 self.done = True
+            elif resume.base is not None:  # its loader restored the stream
+                self.position = self.mark = resume.base
             elif resume.state is not None and self.stateful:
                 dataset.load_state_dict(resume.state)
                 self.position = self.mark = resume.skip
@@ -414,6 +419,13 @@ class _SupervisedIterator:
 
     def __iter__(self) -> _SupervisedIterator:
         return self
+
+    def __getattr__(self, name: str) -> Any:
+        # torchdata saves and restores a Stateful iterator of the dataset: this stream stands in
+        # for it, so it is Stateful exactly when the dataset's own iterator is
+        if name in _STATEFUL_METHODS and "iterator" in self.__dict__:
+            return getattr(self.iterator, name)
+        raise AttributeError(name)
 
     def _counted_already(self, position: int) -> bool:
         resume = self.resume
@@ -585,4 +597,13 @@ class SupervisedIterableDataset(IterableDataset[Any]):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or "dataset" not in self.__dict__:
             raise AttributeError(name)
+        stream = self.context.stream
+        if name == "state_dict" and stream is not None and stream.iterator is self.dataset:
+            # A dataset that is its own iterator: torchdata saves its state once, as the
+            # iterator's (dataset_state None); this wrapper is not its own iterator
+            return _no_state
         return getattr(self.dataset, name)
+
+
+def _no_state() -> None:
+    return None
