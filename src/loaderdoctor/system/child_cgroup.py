@@ -72,8 +72,10 @@ class JoinCgroup:
     """Moves the calling process into a child cgroup: a ``worker_init_fn``, called first thing
     in each worker (a plain picklable object, so spawn and forkserver workers get it too).
 
-    The whole process moves (``cgroup.procs``, not one thread's ``tasks``), and whatever it
-    forks later is born inside. v1 charges a page to the cgroup of the process that first
+    Only a worker calls it, so the main process stays outside, its pin-memory thread with it
+    (a thread of the main process; memory is charged per process, not per thread). The whole
+    worker moves (``cgroup.procs``, not one thread's ``tasks``), and whatever it forks later
+    is born inside. v1 charges a page to the cgroup of the process that first
     touches it, and moves no charges with the process (``move_charge_at_immigrate`` is 0 in a
     new cgroup), so what the worker allocates from here on counts, and the parent's pages it
     shares stay the parent's.
