@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import textwrap
+import time
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
 from conftest import own_memory_cgroup_v1, run_python
@@ -96,3 +100,47 @@ def test_a_configuration_that_overshoots_is_stopped_by_the_kernel_in_its_trial_a
         and trials[(pick["num_workers"], pick["prefetch_factor"])]["status"] == "ok"
     )
     assert leftovers(parent) == []
+
+
+class Waiting:
+    """5 ms of waiting per sample: a trial that would run its whole window."""
+
+    def __len__(self) -> int:
+        return 400
+
+    def __getitem__(self, index: int) -> Any:
+        import torch
+
+        time.sleep(0.005)
+        return torch.full((16,), float(index))
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_an_interrupted_trial_leaves_no_cgroup_and_no_worker() -> None:
+    from loaderdoctor.system.child_cgroup import CgroupParent
+    from loaderdoctor.tune import LoaderConfig, MeasureSettings, measure
+    from loaderdoctor.tune.sampler import own_memory
+
+    parent = own_memory_cgroup_v1()
+    ours = f"loaderdoctor-limit-{os.getpid()}-*"
+
+    def interrupt(_signal: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.5)  # mid-window: the workers are in the cgroup
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            measure(
+                Waiting(),
+                LoaderConfig.make(2),
+                MeasureSettings(8, window_s=30.0, max_window_s=30.0),
+                budget_bytes=own_memory() + 1024 * MiB,
+                cgroup=CgroupParent(1, str(parent)),
+            )
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert list(parent.glob(ours)) == []
+    assert [c.name() for c in psutil.Process().children()] == []

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoctor.system.child_cgroup import CgroupParent, ChildCgroup, child_cgroup
-from loaderdoctor.torch_compat import worker_pids
+from loaderdoctor.torch_compat import shut_down, worker_pids
 from loaderdoctor.tune.model import Decided, LoaderConfig, Trial
 from loaderdoctor.tune.sampler import MemoryPeaks, TrialSampler, own_memory
 
@@ -251,18 +251,17 @@ def _run_trial(
     group: ChildCgroup | None = None,
 ) -> Trial:
     """``measure``'s trial, its workers in ``group`` when one is given: there the watcher only
-    measures (the kernel holds the limit on every page; the watcher looks now and then)."""
+    measures (the kernel holds the limit on every page; the watcher looks now and then). The
+    workers stop before the trial ends, an error's too: torch's SIGCHLD handler would take the
+    removal of their cgroup, which kills what is left in it, for a failure of the trial."""
     sampler = CyclingSampler(len(dataset)) if is_map_style(dataset) else None
     restart = restart and sampler is not None and config.num_workers > 0
     kept = dataclasses.replace(config, persistent_workers=True) if restart else config
-    join = group.join() if group is not None else None
-    loader = make_loader(dataset, kept, settings, sampler, join)
-    watch_budget = budget_bytes if group is None else None
-    watcher = TrialSampler(watch_budget, worker_guess_bytes, settings.sample_interval_s)
-    trial = Trial(config=config, phase=phase)
-    main_start = own_memory()
-    started = time.perf_counter()
-    iterator: Any = None
+    loader = make_loader(dataset, kept, settings, sampler, group.join() if group else None)
+    watched = budget_bytes if group is None else None
+    watcher = TrialSampler(watched, worker_guess_bytes, settings.sample_interval_s)
+    trial, iterator = Trial(config=config, phase=phase), None
+    main_start, started = own_memory(), time.perf_counter()
     try:
         iterator = _start(loader)
         watcher.start(main_start, worker_pids(iterator))  # after the workers' fork, never during
@@ -290,6 +289,8 @@ def _run_trial(
         trial.status, trial.note = "failed", _one_line(error)
     finally:
         peaks = watcher.finish()
+        if iterator is not None:  # an error's traceback may hold it: stop its workers anyway
+            shut_down(iterator)
         del iterator, loader
         gc.collect()  # shut the workers down now, inside this trial's time
         trial.seconds = time.perf_counter() - started
