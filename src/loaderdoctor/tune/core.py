@@ -168,9 +168,11 @@ def _search(
             budget_bytes=budget.memory_bytes,
             worker_guess_bytes=worker_guess,
             decided=decided,
-            # a second look is taken where the pick is decided, and the prefetch trials run at
-            # the pick's count: the restart check rides along with both
-            restart=phase in ("repeat", "prefetch"),
+            # a second look is taken where the pick is decided, the prefetch trials run at the
+            # pick's count, and a probe at the budget's edge is often the pick: the restart
+            # check rides along with all three (apart, it restarted 6 workers of 256 MiB for
+            # 5.2 s of a 26 s search at load 15)
+            restart=phase in ("repeat", "prefetch", "refine"),
             cgroup=cgroup,
         )
 
