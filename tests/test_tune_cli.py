@@ -250,15 +250,17 @@ def test_the_cgroup_budget_is_respected(datasets: Path) -> None:
     budget = data["budget"]["memory_bytes"]
     assert f"cgroup v1 limit {format_bytes(limit)} minus a" in data["budget"]["source"]
     assert budget < limit
-    assert data["memory_limit"] is not None and left == []
+    assert data["memory_limit"] is not None
+    assert left == []  # every trial's cgroup removed
     # The kernel holds each trial's workers to the budget less what the main process held:
-    # none ends over it (the kernel's own count), none of tune's processes is OOM-killed by
-    # the job's limit (oom_kill below), and the watcher stops no trial.
+    # none ends over it (the kernel's own count of the workers beside the main process's
+    # peak; the watcher's estimate of a worker between two reads may be high, and stops
+    # nothing here), and none of tune's processes is OOM-killed by the job's limit (below).
     for trial in data["trials"]:
         assert trial["status"] in ("ok", "does-not-fit"), trial
-        assert trial["total_peak_bytes"] <= limit or trial["status"] == "does-not-fit", trial
         if trial["config"]["num_workers"]:
             assert trial["cgroup_peak_bytes"] <= trial["cgroup_limit_bytes"] < budget, trial
+            assert trial["main_peak_bytes"] + trial["cgroup_peak_bytes"] <= limit, trial
     within = [t["config"] for t in data["trials"] if t["status"] == "ok"]
     pick = data["recommended"]
     assert (pick["num_workers"], pick["prefetch_factor"]) in {
