@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import html
 import json
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from loaderdoctor.tune import (
     worker_ladder,
 )
 from loaderdoctor.tune.budget import WORKER_FLOOR_BYTES, over_budget
+from loaderdoctor.tune.core import conservative_note
 from loaderdoctor.tune.model import Bound, Skipped, Soak, SoakEpoch, Startup
 from loaderdoctor.tune.soak import summarize
 
@@ -573,6 +575,45 @@ def test_text_report(tmp_path: Path) -> None:
     assert text.endswith(
         "recommended (2960 samples/s steady state):\n" + format_snippet(sample_report())
     )
+
+
+def test_without_a_kernel_limit_every_report_says_the_pick_is_conservative() -> None:
+    why = "cannot make a child of memory cgroup /job (needs root)"
+    note = conservative_note(why)
+    assert note == (
+        "the pick is conservative: cannot make a child of memory cgroup /job (needs root), so "
+        "no trial's workers could run under a memory limit the kernel enforces; a configuration "
+        "whose predicted memory exceeds the budget was not tried (the watcher sees memory only "
+        "now and then, and a trial could pass the budget between two looks), and one that fits "
+        "may have been left out with it"
+    )
+    report = sample_report(notes=[note], conservative=note)
+    assert f"note: {note}\n" in format_text(report, width=1000)
+    data = json.loads(format_json(report))
+    assert data["conservative"] == note and data["memory_limit"] is None
+    assert data["notes"] == [note]
+    assert f"<li>{html.escape(note)}</li>" in format_html(report)
+
+
+def test_a_trial_the_kernel_stopped_is_reported_with_its_evidence() -> None:
+    stopped = Trial(
+        LoaderConfig.make(7),
+        "refine",
+        status="does-not-fit",
+        note="does not fit: the kernel stopped a worker in the trial's memory cgroup (cgroup "
+        "limit 1.5 GiB: 1 OOM kill(s); kernel: Memory cgroup out of memory: Killed process 42 "
+        "(pt_data_worker))",
+        cgroup_limit_bytes=1536 * MiB,
+        cgroup_peak_bytes=1536 * MiB,
+    )
+    report = sample_report(memory_limit="cgroup v1, children of /job")
+    report.trials.append(stopped)
+    lines = [line.rstrip() for line in format_text(report, width=1000).splitlines()]
+    assert lines[8].split() == ["7", "2", "refine", "-", "0.00", "0", "-", "0", "0", "does-not-fit"]
+    assert f"trial 4 (workers=7 prefetch=2): {stopped.note}" in lines
+    shown = html.escape(f"trial 4 (workers=7 prefetch=2): {stopped.note}")
+    assert f"<li>{shown}</li>" in format_html(report)
+    assert TuneReport.from_json(report.to_json()) == report
 
 
 def test_plots(tmp_path: Path) -> None:

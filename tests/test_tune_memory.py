@@ -171,3 +171,61 @@ def test_a_workers_usage_is_read_with_the_rss_of_the_same_read(
     monkeypatch.undo()
     private, rss = read_uss(os.getpid()) or (0, 0)
     assert 0 < private <= rss
+
+
+def kernel_measure(main: int, per_worker: int, outlier: int, budget: int, log: list[LoaderConfig]):  # type: ignore[no-untyped-def]
+    """``edge_measure``, but a trial over ``budget`` is stopped as the kernel stops it: at the
+    limit of the trial's memory cgroup, ``does-not-fit``."""
+    inner = edge_measure(main, per_worker, outlier, 1 << 50, log)
+
+    def measure(config: LoaderConfig, phase: str, guess: int) -> Trial:
+        trial = inner(config, phase, guess)
+        if trial.total_peak_bytes > budget:
+            trial.status, trial.samples_per_s = "does-not-fit", 0.0
+            trial.note, trial.total_peak_bytes = "does not fit: the kernel stopped it", budget
+        return trial
+
+    return measure
+
+
+def kernel_search(budget: int, log: list[LoaderConfig], *, kernel: bool) -> Search:
+    main, per_worker, outlier = 539 * MiB, 272 * MiB, 129 * MiB
+    settings = SearchSettings(16, 2, kernel_limit=kernel)
+    if kernel:
+        measure = kernel_measure(main, per_worker, outlier, budget, log)
+    else:
+        measure = edge_measure(main, per_worker, outlier, budget, log)
+    return Search(measure, Budget(budget, None, "test"), settings)
+
+
+def test_under_the_kernels_limit_a_count_that_may_fit_is_measured() -> None:
+    # 7 workers fit by 10 MiB, but the line through 1, 2, 4 and 6 workers puts them over: a
+    # watched search never starts them; under the kernel's limit they are measured and picked
+    budget = 539 * MiB + 7 * 272 * MiB + 129 * MiB + 10 * MiB
+    watched: list[LoaderConfig] = []
+    result = kernel_search(budget, watched, kernel=False).run()
+    assert result.pick == LoaderConfig.make(6)
+    assert 7 not in {c.num_workers for c in watched}
+    limited: list[LoaderConfig] = []
+    result = kernel_search(budget, limited, kernel=True).run()
+    assert result.pick == LoaderConfig.make(7)
+    assert all(t.ok for t in result.trials)
+    # 8 workers: even half a worker below the prediction is over the budget
+    assert {c.num_workers for c in limited} <= {0, 1, 2, 4, 6, 7}
+    (eight,) = [s for s in result.skipped if s.config.num_workers == 8]
+    assert eight.reason.startswith("predicted at least ") and eight.predicted_bytes > budget
+
+
+def test_a_count_the_kernel_stopped_is_not_run_again_and_moves_no_line() -> None:
+    # 7 workers are 40 MiB over: measured once, stopped by the kernel; its half-allocated
+    # workers leave the fitted line alone, so 6 workers stay predicted to fit (its second
+    # prefetch trial runs) and stay the pick
+    budget = 539 * MiB + 7 * 272 * MiB + 129 * MiB - 40 * MiB
+    log: list[LoaderConfig] = []
+    search = kernel_search(budget, log, kernel=True)
+    result = search.run()
+    sevens = [t for t in result.trials if t.config.num_workers == 7]
+    assert [t.status for t in sevens] == ["does-not-fit"]
+    assert result.pick == LoaderConfig.make(6)
+    assert LoaderConfig.make(6, 4) in log
+    assert not [s for s in result.skipped if s.config.num_workers == 6]

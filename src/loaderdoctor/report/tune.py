@@ -47,7 +47,7 @@ def format_nothing_fits(report: TuneReport) -> str | None:
     if (
         bound.id == "nothing-measured"
         and not report.skipped
-        and not any(trial.status == "aborted" for trial in report.trials)
+        and not any(trial.over_budget for trial in report.trials)
     ):
         fix = " ".join(bound.fixes)
         return f"{bound.title}; {fix[:1].lower()}{fix[1:]}"

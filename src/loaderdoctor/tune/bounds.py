@@ -129,7 +129,7 @@ NOTHING_MEASURED: tuple[NothingMeasured, ...] = (
 
 def nothing_measured(trials: Sequence[Trial], skipped: Sequence[Skipped]) -> Bound:
     """The bound-that-is-not of a search that measured nothing: its reason and one fix."""
-    aborted = [t for t in trials if t.status == "aborted"]
+    aborted = [t for t in trials if t.over_budget]
     failed = [t for t in trials if t.status == "failed"]
     shown = {"over-budget": bool(skipped or aborted), "failed": bool(failed), "none-run": True}
     why = next(row for row in NOTHING_MEASURED if shown[row.id])

@@ -115,6 +115,11 @@ class MemoryModel:
             self.points.append((workers, trial.total_peak_bytes - in_flight))
             if self._fit(trial):
                 return
+        elif trial.status == "does-not-fit" and self.fixed_bytes is not None:
+            # stopped by the kernel mid-allocation: its peaks are a part of what it needed,
+            # and its largest worker (the one killed while it grew) would move the fitted line
+            # for every count (6 workers that fit were then predicted over the budget)
+            return
         if trial.worker_peak_bytes:
             peak = max(trial.worker_peak_bytes)
             self.per_worker_bytes = (
@@ -143,11 +148,15 @@ class MemoryModel:
         self.worker_measured = True
         return True
 
-    def most_workers(self, budget: Budget, below: int) -> int | None:
+    def most_workers(self, budget: Budget, below: int, *, may_fit: bool = False) -> int | None:
         """The most workers under ``below`` predicted to fit ``budget`` (torch's default
-        prefetch_factor), or None when none does."""
+        prefetch_factor), or None when none does; with ``may_fit``, the most whose prediction
+        less its ``allowance`` fits."""
         for workers in range(below - 1, 0, -1):
-            total, shm = self.predict(LoaderConfig.make(workers))
+            config = LoaderConfig.make(workers)
+            total, shm = self.predict(config)
+            if may_fit:
+                total -= self.allowance(config)
             if over_budget(total, shm, budget) is None:
                 return workers
         return None
@@ -171,6 +180,16 @@ class MemoryModel:
         distance = (config.num_workers - mean) ** 2 / spread if spread else 0.0
         return int(2 * self.spread_bytes * math.sqrt(1 + 1 / len(counts) + distance))
 
+    def allowance(self, config: LoaderConfig) -> int:
+        """How far below ``predict(config)`` its peak may still be: half a worker. A worker's
+        own memory besides its data varies by tens of MiB from trial to trial (11 to 30 MiB on
+        the memory-bound benchmark), and the watcher's estimate of a worker between two of its
+        reads by up to 80 MiB more, so a line through three counts can put a count that fits
+        half a worker over the budget (the pick stopped at 4 or 5 workers of the 6 that fit:
+        0.75 of the best). Not the line's ``uncertainty``: with two counts measured it spans
+        several workers at twice the count, and every count would be worth a trial."""
+        return self.per_worker_bytes // 2 if config.num_workers > 0 else 0
+
 
 def fit_line(points: list[tuple[int, int]]) -> tuple[int, int, int] | None:
     """Least squares ``peak = fixed + per_worker x workers``: (fixed, per_worker, residual
@@ -188,12 +207,15 @@ def fit_line(points: list[tuple[int, int]]) -> tuple[int, int, int] | None:
     return int(fixed), int(slope), int(spread)
 
 
-def over_budget(predicted_bytes: int, predicted_shm_bytes: int, budget: Budget) -> str | None:
-    """Why a prediction does not fit the budget, or None when it fits."""
+def over_budget(
+    predicted_bytes: int, predicted_shm_bytes: int, budget: Budget, *, at_least: bool = False
+) -> str | None:
+    """Why a prediction does not fit the budget, or None when it fits; ``at_least``: the
+    prediction is the low end of what may be needed."""
     if predicted_bytes > budget.memory_bytes:
         return (
-            f"predicted {format_bytes(predicted_bytes)} > memory budget "
-            f"{format_bytes(budget.memory_bytes)}"
+            f"predicted {'at least ' if at_least else ''}{format_bytes(predicted_bytes)} > "
+            f"memory budget {format_bytes(budget.memory_bytes)}"
         )
     if budget.shm_bytes is not None and predicted_shm_bytes > budget.shm_bytes:
         return (

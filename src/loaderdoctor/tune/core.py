@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from loaderdoctor.system.child_cgroup import CgroupParent, child_cgroup_parent
 from loaderdoctor.tune.bounds import analyze
 from loaderdoctor.tune.budget import MemoryModel, default_budget
 from loaderdoctor.tune.measure import MeasureSettings, is_map_style, measure, measure_restart
@@ -56,25 +57,24 @@ def tune_dataset(
     soak_epochs: int = 0,
     progress: Progress | None = None,
     cuda: bool | None = None,
+    kernel_limit: bool = True,
 ) -> TuneReport:
-    """Search the DataLoader settings for ``dataset`` and return what was measured and chosen."""
+    """Search the DataLoader settings for ``dataset``; return what was measured and chosen.
+    ``kernel_limit``: trials' workers in a memory cgroup (``system.child_cgroup``) if possible."""
     import torch
 
-    started = time.monotonic()
-    cores = usable_cores()
+    started, cores = time.monotonic(), usable_cores()
     workers_cap = max_workers if max_workers is not None else default_max_workers(cores)
     has_cuda = torch.cuda.is_available() if cuda is None else cuda
     budget = default_budget(own_memory(), memory_budget)
-    window = MeasureSettings(
-        batch_size, window_s, max_window_s=max(4 * window_s, window_s + 1), collate_fn=collate_fn
-    )
+    window = MeasureSettings(batch_size, window_s, max(4 * window_s, window_s + 1), collate_fn)
     limits = SearchSettings(workers_cap, cores, time_budget_s=time_budget_s, cuda=has_cuda)
     limits.early_stop = True  # trials end once decided (the search's own tests run them whole)
-    result, model = _search(dataset, window, budget, limits, progress)
-    notes = [*result.notes, *filter(None, [_contention(result.trials)])]
-    startup = _startup(
-        dataset, result.pick, result.trials, window, result.pick_samples_per_s, notes
-    )
+    result, model, where = _search(dataset, window, budget, limits, progress, kernel_limit)
+    conservative = None if limits.kernel_limit else conservative_note(where)
+    notes = [*result.notes, *filter(None, [_contention(result.trials), conservative])]
+    pick, rate = result.pick, result.pick_samples_per_s
+    startup = _startup(dataset, pick, result.trials, window, rate, notes)
     recommended = result.pick
     if startup is not None and startup.recommend_persistent:
         recommended = dataclasses.replace(result.pick, persistent_workers=True)
@@ -99,6 +99,8 @@ def tune_dataset(
         collate=collate,
         notes=notes,
         soak=soaked,
+        memory_limit=where if limits.kernel_limit else None,
+        conservative=conservative,
     )
 
 
@@ -125,14 +127,35 @@ def _soak(
     )
 
 
+def _kernel_limit(wanted: bool) -> tuple[CgroupParent | None, str]:
+    """Where trials' workers get a memory cgroup of their own, or why they do not."""
+    if not wanted:
+        return None, "the kernel's limit was turned off for this search"
+    return child_cgroup_parent()
+
+
+def conservative_note(why: str) -> str:
+    """What a search without the kernel's limit gives up, and why it had none."""
+    return (
+        f"the pick is conservative: {why}, so no trial's workers could run under a memory "
+        "limit the kernel enforces; a configuration whose predicted memory exceeds the budget "
+        "was not tried (the watcher sees memory only now and then, and a trial could pass the "
+        "budget between two looks), and one that fits may have been left out with it"
+    )
+
+
 def _search(
     dataset: Any,
     window: MeasureSettings,
     budget: Budget,
     limits: SearchSettings,
     progress: Progress | None,
-) -> tuple[SearchResult, MemoryModel]:
-    """Walk the grid: every trial measured against the budget, the memory model fitted as it goes."""
+    kernel_limit: bool = False,
+) -> tuple[SearchResult, MemoryModel, str]:
+    """Walk the grid: every trial measured against the budget, the memory model fitted as it
+    goes; and where the trials' workers ran under the kernel's limit, or why they did not."""
+    cgroup, where = _kernel_limit(kernel_limit)
+    limits.kernel_limit = cgroup is not None
 
     def run_trial(
         config: LoaderConfig, phase: str, worker_guess: int, decided: Decided | None = None, /
@@ -145,14 +168,17 @@ def _search(
             budget_bytes=budget.memory_bytes,
             worker_guess_bytes=worker_guess,
             decided=decided,
-            # a second look is taken where the pick is decided, and the prefetch trials run at
-            # the pick's count: the restart check rides along with both
-            restart=phase in ("repeat", "prefetch"),
+            # a second look is taken where the pick is decided, the prefetch trials run at the
+            # pick's count, and a probe at the budget's edge is often the pick: the restart
+            # check rides along with all three (apart, it restarted 6 workers of 256 MiB for
+            # 5.2 s of a 26 s search at load 15)
+            restart=phase in ("repeat", "prefetch", "refine"),
+            cgroup=cgroup,
         )
 
     model = MemoryModel()
     result = Search(run_trial, budget, limits, model=model, progress=progress).run()
-    return result, model
+    return result, model, where
 
 
 def _contention(trials: list[Trial]) -> str | None:

@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.torch_compat import worker_pids
+from loaderdoctor.system.child_cgroup import CgroupParent, ChildCgroup, child_cgroup
+from loaderdoctor.torch_compat import shut_down, worker_pids
 from loaderdoctor.tune.model import Decided, LoaderConfig, Trial
 from loaderdoctor.tune.sampler import MemoryPeaks, TrialSampler, own_memory
 
@@ -113,6 +114,7 @@ def make_loader(
     config: LoaderConfig,
     settings: MeasureSettings,
     sampler: Any = None,
+    worker_init_fn: Callable[[int], None] | None = None,
 ) -> Any:
     from torch.utils.data import DataLoader
 
@@ -127,6 +129,7 @@ def make_loader(
             pin_memory=config.pin_memory,
             collate_fn=settings.collate_fn,
             timeout=settings.batch_timeout_s if config.num_workers else 0,
+            worker_init_fn=worker_init_fn,
         )
 
 
@@ -205,6 +208,7 @@ def measure(
     worker_guess_bytes: int = 0,
     decided: Decided | None = None,
     restart: bool = False,
+    cgroup: CgroupParent | None = None,
 ) -> Trial:
     """Run ``config`` for one steady-state window; never raises for a worker failure.
 
@@ -215,16 +219,49 @@ def measure(
     next epoch's first batch is ``restart_s``, the start-up that persistent workers save
     ``startup_s`` for, at the cost of a drained queue and one batch instead of a loader of its
     own (``measure_restart``).
+
+    With ``cgroup`` and a budget, the workers run in a child of it limited to the budget less
+    what this process holds, and the kernel, not the watcher, stops them past it: a trial whose
+    worker the kernel OOM-killed there is ``does-not-fit``, with the kernel's evidence.
     """
+    if cgroup is None or budget_bytes is None or config.num_workers == 0:
+        return _run_trial(dataset, config, settings, phase, budget_bytes, worker_guess_bytes,
+                          decided, restart)  # fmt: skip
+    with child_cgroup(cgroup, budget_bytes - own_memory()) as group:
+        trial = _run_trial(dataset, config, settings, phase, budget_bytes, worker_guess_bytes,
+                           decided, restart, group)  # fmt: skip
+        outcome = group.outcome()
+    trial.cgroup_limit_bytes, trial.cgroup_peak_bytes = outcome.limit_bytes, outcome.peak_bytes
+    if outcome.oom_kills:
+        trial.status, trial.samples_per_s, trial.batches_per_s = "does-not-fit", 0.0, 0.0
+        trial.note = "does not fit: the kernel stopped a worker in the trial's memory cgroup ("
+        trial.note += "; ".join(outcome.evidence()) + ")"
+    return trial
+
+
+def _run_trial(
+    dataset: Any,
+    config: LoaderConfig,
+    settings: MeasureSettings,
+    phase: str,
+    budget_bytes: int | None,
+    worker_guess_bytes: int,
+    decided: Decided | None,
+    restart: bool,
+    group: ChildCgroup | None = None,
+) -> Trial:
+    """``measure``'s trial, its workers in ``group`` when one is given: there the watcher only
+    measures (the kernel holds the limit on every page; the watcher looks now and then). The
+    workers stop before the trial ends, an error's too: torch's SIGCHLD handler would take the
+    removal of their cgroup, which kills what is left in it, for a failure of the trial."""
     sampler = CyclingSampler(len(dataset)) if is_map_style(dataset) else None
     restart = restart and sampler is not None and config.num_workers > 0
     kept = dataclasses.replace(config, persistent_workers=True) if restart else config
-    loader = make_loader(dataset, kept, settings, sampler)
-    watcher = TrialSampler(budget_bytes, worker_guess_bytes, settings.sample_interval_s)
-    trial = Trial(config=config, phase=phase)
-    main_start = own_memory()
-    started = time.perf_counter()
-    iterator: Any = None
+    loader = make_loader(dataset, kept, settings, sampler, group.join() if group else None)
+    watched = budget_bytes if group is None else None
+    watcher = TrialSampler(watched, worker_guess_bytes, settings.sample_interval_s)
+    trial, iterator = Trial(config=config, phase=phase), None
+    main_start, started = own_memory(), time.perf_counter()
     try:
         iterator = _start(loader)
         watcher.start(main_start, worker_pids(iterator))  # after the workers' fork, never during
@@ -244,8 +281,16 @@ def measure(
         if config.num_workers == 0:
             raise DatasetError(str(failure)) from failure.error
         trial.status, trial.note = "failed", str(failure)
+    except RuntimeError as error:
+        # torch reports a worker's death from its SIGCHLD handler, wherever the main thread
+        # is then: outside ``_next`` too. A kill by the trial's own cgroup is its verdict.
+        if group is None or group.oom_kills() == 0:
+            raise
+        trial.status, trial.note = "failed", _one_line(error)
     finally:
         peaks = watcher.finish()
+        if iterator is not None:  # an error's traceback may hold it: stop its workers anyway
+            shut_down(iterator)
         del iterator, loader
         gc.collect()  # shut the workers down now, inside this trial's time
         trial.seconds = time.perf_counter() - started

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 SCHEMA = 1
-TrialStatus = Literal["ok", "aborted", "failed"]
+# aborted: the watcher stopped it over the budget; does-not-fit: the kernel stopped a worker at
+# the limit of the trial's memory cgroup (the budget less what the main process held)
+TrialStatus = Literal["ok", "aborted", "does-not-fit", "failed"]
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -81,10 +83,17 @@ class Trial:
     predicted_bytes: int | None = None
     predicted_shm_bytes: int | None = None
     note: str | None = None
+    cgroup_limit_bytes: int | None = None  # the limit of the cgroup its workers ran in
+    cgroup_peak_bytes: int | None = None  # and the most the kernel charged there
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def over_budget(self) -> bool:
+        """Stopped past the memory budget: by the watcher, or by the kernel at the limit."""
+        return self.status in ("aborted", "does-not-fit")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -203,6 +212,10 @@ class TuneReport:
     collate: str | None = None  # the --collate spec, named in the snippet
     notes: list[str] = field(default_factory=list)
     soak: Soak | None = None
+    # where each trial's workers ran under a memory limit the kernel enforces (None: nowhere)
+    memory_limit: str | None = None
+    # why the pick may stop short of what fits (no kernel limit), also among the notes
+    conservative: str | None = None
     schema: int = SCHEMA
 
     def to_json(self, indent: int | None = 2) -> str:

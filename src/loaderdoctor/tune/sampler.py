@@ -220,11 +220,14 @@ class TrialSampler:
         return live, shm
 
     def _read_uss(self, live: list[tuple[_Worker, int]], now: float, read_all: bool) -> None:
-        """USS of the worker read longest ago; at the last look, of a few never read."""
+        """USS of the worker read longest ago; at the last look, of a few: those never read,
+        then those read longest ago. A trial that ends early (0.13 s, decided) has read each
+        worker once or twice, some while they still allocated: a 2-worker trial's worker read
+        at 113 MiB of its 160 once, and the memory model's line through it put 4 workers
+        within a budget for 2.7."""
         pending = [min(live, key=_uss_age)]
         if read_all:
-            unread = [item for item in live if item[0].uss is None]
-            pending = unread[:FINAL_USS_READS] or pending
+            pending = sorted(live, key=_uss_age)[:FINAL_USS_READS]
         for worker, _rss in pending:
             # the RSS of the same read, not the one looked at before it: a worker that built a
             # 256 MiB block in between was charged it twice

@@ -74,6 +74,9 @@ class SearchSettings:
     # End a trial after part of its window once its rate decides it (``measure.Decided``):
     # below what could be picked, or clearly above everything before. Repeats run whole.
     early_stop: bool = False
+    # Each trial's workers run in a memory cgroup limited to the budget (``measure(cgroup=)``):
+    # a configuration that may fit is measured, and the kernel stops one that does not.
+    kernel_limit: bool = False
 
 
 @dataclass
@@ -158,20 +161,9 @@ class Search:
         """Measure ``config`` unless it is over the budget (recorded as skipped) or out of time."""
         if any(s.config == config for s in self.skipped):
             return None
-        predicted, predicted_shm = self.model.predict(config)
-        # a configuration predicted over the budget is never started (the line's central
-        # prediction): the watcher reads the workers' private memory only now and then, so a
-        # trial can end over the budget before it sees it; the budget's margin below the limit
-        # absorbs the line's error, not a configuration known not to fit.
-        highest = predicted
-        seen = [t for t in self.trials if t.config == config and t.ok]
-        if seen:
-            # a configuration run before: what it used beats the linear model's prediction
-            predicted = highest = max(t.total_peak_bytes for t in seen)
-            predicted_shm = max(t.shm_peak_bytes for t in seen)
-        reason = over_budget(highest, predicted_shm, self.budget)
+        reason, predicted, predicted_shm = self._does_not_fit(config)
         if reason is not None:  # recorded as the reason says: what may be needed
-            self.skipped.append(Skipped(config, reason, highest, predicted_shm))
+            self.skipped.append(Skipped(config, reason, predicted, predicted_shm))
             return None
         if self.trials and self._would_overrun():
             self.out_of_time = True
@@ -190,6 +182,34 @@ class Search:
         if self.progress is not None:
             self.progress(len(self.trials), max(self.planned, len(self.trials)), config.label())
         return trial if trial.ok else None
+
+    def _does_not_fit(self, config: LoaderConfig) -> tuple[str | None, int, int]:
+        """Why ``config`` is not started (None when it is), and its predicted memory and shm.
+
+        Watched trials (``kernel_limit`` off): a configuration predicted over the budget is
+        never started (the line's central prediction): the watcher reads the workers' private
+        memory only now and then, so a trial can end over the budget before it sees it; the
+        budget's margin below the limit absorbs the line's error. Under the kernel's limit a
+        trial that overshoots is stopped at the budget, its workers alone: a configuration is
+        then left out only when even the low end of its prediction (``MemoryModel.allowance``)
+        is over the budget, or it was stopped there before.
+        """
+        predicted, predicted_shm = self.model.predict(config)
+        seen = [t for t in self.trials if t.config == config and t.ok]
+        if seen:
+            # a configuration run before: what it used beats the linear model's prediction
+            predicted = max(t.total_peak_bytes for t in seen)
+            predicted_shm = max(t.shm_peak_bytes for t in seen)
+        if not self.settings.kernel_limit:
+            return over_budget(predicted, predicted_shm, self.budget), predicted, predicted_shm
+        if any(t.config == config and t.status == "does-not-fit" for t in self.trials):
+            stopped = "did not fit the memory budget: the kernel stopped an earlier trial"
+            return stopped, predicted, predicted_shm
+        if seen:  # it fit under the kernel's limit, whatever the watcher's estimate said
+            return over_budget(0, predicted_shm, self.budget), predicted, predicted_shm
+        low = predicted - self.model.allowance(config)
+        reason = over_budget(low, predicted_shm, self.budget, at_least=True)
+        return reason, predicted, predicted_shm
 
     def _decided(self, config: LoaderConfig) -> Decided | None:
         """The bars past which ``config``'s trial is decided, from what was measured so far.
@@ -280,6 +300,8 @@ class Search:
                 if self.skipped and self.skipped[-1].config.num_workers == workers:
                     return f"{workers} workers would exceed the budget"
                 last = self.trials[-1]
+                if last.status == "does-not-fit":
+                    return f"{workers} workers do not fit: the kernel stopped them at the budget"
                 if last.status == "aborted":
                     return f"{workers} workers went over the memory budget and were stopped"
                 return f"{workers} workers failed: {last.note}"
@@ -354,7 +376,7 @@ class Search:
 
     def _over_budget(self) -> list[int]:
         """Worker counts predicted over the memory budget, or stopped there."""
-        stopped = [t.config.num_workers for t in self.trials if t.status == "aborted"]
+        stopped = [t.config.num_workers for t in self.trials if t.over_budget]
         return [s.config.num_workers for s in self.skipped] + stopped
 
     def _edge(self) -> None:
@@ -374,11 +396,13 @@ class Search:
             if not over or any(w > top for w in rates):
                 return  # a slower count above the best: the budget is not what stopped it
             ceiling = min(over)
-            fits = self.model.most_workers(self.budget, ceiling)
+            may = self.settings.kernel_limit
+            fits = self.model.most_workers(self.budget, ceiling, may_fit=may)
             if fits is None or fits <= top:
                 fits = top + 1  # measured only while the model cannot rule it out
                 total, shm = self.model.predict(LoaderConfig.make(fits))
-                low = total - self.model.uncertainty(LoaderConfig.make(fits))
+                slack = self.model.allowance if may else self.model.uncertainty
+                low = total - slack(LoaderConfig.make(fits))
                 if fits >= ceiling or over_budget(low, shm, self.budget) is not None:
                     return
             if fits in tried:

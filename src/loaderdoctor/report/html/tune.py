@@ -125,6 +125,13 @@ def format_html(report: TuneReport) -> str:
     ]
     if skipped:
         body.append(f"<h2>Not run (over budget)</h2><ul>{skipped}</ul>")
+    notes = [
+        *(f"trial {n} ({t.config.label()}): {t.note}" for n, t in enumerate(report.trials, 1)
+          if t.note),
+        *report.notes,
+    ]  # fmt: skip
+    if notes:
+        body.append(f"<h2>Notes</h2><ul>{''.join(f'<li>{_e(note)}</li>' for note in notes)}</ul>")
     return page(f"loaderdoctor tune: {report.spec}", "loaderdoctor tune", body)
 
 
