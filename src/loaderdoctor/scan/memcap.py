@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from loaderdoctor.system.child_cgroup import set_memory_limit
+
 PREFIX = "loaderdoctor-scan-"
 
 
@@ -59,14 +61,7 @@ class MemoryCap:
         assert self.group_root is not None
         group = os.path.join(self.group_root, f"worker-{os.getpid()}")
         os.makedirs(group, exist_ok=True)
-        if self.cgroup_version == 1:
-            _write(group, "memory.limit_in_bytes", self.limit_bytes)
-            if os.path.exists(os.path.join(group, "memory.memsw.limit_in_bytes")):
-                _write(group, "memory.memsw.limit_in_bytes", self.limit_bytes)  # no swapping out
-        else:
-            _write(group, "memory.max", self.limit_bytes)
-            if os.path.exists(os.path.join(group, "memory.swap.max")):
-                _write(group, "memory.swap.max", 0)
+        set_memory_limit(group, 1 if self.cgroup_version == 1 else 2, self.limit_bytes)
         _write(group, "cgroup.procs", os.getpid())
 
     def close(self) -> None:

@@ -183,14 +183,19 @@ def _enable_memory_controller(directory: str) -> None:
 
 
 def _set_limit(group: ChildCgroup) -> None:
-    limit = str(max(group.limit_bytes, 0))
-    if group.version == 1:
-        _write(group.directory, "memory.limit_in_bytes", limit)
+    set_memory_limit(group.directory, group.version, group.limit_bytes)
+
+
+def set_memory_limit(directory: str, version: int, limit_bytes: int) -> None:
+    """Hold the cgroup at ``directory`` (v1 or v2) to ``limit_bytes``, swap no way around it."""
+    limit = str(max(limit_bytes, 0))
+    if version == 1:
+        _write(directory, "memory.limit_in_bytes", limit)
         # memory+swap may not be set below memory alone; without swap accounting it is absent
-        _write(group.directory, "memory.memsw.limit_in_bytes", limit, optional=True)
+        _write(directory, "memory.memsw.limit_in_bytes", limit, optional=True)
     else:
-        _write(group.directory, "memory.max", limit)
-        _write(group.directory, "memory.swap.max", "0", optional=True)
+        _write(directory, "memory.max", limit)
+        _write(directory, "memory.swap.max", "0", optional=True)
 
 
 def _write(directory: str, name: str, value: str, *, optional: bool = False) -> None:
