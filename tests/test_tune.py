@@ -20,6 +20,7 @@ from loaderdoctor.tune import (
     LoaderConfig,
     MemoryModel,
     Search,
+    SearchResult,
     SearchSettings,
     Trial,
     TuneReport,
@@ -91,6 +92,13 @@ def plateau_at_six(config: LoaderConfig) -> float:
     return 100.0 * min(config.num_workers, 6)
 
 
+def starved_at_six(config: LoaderConfig) -> float:
+    """``plateau_at_six``, but with two or more workers each waits a fifth of its time for an
+    index (a main process that hands them out late): a deeper queue could feed them."""
+    rate = plateau_at_six(config)
+    return rate * 0.8 if config.num_workers >= 2 else rate
+
+
 def big_budget() -> Budget:
     return Budget(64 * GiB, 64 * GiB, "test")
 
@@ -115,6 +123,31 @@ def test_two_flat_doublings_past_the_cores_end_the_ladder() -> None:
     assert result.stop_reason == "plateau at 32 workers: 2 doublings in a row gained less than 4%"
     assert 64 not in {config.num_workers for config in log}
     assert result.pick == LoaderConfig.make(6, 2)
+
+
+def _compute_bound(curve: dict[int, float]) -> tuple[SearchResult, list[LoaderConfig]]:
+    """A search on 2 unshared cores of samples all CPU at 0 workers (2 ms each, 500 a second)."""
+    log: list[LoaderConfig] = []
+    measure = fake_measure(lambda c: curve.get(c.num_workers, curve[16]), log=log)
+    result = Search(measure, big_budget(), SearchSettings(16, usable_cores=2)).run()
+    return result, log
+
+
+def test_cpu_bound_samples_end_the_ladder_where_the_cores_are_saturated() -> None:
+    # 8 workers a lucky 5% ahead of 4: on 2 unshared cores no count past 4 is measured
+    result, log = _compute_bound({0: 500.0, 1: 480.0, 2: 900.0, 4: 1000.0, 8: 1050.0, 16: 990.0})
+    assert max(config.num_workers for config in log) == 4
+    assert result.stop_reason == (
+        "2 usable cores saturated at 4 workers: at 0 workers a sample is 100% on a CPU, "
+        "so more workers only wait for the cores"
+    )
+
+
+def test_a_rate_still_climbing_at_the_saturation_point_goes_on_up_the_ladder() -> None:
+    # 4 workers 50% ahead of 2: something the CPU share does not explain (threads, caches)
+    result, log = _compute_bound({0: 500.0, 1: 480.0, 2: 900.0, 4: 1350.0, 8: 1800.0, 16: 1800.0})
+    assert 8 in {config.num_workers for config in log}
+    assert result.pick.num_workers > 4
 
 
 def test_a_dip_up_to_the_core_count_does_not_end_the_ladder() -> None:
@@ -148,7 +181,7 @@ def test_a_peak_between_measured_counts_is_probed() -> None:
 
 def test_prefetch_is_raised_only_when_it_pays() -> None:
     def rate(config: LoaderConfig) -> float:
-        base = plateau_at_six(config)
+        base = starved_at_six(config)
         return base * 1.2 if (config.prefetch_factor or 0) >= 3 else base
 
     result = Search(fake_measure(rate), big_budget(), SearchSettings(16)).run()
@@ -703,11 +736,26 @@ def test_a_failing_dataset_at_0_workers_is_a_dataset_error() -> None:
 
 def test_a_small_prefetch_gain_keeps_torchs_default() -> None:
     def rate(config: LoaderConfig) -> float:
-        base = plateau_at_six(config)
+        base = starved_at_six(config)
         return base * 1.05 if (config.prefetch_factor or 0) >= 3 else base
 
-    result = Search(fake_measure(rate), big_budget(), SearchSettings(16)).run()
+    log: list[LoaderConfig] = []
+    result = Search(fake_measure(rate, log=log), big_budget(), SearchSettings(16)).run()
+    assert LoaderConfig.make(6, 4) in log
     assert result.pick == LoaderConfig.make(6, 2)
+
+
+def test_workers_busy_all_the_time_are_not_tried_with_a_deeper_queue() -> None:
+    # 6 workers deliver 6 times what one does: none ever waits for an index to be handed out
+    log: list[LoaderConfig] = []
+    result = Search(fake_measure(plateau_at_six, log=log), big_budget(), SearchSettings(16)).run()
+    assert result.pick == LoaderConfig.make(6, 2)
+    assert all(config.prefetch_factor == 2 for config in log if config.num_workers)
+    assert (
+        "prefetch_factor kept at torch's default: 6 workers deliver 100% of 6 times the best "
+        "rate one worker was measured at, so every worker is busy all the time and a deeper "
+        "queue cannot gain what it would take to be picked"
+    ) in result.notes
 
 
 def test_a_contended_machine_is_noted() -> None:

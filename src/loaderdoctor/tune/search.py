@@ -5,8 +5,11 @@ The exhaustive grid (workers 0..16 x prefetch 1..4) is 65 trials; this walks 7 t
 with ``early_stop`` ends each (but the second measurements) once its rate decides it.
 Throughput over worker counts rises, flattens where the bound is reached (the cores for compute,
 the main process or the transfer for cheap samples) and stays flat or sinks, so two doublings
-past the core count that each gain less than ``tolerance`` mark the plateau. Every configuration's memory is
-predicted first and one over the budget is never started.
+past the core count that each gain less than ``tolerance`` mark the plateau; for samples that keep
+a CPU busy, the count that fills the cores (``saturating_workers``) ends it sooner. Every
+configuration's memory is predicted first and one over the budget is never started. Trials the
+measurements already rule out are not run: a deeper queue for workers that never wait
+(``Search._workers_busy``), counts past the saturated cores.
 
 On shared cores (the 0-worker trial queued for a CPU, ``contended``) single trials are too noisy
 to rank: the pick is read off a throughput model fitted to every measured count at once
@@ -60,6 +63,14 @@ EARLY_MARGIN = 0.05
 # stands on every trial, one pair on two (at load 30 one pair put 1 worker ahead of 16 on a
 # compute-bound set, where back to back 16 ran 1.6 times as fast).
 DUEL_BAND = 0.08
+# A sample that spends at least this share of its 0-worker time on a CPU keeps a worker's core
+# busy: on unshared cores the rate cannot climb past the workers that fill every core (twice
+# over, for the main process's share and the gaps between a worker's samples).
+CPU_BOUND_SHARE = 0.5
+SATURATING_SPARE = 2
+# A doubling at that count that still gains this much says the model is wrong for this dataset
+# (threads, caches): the ladder goes on by its usual rule.
+STILL_CLIMBING = 0.25
 
 
 @dataclass
@@ -113,6 +124,23 @@ def contended(zero: Trial | None) -> float | None:
         return None
     queued = zero.run_queue_per_sample_s * zero.samples_per_s
     return queued if queued >= CONTENDED_SHARE else None
+
+
+def saturating_workers(zero: Trial | None, cores: int) -> tuple[int, float] | None:
+    """On unshared cores: the worker count past which the rate cannot climb, and the share of a
+    sample's time on a CPU at 0 workers it follows from; None for samples that mostly wait.
+
+    A worker whose sample is ``busy`` of its time on a CPU keeps ``busy`` of a core busy, so
+    ``cores / busy`` workers fill the cores; ``SATURATING_SPARE`` times that leaves room for the
+    main process and the gaps between samples. The compute-bound benchmark on 2 cores peaks at
+    2 to 4 workers, and the ladder's trials past them (8 and 16 workers) were half of tune's time.
+    """
+    if zero is None or zero.cpu_per_sample_s is None or zero.samples_per_s <= 0:
+        return None
+    busy = min(1.0, zero.cpu_per_sample_s * zero.samples_per_s)
+    if busy < CPU_BOUND_SHARE:
+        return None
+    return math.ceil(SATURATING_SPARE * max(1, cores) / busy), busy
 
 
 def pick_from(trials: list[Trial], settings: SearchSettings) -> tuple[LoaderConfig, float]:
@@ -250,6 +278,10 @@ class Search:
         rates = [t.samples_per_s for t in self.trials if t.config == config and t.ok]
         return statistics.fmean(rates) if rates else None
 
+    @property
+    def usable_cores(self) -> int:
+        return max(1, self.settings.usable_cores)
+
     def _plan(self, remaining: int) -> None:
         self.planned = len(self.trials) + remaining
 
@@ -291,6 +323,7 @@ class Search:
         # on shared cores the rate climbs past the core count (``contended``, which the
         # report's notes say): no plateau there, the ladder goes on to --max-workers
         shared = self.shared = contended(zero)
+        saturating = None if shared is not None else saturating_workers(zero, self.usable_cores)
         misses = 0
         for workers in ladder:
             trial = self.attempt(LoaderConfig.make(workers, DEFAULT_PREFETCH), "workers")
@@ -306,7 +339,15 @@ class Search:
                     return f"{workers} workers went over the memory budget and were stopped"
                 return f"{workers} workers failed: {last.note}"
             gained = trial.samples_per_s >= best * (1 + self.settings.tolerance)
+            climbing = trial.samples_per_s >= best * (1 + STILL_CLIMBING)
             best = max(best, trial.samples_per_s)
+            if saturating is not None and workers >= saturating[0] and not climbing:
+                cores = self.usable_cores
+                return (
+                    f"{cores} usable core{'s' if cores != 1 else ''} saturated at {workers} "
+                    f"workers: at 0 workers a sample is {saturating[1]:.0%} on a CPU, so more "
+                    "workers only wait for the cores"
+                )
             # Up to the core count workers run in parallel, so a step there that gains nothing
             # is noise more often than a plateau; past it, two steps in a row must gain nothing.
             misses = 0 if gained or workers <= self.settings.usable_cores else misses + 1
@@ -424,6 +465,15 @@ class Search:
                 f"{self.settings.tolerance:.0%} gain a deeper queue would have to show in one"
             )
             return
+        busy = self._workers_busy(base, base_rate)
+        if busy is not None:
+            self.notes.append(
+                f"prefetch_factor kept at torch's default: {base.num_workers} workers deliver "
+                f"{busy:.0%} of {base.num_workers} times the best rate one worker was measured "
+                "at, so every worker is busy all the time and a deeper queue cannot gain what "
+                "it would take to be picked"
+            )
+            return
         workers = base.num_workers
         # Deeper only: a shallower queue is not faster, and ``pick`` takes another
         # prefetch_factor only when it beats torch's default by twice the tolerance, so a trial
@@ -432,6 +482,23 @@ class Search:
         more = self.attempt(LoaderConfig.make(workers, 4), "prefetch")
         if more is not None and more.samples_per_s > base_rate * (1 + self.settings.tolerance):
             self.attempt(LoaderConfig.make(workers, 3), "prefetch")
+
+    def _workers_busy(self, base: LoaderConfig, base_rate: float) -> float | None:
+        """``base``'s rate as a share of its workers' capacity, when a deeper queue could not
+        raise it enough to be picked; else None.
+
+        A worker's capacity is the best rate per worker measured at any count: a worker kept
+        fed delivers at least that. A deeper queue only feeds workers that wait for an index,
+        so it gains at most the share missing; ``pick`` takes another prefetch_factor only
+        past twice ``pick_tolerance``. The latency- and memory-bound benchmarks deliver 96-99%
+        there, and their prefetch trial at 8 or 16 workers was a quarter of tune's time.
+        """
+        rates = self._worker_rates()
+        per_worker = max((rate / w for w, rate in rates.items() if w >= 1), default=0.0)
+        if per_worker <= 0 or base_rate <= 0:
+            return None
+        busy = base_rate / (base.num_workers * per_worker)
+        return busy if busy >= 1 - 2 * self.pick_tolerance() else None
 
     def _single_trial_noise(self) -> float | None:
         """On shared cores, the fitted curve's residual spread when it is larger than
