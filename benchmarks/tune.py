@@ -3,7 +3,8 @@
 Three synthetic datasets: compute-bound (about 2 ms of CPU per sample, calibrated on this
 machine: the best is at the core count), I/O-latency-bound (5 ms of sleep per sample: the best is
 at the most workers) and memory-bound (5 ms of sleep, and each process that loads holds 256 MiB,
-under a memory budget that fits 6 workers: the best is in the middle). The grid measures every
+under a memory budget with room for 6.5 workers by a 4-worker trial's peaks: the best is in the
+middle, where the most workers that fit are; each round prints that count). The grid measures every
 configuration with the same function and window as ``tune`` (``loaderdoctor.tune.measure``, under
 the same budget: a trial past it is stopped and counts as 0; prefetch_factor means nothing at 0
 workers, so that is one point: 65 configurations), always for the whole window.
@@ -101,7 +102,7 @@ class MemoryBound(LatencyBound):
         return super().__getitem__(index)
 
 
-MIDDLE_WORKERS = 6.5  # the memory budget fits 6 workers of MemoryBound, not 7
+MIDDLE_WORKERS = 6.5  # room in the memory budget for MemoryBound's workers, by a 4-worker trial
 
 
 def memory_budget(dataset: MemoryBound, batch_size: int) -> int:
@@ -223,6 +224,7 @@ class Round:
     grid_cpu: float
     over_budget_s: float
     load: float  # the 1-minute load average when the round began
+    fits: int  # the most workers of a grid trial that ran within the budget
     breakdown: str = ""  # where tune's time went: its trials, the restart check, the rest
 
     @property
@@ -266,7 +268,8 @@ def one_round(
     pick_rate, best_rate = back_to_back(dataset, pick, best, settings, number % 2)
     return Round(
         pick, best, rates[best], pick_rate, best_rate,
-        tune_wall, tune_cpu, grid_wall, grid_cpu, over_budget_s, load, breakdown,
+        tune_wall, tune_cpu, grid_wall, grid_cpu, over_budget_s, load,
+        max(c.num_workers for c, rate in rates.items() if rate > 0), breakdown,
     )  # fmt: skip
 
 
@@ -318,7 +321,10 @@ def main() -> None:
             memory_budget(dataset, args.batch_size) if isinstance(dataset, MemoryBound) else None
         )
         if budget is not None:
-            print(f"{name}: memory budget {budget / 2**20:.0f} MiB (6 workers fit, 7 do not)")
+            print(
+                f"{name}: memory budget {budget / 2**20:.0f} MiB (room for {MIDDLE_WORKERS} "
+                "workers by a 4-worker trial's peaks; each round says how many the grid fit)"
+            )
         done = []
         for number in range(rounds):
             row = one_round(dataset, settings, budget, args.batch_size, number)
@@ -331,6 +337,8 @@ def main() -> None:
                 f"{row.best_rate:.0f}/s: {row.ratio:.3f}"
             )
             print(f"{name} round {number + 1} tune's time: {row.breakdown}")
+            if budget is not None:
+                print(f"{name} round {number + 1}: the grid fit up to {row.fits} workers")
         tune_wall = sum(r.tune_wall for r in done)
         grid_wall = sum(r.grid_wall for r in done)
         cpu_share = sum(r.tune_cpu for r in done) / sum(r.grid_cpu for r in done)
