@@ -19,6 +19,8 @@ import time
 
 import pytest
 
+from conftest import default_sigint
+
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -48,6 +50,9 @@ def run_in_pty(
         stdin=follower,
         stdout=follower,
         stderr=follower,
+        # a terminal's new session: SIGINT at its default, even where this run's own was
+        # started in the background with it ignored (which exec would pass on)
+        preexec_fn=default_sigint,
         start_new_session=True,
         env=environment,
         cwd=cwd,

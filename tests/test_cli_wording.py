@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cli_terminal import plain, run_in_pty
-from conftest import run_python
+from conftest import default_sigint, run_python
 from loaderdoctor.cli import EXIT_STATUS_HELP, main
 from test_run_units import sample_report
 
@@ -103,7 +103,9 @@ def test_run_says_what_became_of_the_command(
     args = ["-m", "loaderdoctor", "run", "--report-dir", str(tmp_path / "r")]
     args += ["--", sys.executable, *command]
     if through == "pipe":
-        result = run_python(args, cwd=str(tmp_path))
+        # The command interrupts itself: it must get SIGINT's default, not an ignored SIGINT
+        # inherited from a test run started in the background (nohup, `.ci/run &`).
+        result = run_python(args, cwd=str(tmp_path), preexec_fn=default_sigint)
         shown = result.stderr
     else:
         result = run_in_pty(args, cwd=str(tmp_path))

@@ -157,7 +157,9 @@ def loader_for(
         ("sigkill", None),
         ("segv", None),
         ("exit", None),
-        ("segv", "spawn"),
+        # A pickled start once, under forkserver (Linux's default from Python 3.14): the
+        # supervisor replaces a worker the same way under spawn, whose healing of a segfault
+        # is test_portable's test_healing_under_spawn_finishes_the_epoch.
         ("sigkill", "forkserver"),
     ],
 )
