@@ -8,7 +8,7 @@ import os
 import pytest
 
 from loaderdoctor.tune import Budget, LoaderConfig, MemoryModel, Search, SearchSettings, Trial
-from loaderdoctor.tune.budget import fit_line
+from loaderdoctor.tune.budget import fit_line, over_budget
 
 MiB = 1024 * 1024
 # Recorded on the 2-core machine at load 11 (benchmarks/tune.py's memory-bound set: each process
@@ -229,3 +229,25 @@ def test_a_count_the_kernel_stopped_is_not_run_again_and_moves_no_line() -> None
     assert result.pick == LoaderConfig.make(6)
     assert search._does_not_fit(LoaderConfig.make(6, 4))[0] is None
     assert not [s for s in result.skipped if s.config.num_workers == 6]
+
+
+def test_under_the_kernels_limit_the_model_counts_what_the_kernel_charged() -> None:
+    # the watcher put 4 workers at 309-340 MiB between its reads; the kernel charged their
+    # cgroup 258 MiB each: the line goes through the kernel's count, and 8 workers that fit a
+    # 2.6 GiB budget beside a 405 MiB main process are predicted to fit
+    model = MemoryModel()
+    for workers, estimate in ((1, 276), (2, 300), (4, 330)):
+        model.update(
+            Trial(
+                LoaderConfig.make(workers),
+                "workers",
+                main_peak_bytes=405 * MiB,
+                worker_peak_bytes=[estimate * MiB] * workers,
+                total_peak_bytes=(405 + estimate * workers) * MiB,
+                cgroup_limit_bytes=2200 * MiB,
+                cgroup_peak_bytes=258 * MiB * workers,
+            )
+        )
+    total, _shm = model.predict(LoaderConfig.make(8))
+    assert total == pytest.approx((405 + 8 * 258) * MiB, rel=0.001)
+    assert over_budget(total, 0, Budget(2600 * MiB, None, "test")) is None

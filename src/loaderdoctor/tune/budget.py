@@ -112,7 +112,7 @@ class MemoryModel:
             return
         in_flight = self.batch_bytes * workers * (trial.config.prefetch_factor or 1)
         if trial.ok:
-            self.points.append((workers, trial.total_peak_bytes - in_flight))
+            self.points.append((workers, trial.charged_peak_bytes - in_flight))
             if self._fit(trial):
                 return
         elif trial.status == "does-not-fit" and self.fixed_bytes is not None:
@@ -127,7 +127,7 @@ class MemoryModel:
             )
             self.worker_measured = True
         # what the trial really used beyond the model's terms is charged to its workers
-        unexplained = trial.total_peak_bytes - self.main_bytes - in_flight
+        unexplained = trial.charged_peak_bytes - self.main_bytes - in_flight
         if unexplained > self.per_worker_bytes * workers:
             self.per_worker_bytes = unexplained // workers
             self.worker_measured = True
