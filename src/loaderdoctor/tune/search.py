@@ -278,10 +278,6 @@ class Search:
         rates = [t.samples_per_s for t in self.trials if t.config == config and t.ok]
         return statistics.fmean(rates) if rates else None
 
-    @property
-    def usable_cores(self) -> int:
-        return max(1, self.settings.usable_cores)
-
     def _plan(self, remaining: int) -> None:
         self.planned = len(self.trials) + remaining
 
@@ -323,7 +319,9 @@ class Search:
         # on shared cores the rate climbs past the core count (``contended``, which the
         # report's notes say): no plateau there, the ladder goes on to --max-workers
         shared = self.shared = contended(zero)
-        saturating = None if shared is not None else saturating_workers(zero, self.usable_cores)
+        saturating = (
+            None if shared is not None else saturating_workers(zero, self.settings.usable_cores)
+        )
         misses = 0
         for workers in ladder:
             trial = self.attempt(LoaderConfig.make(workers, DEFAULT_PREFETCH), "workers")
@@ -342,7 +340,7 @@ class Search:
             climbing = trial.samples_per_s >= best * (1 + STILL_CLIMBING)
             best = max(best, trial.samples_per_s)
             if saturating is not None and workers >= saturating[0] and not climbing:
-                cores = self.usable_cores
+                cores = self.settings.usable_cores
                 return (
                     f"{cores} usable core{'s' if cores != 1 else ''} saturated at {workers} "
                     f"workers: at 0 workers a sample is {saturating[1]:.0%} on a CPU, so more "
