@@ -23,6 +23,17 @@ from loaderdoctor.supervise.worker import collate as worker_collate
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(autouse=True)
+def _kernel_log_unread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As where the kernel log cannot be read (not root, a container): a SIGKILL the loader
+    cannot tell from an OOM kill, so the machine is blamed and the pool backs off. Where the
+    kernel log and the cgroup counters show no OOM kill, an outside SIGKILL does not shrink the
+    pool (``test_chaos``)."""
+    from loaderdoctor.supervise.parent import recovery
+
+    monkeypatch.setattr(recovery, "oom_ruled_out", lambda evidence: False)
+
+
 def epochs(loader: loaderdoctor.DataLoader, count: int) -> tuple[list[list[int]], list[str]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -9,7 +9,7 @@ import pytest
 from loaderdoctor.forensics import Diagnosis, catalog
 from loaderdoctor.supervise import heal_policy, sharing
 from loaderdoctor.supervise.heal_policy import (
-    MAX_RESPAWNS,
+    MAX_DEATHS_IN_A_ROW,
     ActionKind,
     Backoff,
     HealPolicy,
@@ -28,7 +28,7 @@ R, P, Q, B, F, S = (
     ActionKind.RESPAWN,
 )
 BASE = Situation(
-    heal=True, iterable=False, respawns=0, num_workers=4, prefetch_factor=2, kind="death"
+    heal=True, iterable=False, deaths_in_a_row=0, num_workers=4, prefetch_factor=2, kind="death"
 )
 
 
@@ -46,11 +46,46 @@ TABLE = [
     ("oom-killed", {"iterable": True, "culprit": 3, "prefetch_factor": 1}, (S, 4, 1)),
     ("worker-hang", {"iterable": True, "kind": "hang", "culprit": 3}, (S, 4, 2)),
     ("native-crash", {"iterable": True, "heal": False, "culprit": 3}, (R, 4, 2)),
-    ("native-crash", {"iterable": True, "respawns": MAX_RESPAWNS}, (R, 4, 2)),
+    ("native-crash", {"iterable": True, "deaths_in_a_row": MAX_DEATHS_IN_A_ROW}, (R, 4, 2)),
     ("worker-exit", {"iterable": True, "reached_worker_init": False}, (R, 4, 2)),
     ("sample-error", {"iterable": True, "kind": "exception"}, (R, 4, 2)),
     ("shm-exhausted", {"iterable": True, "kind": "exception"}, (R, 4, 2)),
-    ("native-crash", {"respawns": MAX_RESPAWNS, "culprit": 3}, (R, 4, 2)),
+    # past max_deaths_in_a_row: the probe still decides (a sample to blame is the sample's
+    # count); a death that blamed none stops healing, said as such
+    ("native-crash", {"deaths_in_a_row": MAX_DEATHS_IN_A_ROW, "culprit": 3}, (P, 4, 2)),
+    (
+        "native-crash",
+        {"deaths_in_a_row": MAX_DEATHS_IN_A_ROW, "culprit": 3, "probe_failed_again": True},
+        (Q, 4, 2),
+    ),
+    (
+        "native-crash",
+        {"deaths_in_a_row": MAX_DEATHS_IN_A_ROW, "culprit": 3, "probe_failed_again": False},
+        (R, 4, 2),
+    ),
+    (
+        "native-crash",
+        {"deaths_in_a_row": MAX_DEATHS_IN_A_ROW - 1, "culprit": 3, "probe_failed_again": False},
+        (S, 4, 2),
+    ),
+    # a worker killed from outside while it started (before its init) is replaced; one that
+    # exited on its own there cannot start at all
+    ("killed-by-signal", {"reached_worker_init": False, "oom_ruled_out": True}, (S, 4, 2)),
+    ("killed-by-signal", {"reached_worker_init": False, "iterable": True}, (S, 4, 2)),
+    ("worker-exit", {"reached_worker_init": False}, (R, 4, 2)),
+    # an outside SIGKILL the kernel shows was no OOM kill does not shrink the pool
+    (
+        "killed-by-signal",
+        {
+            "culprit": 3,
+            "probe_failed_again": False,
+            "oom_ruled_out": True,
+            "loaded_fine_alone_before": 2,
+        },
+        (S, 4, 2),
+    ),
+    ("killed-by-signal", {"oom_ruled_out": True}, (S, 4, 2)),
+    ("killed-by-signal", {"culprit": 3, "probe_failed_again": False}, (B, 4, 1)),
     ("native-crash", {"culprit": 3}, (P, 4, 2)),
     ("native-crash", {"culprit": 3, "probe_failed_again": True}, (Q, 4, 2)),
     # a sample quarantined already killed a worker that did not know it: no probe again
@@ -169,7 +204,7 @@ TABLE = [
     ("internal-error", {"kind": "exception"}, (F, 4, 2)),
     ("internal-error", {"kind": "exception", "heal": False}, (R, 4, 2)),
     ("internal-error", {"kind": "exception", "iterable": True}, (R, 4, 2)),
-    ("internal-error", {"kind": "exception", "respawns": MAX_RESPAWNS}, (F, 4, 2)),
+    ("internal-error", {"kind": "exception", "deaths_in_a_row": MAX_DEATHS_IN_A_ROW}, (F, 4, 2)),
     # workers that could not start: the cause's catalog row decides (``start-failure``)
     ("unpicklable", {"kind": "start"}, (B, 0, 1)),
     # where only spawn stands in the way, workers are forked: never the training process
@@ -178,7 +213,7 @@ TABLE = [
     ("process-limit", {"kind": "start", "fork_fallback": True}, (B, 0, 1)),
     ("unpicklable", {"kind": "start", "iterable": True}, (B, 0, 1)),  # no item read yet
     ("unpicklable", {"kind": "start", "heal": False}, (R, 4, 2)),
-    ("process-limit", {"kind": "start", "respawns": MAX_RESPAWNS}, (B, 0, 1)),
+    ("process-limit", {"kind": "start", "deaths_in_a_row": MAX_DEATHS_IN_A_ROW}, (B, 0, 1)),
     ("fd-exhausted", {"kind": "start"}, (R, 4, 2)),
     ("worker-exit", {"kind": "start"}, (R, 4, 2)),  # an error no rule knows
 ]
@@ -346,3 +381,23 @@ def test_a_new_rows_heals_decides_how_its_start_failure_heals(
     start = replace(BASE, kind="start")
     assert HealPolicy().decide(verdict("synthetic-start"), start).kind is B
     assert HealPolicy().decide(verdict("synthetic-other"), start).kind is R
+
+
+def test_healing_stopped_at_the_deaths_limit_names_it() -> None:
+    at = replace(BASE, deaths_in_a_row=3, max_deaths_in_a_row=3, oom_ruled_out=True)
+    action = HealPolicy().decide(verdict("killed-by-signal"), at)
+    assert (action.kind, action.stops_healing) == (R, True)
+    assert action.note == (
+        "healing stopped: 4 worker deaths in a row with no batch delivered between them and no "
+        "sample to blame (max_deaths_in_a_row=3; pass max_deaths_in_a_row=N to the DataLoader "
+        "to allow more)"
+    )
+
+
+def test_only_the_machine_holds_a_pool_back() -> None:
+    assert heal_policy.holds_back(verdict("oom-killed"), BASE)
+    assert heal_policy.holds_back(verdict("killed-by-signal"), BASE)
+    assert not heal_policy.holds_back(
+        verdict("killed-by-signal"), replace(BASE, oom_ruled_out=True)
+    )
+    assert not heal_policy.holds_back(verdict("native-crash"), BASE)

@@ -542,6 +542,11 @@ class IteratorBooks:
     def index_sampler(self) -> Any:
         return self._it._index_sampler
 
+    def start_sampler_pass(self) -> None:
+        """A new pass of the sampler, as torch's ``_reset`` starts one for each epoch (it draws
+        nothing until read: a pool stopped before the reset hands its successor this pass)."""
+        self._it._sampler_iter = iter(self._it._index_sampler)
+
     # --- the books --------------------------------------------------------------------------
     @property
     def sent(self) -> int:

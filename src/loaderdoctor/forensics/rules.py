@@ -171,6 +171,21 @@ def start_failure(ev: Evidence) -> Finding | None:
     return None
 
 
+def oom_ruled_out(ev: Evidence) -> bool:
+    """A SIGKILL that the kernel log and the cgroup counters, both read, show was no OOM kill:
+    something outside killed the worker (a scheduler, a person, a watchdog)."""
+    before, after = ev.cgroup_oom_kills_before, ev.cgroup_oom_kills_after
+    return (
+        ev.kind == "death"
+        and ev.signal == "SIGKILL"
+        and not ev.oom_kill_for_pid
+        and bool(ev.kernel_log_readable)
+        and before is not None
+        and after is not None
+        and after <= before
+    )
+
+
 def killed_by_sigkill(ev: Evidence) -> Finding | None:
     if ev.kind != "death" or ev.signal != "SIGKILL":
         return None
@@ -186,7 +201,7 @@ def killed_by_sigkill(ev: Evidence) -> Finding | None:
             (f"the memory cgroup's oom_kill counter went from {before} to {after} during the run",),
         )
     counters_known = before is not None and after is not None
-    if ev.kernel_log_readable and counters_known:
+    if oom_ruled_out(ev):
         return Finding(
             "killed-by-signal", 0.9, ("no OOM kill in the kernel log or the cgroup counters",)
         )

@@ -32,7 +32,11 @@ PROCESS_KILLING = causes_that(catalog.PROCESS_KILLING)
 # loading moves to the main process for the rest of the loader's life. Any other start failure
 # is the user's to see, as under stock torch.
 START_FAILURES = causes_that(catalog.START_FAILURE)
-MAX_RESPAWNS = 8
+# Worker deaths (and hangs) in a row with no batch delivered between them and no sample found to
+# blame (a death whose sample then failed again alone quarantines it, and is bounded by what the
+# samples did: ``max_skipped``): past this many, healing stops (``max_deaths_in_a_row``).
+MAX_DEATHS_IN_A_ROW = 8
+DEATHS_LIMIT_KEYWORD = "max_deaths_in_a_row"
 IN_PROCESS_NOTE = "the epoch loads in the main process instead (num_workers=0)"
 NOT_EXACT_NOTE = (
     "not healed: this loader's state cannot resume a new pool with every healthy sample once "
@@ -46,6 +50,10 @@ FORK_NOTE = (
     "the epoch loads in {workers} forked worker process(es) instead "
     "(multiprocessing_context='fork', which pickles nothing and re-runs no script): "
     "isolated from the training process"
+)
+OUTSIDE_KILL_NOTE = (
+    "killed from outside (no OOM kill in the kernel log or the cgroup counters): respawned, "
+    "the pool keeps its size"
 )
 # A rung is climbed back after this many batches delivered without an environmental failure, or
 # at the start of an epoch when the whole previous epoch was healthy, whichever comes first.
@@ -76,6 +84,9 @@ class Action:
     # The pool is stopped before the culprit is re-tried alone (nothing it holds contends with
     # the re-try), so it is rebuilt, never resumed with one worker replaced.
     pool_stopped: bool = False
+    # Healing stops here at a limit (``note`` names it, its value and its keyword): the raise
+    # is a ``HealingStoppedError``, not the failure's own.
+    stops_healing: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,7 +95,9 @@ class Situation:
 
     heal: bool
     iterable: bool  # a stream: its workers resume their streams (``culprit`` is a position)
-    respawns: int
+    # Deaths and hangs since the last delivered batch that blamed no sample (this one not
+    # counted); ``max_deaths_in_a_row`` is the user's bound on them
+    deaths_in_a_row: int
     num_workers: int
     prefetch_factor: int
     kind: str  # Evidence.kind: death, exception, hang, start
@@ -111,6 +124,19 @@ class Situation:
     isolated_probe: bool = False
     # Earlier deaths of this loader whose sample then loaded fine alone
     loaded_fine_alone_before: int = 0
+    max_deaths_in_a_row: int = MAX_DEATHS_IN_A_ROW
+    # A SIGKILL the kernel log and cgroup counters show was no OOM kill: not the machine's
+    # memory, so no reason to shrink the pool (``forensics.rules.oom_ruled_out``)
+    oom_ruled_out: bool = False
+
+
+def holds_back(diagnosis: Diagnosis, at: Situation) -> bool:
+    """A failure that says the machine is short now (memory, /dev/shm, descriptors): it backs
+    the pool off, and holds a backed-off pool from climbing back. A death the kernel shows was
+    no OOM kill (an outside SIGKILL) says nothing about the machine."""
+    if diagnosis.cause not in ENVIRONMENTAL:
+        return False
+    return not (diagnosis.cause == "killed-by-signal" and at.oom_ruled_out)
 
 
 def process_killing(cause: str, kind: str) -> bool:
@@ -180,7 +206,8 @@ class HealPolicy:
         action = self._decide(diagnosis, at)
         if not at.resumes_exactly and action.kind is not ActionKind.RAISE:
             return Action(ActionKind.RAISE, at.num_workers, at.prefetch_factor, NOT_EXACT_NOTE)
-        return _within_fixed_workers(action, at) if at.workers_fixed else action
+        action = _within_fixed_workers(action, at) if at.workers_fixed else action
+        return _within_deaths_in_a_row(action, at)
 
     def _decide(self, diagnosis: Diagnosis, at: Situation) -> Action:
         keep = Action(ActionKind.RESPAWN, at.num_workers, at.prefetch_factor)
@@ -194,8 +221,6 @@ class HealPolicy:
             return self._stream(diagnosis, at, keep)
         if cause == "internal-error":
             return replace(keep, kind=ActionKind.FALL_BACK)
-        if at.respawns >= MAX_RESPAWNS:
-            return raise_it
         if cause == "fd-exhausted" and at.sharing_strategy == sharing.FILE_DESCRIPTOR:
             # torch's own fix first (its message names it): tensors cross as named files, which
             # hold no descriptor; only a second failure under it backs off.
@@ -205,9 +230,14 @@ class HealPolicy:
             return Action(
                 ActionKind.BACK_OFF, 0, 1, "the rest of the epoch loads in the main process"
             )
-        if at.kind == "death" and at.reached_worker_init is False and cause != "oom-killed":
+        if (
+            at.kind == "death"
+            and at.reached_worker_init is False
+            and not killed_while_starting(cause)
+        ):
             return raise_it  # the workers cannot start at all: nothing to respawn into
-        # (An OOM kill while starting, spawned workers each importing torch again: fewer fit.)
+        # (An OOM kill while starting, spawned workers each importing torch again: fewer fit; a
+        # worker killed from outside while it started is replaced as any other.)
         if at.kind == "exception":
             # Out of shared memory or descriptors: the batch is still owed; back off. Any other
             # exception is the user's to see (sample errors heal inside the workers).
@@ -227,8 +257,10 @@ class HealPolicy:
             return replace(keep, kind=ActionKind.QUARANTINE)
         if cause in SAMPLE_DEATHS and at.culprit is not None:
             return self._sample_death(diagnosis, at, keep)
-        if cause in ENVIRONMENTAL:
+        if holds_back(diagnosis, at):
             return self._back_off(diagnosis, at, "")
+        if cause == "killed-by-signal" and at.oom_ruled_out:
+            return replace(keep, note=OUTSIDE_KILL_NOTE)
         return keep
 
     def _start(self, diagnosis: Diagnosis, at: Situation, raise_it: Action) -> Action:
@@ -266,11 +298,15 @@ class HealPolicy:
                 kind=ActionKind.QUARANTINE,
                 note=f"sample {at.culprit!r} failed again alone in a fresh worker",
             )
-        if diagnosis.cause in ENVIRONMENTAL:
+        if holds_back(diagnosis, at):
             return self._back_off(
                 diagnosis,
                 at,
                 f"sample {at.culprit!r} loaded fine alone: the machine, not the sample",
+            )
+        if diagnosis.cause == "killed-by-signal" and at.oom_ruled_out:
+            return replace(
+                keep, note=f"sample {at.culprit!r} loaded fine alone; {OUTSIDE_KILL_NOTE}"
             )
         if at.loaded_fine_alone_before and at.num_workers > 1:
             return self._fewer_workers(
@@ -328,10 +364,11 @@ class HealPolicy:
         would start every stream again from its first item).
         """
         raise_it = replace(keep, kind=ActionKind.RAISE)
-        if at.kind not in ("death", "hang") or at.respawns >= MAX_RESPAWNS:
+        if at.kind not in ("death", "hang"):
             return raise_it
         if at.kind == "death" and at.reached_worker_init is False:
-            return raise_it
+            if not killed_while_starting(diagnosis.cause):
+                return raise_it
         if diagnosis.cause == "internal-error":
             return raise_it
         return keep
@@ -350,6 +387,38 @@ class HealPolicy:
                 f"{note}; {extra}" if note else extra,
             )
         return Action(ActionKind.BACK_OFF, lower[0], lower[1], note)
+
+
+def killed_while_starting(cause: str) -> bool:
+    """A death before the worker reached its init that is no start failure: the OOM killer or
+    an outside signal took a worker that was starting, which a replacement can survive."""
+    return cause in ("oom-killed", "killed-by-signal")
+
+
+def _within_deaths_in_a_row(action: Action, at: Situation) -> Action:
+    """Healing stops, and says so, once deaths that blamed no sample come one after another
+    past the user's bound with no batch delivered between: it would only start workers that
+    die. A probe decides first (its sample may be quarantined, which is the sample's count:
+    ``max_skipped`` bounds those)."""
+    if at.kind not in ("death", "hang") or action.kind in (
+        ActionKind.RAISE,
+        ActionKind.PROBE,
+        ActionKind.QUARANTINE,
+        ActionKind.FALL_BACK,
+    ):
+        return action
+    if at.deaths_in_a_row < at.max_deaths_in_a_row:
+        return action
+    return Action(
+        ActionKind.RAISE,
+        at.num_workers,
+        at.prefetch_factor,
+        f"healing stopped: {at.deaths_in_a_row + 1} worker deaths in a row with no batch "
+        f"delivered between them and no sample to blame ({DEATHS_LIMIT_KEYWORD}="
+        f"{at.max_deaths_in_a_row}; pass {DEATHS_LIMIT_KEYWORD}=N to the DataLoader to allow "
+        "more)",
+        stops_healing=True,
+    )
 
 
 def _within_fixed_workers(action: Action, at: Situation) -> Action:
@@ -427,8 +496,10 @@ class Backoff:
 
 __all__ = [
     "CLIMB_AFTER_BATCHES",
+    "DEATHS_LIMIT_KEYWORD",
     "ENVIRONMENTAL",
-    "MAX_RESPAWNS",
+    "MAX_DEATHS_IN_A_ROW",
+    "OUTSIDE_KILL_NOTE",
     "POLICY",
     "SAMPLE_DEATHS",
     "SPAWN_ONLY",
@@ -437,6 +508,8 @@ __all__ = [
     "Backoff",
     "HealPolicy",
     "Situation",
+    "holds_back",
+    "killed_while_starting",
     "ladder",
     "memory_suspect",
     "process_killing",

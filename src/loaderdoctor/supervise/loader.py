@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch.utils.data
 
 from loaderdoctor import torch_compat, torch_signature
+from loaderdoctor.supervise.heal_policy import MAX_DEATHS_IN_A_ROW
 from loaderdoctor.supervise.parent.incidents import (
     INCIDENT_SINKS,
     Incident,
@@ -61,6 +62,10 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         max_skipped: how many samples healing may skip before it stops and raises, as a count
             or a fraction of the dataset (default 0.5). The same failure on eight samples in a
             row, with none delivered between, stops it too: a failure the samples share.
+        max_deaths_in_a_row: how many worker deaths (or hangs) in a row, with no batch delivered
+            between and no sample to blame, healing replaces before it stops and raises
+            ``HealingStoppedError`` (default 8). A sample that kills its worker again alone is
+            quarantined instead, and counts against ``max_skipped``.
 
     Any other keyword reaches torch unchanged.
     """
@@ -88,10 +93,18 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         quarantine: str | os.PathLike[str] | None = None,
         allow_in_process: bool = False,
         max_skipped: int | float | None = None,
+        max_deaths_in_a_row: int = MAX_DEATHS_IN_A_ROW,
         **torch_keywords: Any,
     ) -> None:
         settings = Settings.from_keywords(
-            hang_timeout, heal, on_error, retries, quarantine, allow_in_process, max_skipped
+            hang_timeout,
+            heal,
+            on_error,
+            retries,
+            quarantine,
+            allow_in_process,
+            max_skipped,
+            max_deaths_in_a_row,
         )
         # torch's own keywords (and any a newer torch adds) go to torch as given: torch checks
         # them and raises its own TypeError for one it does not know.
@@ -118,6 +131,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         self.quarantine_path = settings.quarantine_path
         self.allow_in_process = settings.allow_in_process
         self.max_skipped = max_skipped
+        self.max_deaths_in_a_row = max_deaths_in_a_row
         self._ld = Supervision.of(self, settings)
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
         self._ld_unsupervised = _unsupervised_reason(unknown)

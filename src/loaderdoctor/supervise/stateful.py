@@ -18,6 +18,7 @@ from collections import deque
 from typing import Any
 
 from loaderdoctor import torchdata_compat  # imports torchdata
+from loaderdoctor.supervise.heal_policy import MAX_DEATHS_IN_A_ROW
 from loaderdoctor.supervise.loader import (
     LOADER_HOOKS,
     DataLoader,
@@ -52,13 +53,30 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
         quarantine: str | os.PathLike[str] | None = None,
         allow_in_process: bool = False,
         max_skipped: int | float | None = None,
+        max_deaths_in_a_row: int = MAX_DEATHS_IN_A_ROW,
         **kwargs: Any,
     ) -> None:
         settings = Settings.from_keywords(
-            hang_timeout, heal, on_error, retries, quarantine, allow_in_process, max_skipped
+            hang_timeout,
+            heal,
+            on_error,
+            retries,
+            quarantine,
+            allow_in_process,
+            max_skipped,
+            max_deaths_in_a_row,
         )
         super().__init__(*args, **kwargs)
         loader: Any = self
+        # The same attributes as ``loaderdoctor.DataLoader``'s (a probe reads its hang_timeout)
+        loader.hang_timeout = settings.hang_timeout
+        loader.heal = settings.heal
+        loader.on_error = settings.on_error
+        loader.retries = settings.retries
+        loader.quarantine_path = settings.quarantine_path
+        loader.allow_in_process = settings.allow_in_process
+        loader.max_skipped = max_skipped
+        loader.max_deaths_in_a_row = max_deaths_in_a_row
         loader._ld = Supervision.of(loader, settings)
         loader._ld_unsupervised = plain_reason(loader)
         for hook in list(LOADER_HOOKS):

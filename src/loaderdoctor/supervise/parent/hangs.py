@@ -15,7 +15,7 @@ import time
 
 from loaderdoctor.recorder import WorkerSnapshot
 from loaderdoctor.supervise import files
-from loaderdoctor.supervise.worker.hooks import STAGE_TIMER_FRAME
+from loaderdoctor.supervise.worker.hooks import ORPHAN_GUARD_FRAME, STAGE_TIMER_FRAME
 
 STACK_DUMP_WAIT_S = 1.0
 STUCK_STAGES = ("fetch", "collate", "init")
@@ -108,6 +108,7 @@ def _main_thread_first(dump: str) -> str:
     own thread, as a signal's dump would."""
     threads = [block.strip() for block in dump.strip().split("\n\n") if block.strip()]
     threads = [block for block in threads if STAGE_TIMER_FRAME not in block]
+    threads = [block for block in threads if ORPHAN_GUARD_FRAME not in block]
     threads.sort(key=lambda block: "in _worker_loop" not in block)
     return "\n\n".join(threads)
 

@@ -99,10 +99,9 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
         supervisor.new_epoch()
 
         def reset() -> None:
-            with supervisor.recovery.resetting():
-                super(SupervisedMultiProcessingIter, self).ld_reset(loader, first_iter)
+            super(SupervisedMultiProcessingIter, self).ld_reset(loader, first_iter)
 
-        supervisor.attempt(reset)  # a persistent worker may have died between epochs
+        supervisor.reset_persistent(reset)
 
     def ld_process_data(self, data: Any, worker_idx: int) -> Any:
         return super().ld_process_data(self._ld_received(data, worker_idx), worker_idx)

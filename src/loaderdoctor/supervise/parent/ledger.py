@@ -33,6 +33,9 @@ class Ledger:
             task, indices = owed_task, self._owed.pop(owed_task)
         return task, indices
 
+    def owes(self, task: int) -> bool:
+        return task in self._owed
+
     def indices_of(self, task: int) -> Any:
         return self._owed.get(task)
 

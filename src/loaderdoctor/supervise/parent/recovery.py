@@ -33,16 +33,23 @@ import torch
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.reproduced import reproduced_alone
+from loaderdoctor.forensics.rules import oom_ruled_out
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise import sharing
-from loaderdoctor.supervise.errors import WorkerDiedError, WorkerHangError, attach
+from loaderdoctor.supervise.errors import (
+    HealingStoppedError,
+    WorkerDiedError,
+    WorkerHangError,
+    attach,
+)
 from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of, user_stacklevel
 from loaderdoctor.supervise.heal_policy import (
     POLICY,
     Action,
     ActionKind,
     Situation,
+    holds_back,
     memory_suspect,
     replaces_one_worker,
 )
@@ -231,14 +238,21 @@ class Recovery:
             if action.pool_stopped:
                 self.stop(beside=ev.worker_id)  # nothing the pool holds contends with the re-try
             action = self._probe(diagnosis, at, ev.in_flight_index)
-        if self.sup.backoff is not None:
+        self._count_death(at, action)
+        if self.sup.backoff is not None and holds_back(diagnosis, at):
             self.sup.backoff.failed()
         if action.kind is ActionKind.RAISE:
             if action.note:
                 diagnosis.evidence.append(action.note)
-            return self._raise(failure, diagnosis)
+            return self._raise(failure, diagnosis, stops_healing=action.stops_healing)
         stream = self._stream_culprit(ev, diagnosis) if self.streams is not None else None
         return self._heal(diagnosis, action, at, ev, replacement, stream)
+
+    def _count_death(self, at: Situation, action: Action) -> None:
+        """A death or hang that blamed no sample counts toward ``max_deaths_in_a_row``; one whose
+        sample is quarantined is the sample's (``max_skipped`` bounds those)."""
+        if at.kind in ("death", "hang") and action.kind is not ActionKind.QUARANTINE:
+            self.sup.deaths_in_a_row += 1
 
     def give_up(self, failure: PoolFailure) -> Raise:
         """Raise the failure with its verdict, healing or not: a pool that failed while its
@@ -250,7 +264,9 @@ class Recovery:
         at = Situation(
             heal=sup.settings.heal,
             iterable=self.iterable,
-            respawns=self.respawns,
+            deaths_in_a_row=sup.deaths_in_a_row,
+            max_deaths_in_a_row=sup.settings.max_deaths_in_a_row,
+            oom_ruled_out=oom_ruled_out(ev),
             num_workers=self.books.num_workers,
             prefetch_factor=self.books.prefetch_factor,
             kind=ev.kind,
@@ -321,7 +337,9 @@ class Recovery:
             action = replace(action, note="")
         return action
 
-    def _raise(self, failure: PoolFailure, diagnosis: Diagnosis) -> Raise:
+    def _raise(
+        self, failure: PoolFailure, diagnosis: Diagnosis, stops_healing: bool = False
+    ) -> Raise:
         self.sup.record(diagnosis, "raised")
         error, failure.error = failure.error, None
         if error is not None:
@@ -335,7 +353,12 @@ class Recovery:
             format_death_headline(diagnosis),
         )
         message = f"{headline}\n{format_verdict(diagnosis)}"
-        error_type = WorkerHangError if failure.evidence.kind == "hang" else WorkerDiedError
+        error_type: type[WorkerDiedError | HealingStoppedError] = (
+            WorkerHangError if failure.evidence.kind == "hang" else WorkerDiedError
+        )
+        if stops_healing:
+            error_type = HealingStoppedError
+            message = f"loaderdoctor {diagnosis.evidence[-1]}\n{message}"
         self.stop()
         return Raise(error_type(message, diagnosis), (message, diagnosis))
 
@@ -545,7 +568,9 @@ class Recovery:
         (``live_quarantine``)."""
         assert self.pool is not None
         worker_id = replacement.worker_id
-        owed = self.books.owed_by(worker_id)
+        # Only what this epoch owes: between two epochs of persistent workers torch's books still
+        # hold the last epoch's unfinished tasks (an early ``break``), which its reset drops.
+        owed = [task for task in self.books.owed_by(worker_id) if self.ledger.owes(task)]
         index_queue = self.pool.index_queue(worker_id)
         for task in owed:
             index_queue.put((task, self.ledger.indices_of(task)))

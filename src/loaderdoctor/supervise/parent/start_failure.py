@@ -65,7 +65,7 @@ def loads_in_process(
         Situation(
             heal=supervision.settings.heal,
             iterable=False,
-            respawns=0,
+            deaths_in_a_row=0,
             num_workers=num_workers,
             prefetch_factor=prefetch_factor,
             kind="start",

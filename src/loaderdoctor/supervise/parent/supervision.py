@@ -20,7 +20,7 @@ from loaderdoctor import torch_compat
 from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise.batch_count import samples_delivered
 from loaderdoctor.supervise.heal import user_stacklevel, warn_sample_action
-from loaderdoctor.supervise.heal_policy import Backoff
+from loaderdoctor.supervise.heal_policy import MAX_DEATHS_IN_A_ROW, Backoff
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
 from loaderdoctor.supervise.parent.incidents import (
     BackoffStep,
@@ -75,6 +75,7 @@ class Settings:
     allow_in_process: bool
     # None: no stop (on_error="skip" without heal skips whatever it is asked to, as told)
     max_skipped: Budget | None = None
+    max_deaths_in_a_row: int = MAX_DEATHS_IN_A_ROW
 
     @classmethod
     def from_keywords(
@@ -86,6 +87,7 @@ class Settings:
         quarantine: str | os.PathLike[str] | None,
         allow_in_process: bool,
         max_skipped: object = None,
+        max_deaths_in_a_row: int = MAX_DEATHS_IN_A_ROW,
     ) -> Settings:
         """The keyword-only extras of a supervised loader (``loaderdoctor.DataLoader`` and
         ``StatefulDataLoader`` alike), checked, with their defaults filled in; ValueError for a
@@ -101,6 +103,11 @@ class Settings:
             retries = 1 if on_error != "raise" else 0
         if retries < 0:
             raise ValueError("retries must be >= 0")
+        if not isinstance(max_deaths_in_a_row, int) or max_deaths_in_a_row < 1:
+            raise ValueError(
+                f"max_deaths_in_a_row must be a whole number of deaths, 1 or more, got "
+                f"{max_deaths_in_a_row!r}"
+            )
         return cls(
             hang_timeout=hang_timeout,
             heal=heal,
@@ -109,6 +116,7 @@ class Settings:
             quarantine_path=os.fspath(quarantine) if quarantine is not None else None,
             allow_in_process=allow_in_process,
             max_skipped=_budget(max_skipped, heal),
+            max_deaths_in_a_row=max_deaths_in_a_row,
         )
 
 
@@ -178,6 +186,9 @@ class Supervision:
         self.worker_sharing_strategy: str | None = None
         # Failures whose sample then loaded fine alone (a second one points at the pool)
         self.loaded_fine_alone = 0
+        # Worker deaths and hangs since the last delivered batch that blamed no sample
+        # (``HealPolicy``'s bound, ``max_deaths_in_a_row``)
+        self.deaths_in_a_row = 0
         # The live pools' shared quarantines: each new entry reaches their workers at once
         # (``live_quarantine``), not only the batches the main process has not sent yet.
         self.live_quarantines: weakref.WeakSet[LiveQuarantine] = weakref.WeakSet()
@@ -252,6 +263,7 @@ class Supervision:
         """One batch handed to the user: the loader's delivered counts (the only ones kept),
         counted here, at the delivery, from what the batch holds."""
         self.counts.batches += 1
+        self.deaths_in_a_row = 0
         count = samples if samples is not None else samples_delivered(indices, batch)
         self.counts.samples += count
         if self.shared is not None:

@@ -19,6 +19,7 @@ cycle, and the workers stop by refcount as torch's do.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import weakref
 from collections.abc import Callable
@@ -196,6 +197,28 @@ class Supervisor:
         recovery = self.recovery
         streams = recovery.streams
         recovery.new_epoch(None if streams is None else new_stream_progress(self.snapshot))
+
+    def reset_persistent(self, reset: Callable[[], None]) -> None:
+        """torch's ``_reset`` of persistent workers for another epoch (``reset``), supervised.
+
+        A worker that died while the pool sat idle between epochs is replaced first, alone:
+        torch's reset counts one resume reply per worker, and a dead one never sends its reply.
+        A worker that dies while the reset waits for those replies leaves torch's reset half
+        done (no index sent yet): the pool is then stopped and a successor serves the whole
+        epoch, never an iterator that would end the epoch at once with nothing delivered.
+        """
+        idle = self.watching()
+        self.books.start_sampler_pass()  # a successor built here serves this epoch's pass
+        for worker_id in range(len(idle.pool)):
+            if self.state is not IterState.RUNNING:
+                return
+            if not idle.pool.is_alive(worker_id):
+                death = idle.death(worker_id, {})
+                self.attempt(functools.partial(_raise, PoolFailure(death)))
+        if self.state is not IterState.RUNNING:
+            return
+        with self.recovery.resetting():
+            self.attempt(reset)
 
     # --- waiting for data, watching the workers -------------------------------------------
     def wait(self, timeout: float) -> Any:
@@ -400,6 +423,10 @@ class Supervisor:
             self.cleanup()
             if self.state is IterState.RUNNING:
                 self.state = IterState.CLOSED
+
+
+def _raise(failure: PoolFailure) -> None:
+    raise failure
 
 
 def supervisor_of(iterator: Any) -> Supervisor | None:

@@ -38,6 +38,8 @@ from loaderdoctor.system.oom_priority import raise_oom_score
 TIMER_DUMP_FRACTION = 0.8
 TIMER_POLL_S = 0.1
 STAGE_TIMER_FRAME = "in _stage_timer_loop"  # how the timer's own thread shows in its dump
+ORPHAN_POLL_S = 0.5
+ORPHAN_GUARD_FRAME = "in _orphan_guard_loop"
 
 
 def _handles(dataset: Any) -> dict[str, tuple[int, str]]:
@@ -97,6 +99,7 @@ class SupervisedWorkerInit:
         self.sharing_strategy = sharing_strategy
 
     def __call__(self, worker_id: int) -> None:
+        _OrphanGuard(os.getppid()).start()
         sharing.apply_in_worker(self.sharing_strategy)
         if self.oom_score_adj is not None:
             raise_oom_score(os.getpid(), self.oom_score_adj)
@@ -173,6 +176,35 @@ class SupervisedWorkerInit:
                 handle.write(f"{how}\n{dump.description}\n")
         except OSError:
             pass
+
+
+class _OrphanGuard(threading.Thread):
+    """Ends this worker once the process that started it is gone.
+
+    torch's worker loop checks its parent only between two samples (its ``ManagerWatchdog``), so
+    a worker stuck inside a sample (a sleep, a deadlock, a network read) outlived a training
+    process killed by its launcher, for ever. This thread looks every ``ORPHAN_POLL_S``: a
+    worker's parent pid changes when the parent dies (it is re-parented to init or a
+    subreaper). Not the kernel's parent-death signal: that fires when the *thread* that forked
+    the worker ends, and loaders are iterated from threads that end while training goes on.
+    A main thread stuck in C code that holds the GIL keeps this thread from running.
+    """
+
+    def __init__(self, parent_pid: int) -> None:
+        super().__init__(name="loaderdoctor-orphan-guard", daemon=True)
+        self.parent_pid = parent_pid
+
+    def run(self) -> None:
+        self._orphan_guard_loop()
+
+    def _orphan_guard_loop(self) -> None:
+        while True:
+            time.sleep(ORPHAN_POLL_S)
+            if os.getppid() != self.parent_pid:
+                kill = getattr(signal, "SIGKILL", None)
+                if kill is None:  # Windows
+                    os._exit(1)
+                os.kill(os.getpid(), kill)
 
 
 class _StageTimer(threading.Thread):
