@@ -6,7 +6,10 @@ the stock-torch run that printed it), the established cause and whether the case
 while the rules were written) and prints the accuracy for the held-out cases, the others, and
 all of them. A control (``cause: none``, ``control: KIND``) is a log that shows no DataLoader
 failure: it is right when explain names no cause and names KIND as what failed instead
-(forensics/elsewhere.py); controls count in top-1 and top-3 as well.
+(forensics/elsewhere.py), or, for ``control: nothing``, nothing at all (a run that did not fail);
+controls count in top-1 and top-3 as well. ``--corpus DIR`` scores another folder of cases in
+the same format (tests/fixtures/explain/fresh holds logs gathered after the rules were written,
+scored before any rule was changed for them).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from loaderdoctor.forensics.explain import explain_text
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "explain" / "corpus"
 NO_CAUSE = "none"
+NO_FAILURE = "nothing"  # a control whose log shows no failure at all
 
 
 @dataclass(frozen=True)
@@ -35,22 +39,23 @@ class Scored:
 
     def right_within(self, rank: int) -> bool:
         if self.control:
-            return not self.causes and self.elsewhere[:1] == [self.meta["control"]]
+            named = self.elsewhere[:1] or [NO_FAILURE]
+            return not self.causes and named == [self.meta["control"]]
         return self.meta["cause"] in self.causes[:rank]
 
 
-def load_corpus() -> list[tuple[str, dict[str, str], str]]:
+def load_corpus(folder: Path = CORPUS) -> list[tuple[str, dict[str, str], str]]:
     cases = []
-    for path in sorted(CORPUS.glob("*.log")):
+    for path in sorted(folder.glob("*.log")):
         head, body = path.read_text(encoding="utf-8").split("# ---\n", 1)
         meta = dict(line[2:].split(": ", 1) for line in head.splitlines())
         cases.append((path.stem, meta, body))
     return cases
 
 
-def score_corpus() -> list[Scored]:
+def score_corpus(folder: Path = CORPUS) -> list[Scored]:
     scored = []
-    for name, meta, body in load_corpus():
+    for name, meta, body in load_corpus(folder):
         explanation = explain_text(body)
         causes = [guess.cause for guess in explanation.causes]
         scored.append(Scored(name, meta, causes, [o.kind for o in explanation.elsewhere]))
@@ -79,8 +84,9 @@ def _count(cases: list[Scored], rank: int, label: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--misses", action="store_true", help="list the cases not named first")
+    parser.add_argument("--corpus", type=Path, default=CORPUS, help="folder of cases to score")
     options = parser.parse_args()
-    scored = score_corpus()
+    scored = score_corpus(options.corpus)
     for label, held in (
         ("held out", {"yes"}),
         ("written with the rules", {"no"}),
