@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from loaderdoctor.forensics.explain import explain_text
@@ -26,12 +27,16 @@ NO_CAUSE = "none"
 NO_FAILURE = "nothing"  # a control whose log shows no failure at all
 
 
+BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.01)  # edges of the calibration table's bins
+
+
 @dataclass(frozen=True)
 class Scored:
     name: str
     meta: dict[str, str]
     causes: list[str]  # as explain ranks them
     elsewhere: list[str]  # the kinds of failure it names that are not the DataLoader's
+    stated: float = 0.0  # the likelihood explain gives its first cause (0 when it names none)
 
     @property
     def control(self) -> bool:
@@ -58,8 +63,24 @@ def score_corpus(folder: Path = CORPUS) -> list[Scored]:
     for name, meta, body in load_corpus(folder):
         explanation = explain_text(body)
         causes = [guess.cause for guess in explanation.causes]
-        scored.append(Scored(name, meta, causes, [o.kind for o in explanation.elsewhere]))
+        stated = explanation.causes[0].likelihood if explanation.causes else 0.0
+        elsewhere = [o.kind for o in explanation.elsewhere]
+        scored.append(Scored(name, meta, causes, elsewhere, stated))
     return scored
+
+
+def calibration(scored: list[Scored]) -> list[tuple[float, float, int, float, float]]:
+    """Per bin of stated likelihood: its edges, the answers in it, their mean stated likelihood
+    and the share of them that were right. An answer is explain's first cause, on the cases that
+    are not controls; a confidence means what it says when the two columns agree."""
+    rows = []
+    answers = [case for case in scored if not case.control and case.causes]
+    for low, high in pairwise(BINS):
+        inside = [case for case in answers if low <= case.stated < high]
+        if inside:
+            mean = sum(case.stated for case in inside) / len(inside)
+            rows.append((low, min(high, 1.0), len(inside), mean, _share(inside, 1)))
+    return rows
 
 
 def rates(scored: list[Scored]) -> dict[str, float]:
@@ -101,6 +122,10 @@ def main() -> int:
         f"{'controls':>24}: {len(controls):3} cases, "
         f"{_count(controls, 1, 'named as not a DataLoader failure')}"
     )
+    print("calibration (first cause, controls left out):")
+    print("    stated      answers  mean stated  right")
+    for low, high, count, mean, right in calibration(scored):
+        print(f"    {low:.1f}-{high:.1f}  {count:9}  {mean:11.2f}  {right:5.0%}")
     if options.misses:
         for case in scored:
             if not case.right_within(1):

@@ -19,10 +19,12 @@ from loaderdoctor.forensics.elsewhere import ELSEWHERE
 from loaderdoctor.forensics.explain import explain_lines, explain_text
 from loaderdoctor.forensics.log_messages import MAX_LINE, read_log_lines
 from loaderdoctor.forensics.symptoms import (
+    CHILD_RUNS_SCRIPT,
     CTRL_C,
     FRAME_TAGS,
     PAGING_TEXTS,
     PRIORS,
+    STALLED,
     SYMPTOMS,
     TELLS,
 )
@@ -221,7 +223,9 @@ def test_a_tiny_pid_points_at_a_containers_shm() -> None:
         ("shm-exhausted", 0.577),
         ("oom-killed", 0.35),
     ]
-    assert explanation.ambiguous == []
+    # First, but below what decides: the answer lists the candidates and checks shm first.
+    assert explanation.undecided
+    assert explanation.deciding_check == "df -h /dev/shm"
     notes = [line.symptom for line in explanation.causes[0].lines]
     assert notes == ["exited-unexpectedly", "container-pid"]
     # A host's pid is no evidence.
@@ -256,11 +260,12 @@ def test_json_lists_the_matched_lines_per_cause() -> None:
 
 
 def test_every_row_names_catalog_causes_and_compiles() -> None:
-    tags = {tag.tag for tag in FRAME_TAGS} | {CTRL_C}
+    tags = {tag.tag for tag in FRAME_TAGS} | {CTRL_C, STALLED, CHILD_RUNS_SCRIPT}
     for symptom in SYMPTOMS:
         re.compile(symptom.pattern)
         assert symptom.causes and all(cause in CAUSES for cause, _ in symptom.causes), symptom.id
-        assert symptom.where in {"error", "text", "cut"}, symptom.id
+        assert symptom.where in {"error", "text", "cut", "stack"}, symptom.id
+        assert symptom.where != "stack" or symptom.needs, symptom.id
         assert not symptom.needs or symptom.needs in tags, symptom.id
         # A text row names the words that let the per-line filter keep its lines.
         assert (symptom.where == "text") == bool(symptom.words), symptom.id
@@ -450,8 +455,7 @@ def test_text_shows_a_line_once_with_the_note_of_each_row() -> None:
     text = format_text(
         explain_text("RuntimeError: DataLoader worker (pid(s) 25) exited unexpectedly")
     )
-    assert text.splitlines()[:5] == [
-        "loaderdoctor explain: most likely causes, from the message alone",
+    assert text.splitlines()[7:11] == [
         "1. shm-exhausted (58%): /dev/shm is full",
         "   line 1: RuntimeError: DataLoader worker (pid(s) 25) exited unexpectedly",
         "     torch's catch-all: a worker is gone. The lines above it often say why; alone, it "
