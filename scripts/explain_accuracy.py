@@ -8,8 +8,10 @@ all of them. A control (``cause: none``, ``control: KIND``) is a log that shows 
 failure: it is right when explain names no cause and names KIND as what failed instead
 (forensics/elsewhere.py), or, for ``control: nothing``, nothing at all (a run that did not fail);
 controls count in top-1 and top-3 as well. ``--corpus DIR`` scores another folder of cases in
-the same format (tests/fixtures/explain/fresh holds logs gathered after the rules were written,
-scored before any rule was changed for them).
+the same format: a new round of public logs is gathered there and scored before any rule is
+changed for it, then joins the corpus. A case's ``round: N`` names the round of rules it
+was gathered for (its score before that round is in the corpus's README.md); ``undecided: yes``
+marks a log that cannot decide (explain lists its cause as a candidate, not first).
 """
 
 from __future__ import annotations
@@ -108,12 +110,15 @@ def main() -> int:
     parser.add_argument("--corpus", type=Path, default=CORPUS, help="folder of cases to score")
     options = parser.parse_args()
     scored = score_corpus(options.corpus)
-    for label, held in (
-        ("held out", {"yes"}),
-        ("written with the rules", {"no"}),
-        ("all", {"yes", "no"}),
-    ):
-        cases = [case for case in scored if case.meta["held-out"] in held]
+    groups: list[tuple[str, list[Scored]]] = [
+        ("held out", [case for case in scored if case.meta["held-out"] == "yes"]),
+        ("written with the rules", [case for case in scored if case.meta["held-out"] == "no"]),
+    ]
+    for round_ in sorted({case.meta["round"] for case in scored if "round" in case.meta}):
+        fresh = [case for case in scored if case.meta.get("round") == round_]
+        groups.append((f"gathered for round {round_}", fresh))
+    groups.append(("all", scored))
+    for label, cases in groups:
         print(
             f"{label:>24}: {len(cases):3} cases, {_count(cases, 1, 'top-1')}, {_count(cases, 3, 'top-3')}"
         )
