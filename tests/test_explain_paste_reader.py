@@ -3,11 +3,13 @@ it exists for: each answered as the thread behind it was resolved."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from loaderdoctor.forensics.explain import WORDS, explain_text
 from loaderdoctor.forensics.paste import Line, rebuild
-from loaderdoctor.report.explain import format_text
+from loaderdoctor.report.explain import format_json, format_text
 
 
 def rebuilt(text: str) -> list[tuple[int, str, str]]:
@@ -360,6 +362,11 @@ def test_a_bare_exit_code_1_lists_its_candidates_and_the_check_that_decides() ->
         "  decide first with: $ grep -B 30 'exited unexpectedly' YOUR_LOG   (the most likely first)",
         "ranked, from the message alone:",
     ]
+    data = json.loads(format_json(explanation))
+    assert (data["undecided"], data["deciding_check"]) == (
+        True,
+        "grep -B 30 'exited unexpectedly' YOUR_LOG",
+    )
 
 
 def test_two_ranks_interleaved_are_read_apart() -> None:

@@ -15,7 +15,8 @@ line), and the process it came from where a launcher's prefix says (``[rank1]:``
 from a tool becomes a ``Stack dump`` in Python's order (outermost first), which
 forensics/log_messages.py reads as a traceback with no error: a live stack, not a crash.
 
-Everything here is bounded: one held line, one block of at most ``MAX_BLOCK`` frames.
+Everything here is bounded: one held line, a split head and the ``HOLD_FOR`` lines after it, one
+block of at most ``MAX_BLOCK`` frames, one record of a few fields.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ class PasteReader:
         if self.record:
             field = K8S_FIELD.match(line.text)
             if field and _indent(line.text) > self.record_indent:
-                if field[1] in K8S_KEPT:
+                if field[1] in K8S_KEPT and len(self.record) <= len(K8S_KEPT):
                     self.record.append((line.number, f"{field[1]} {field[2]}"))
                 return
             yield from self._end_record()
