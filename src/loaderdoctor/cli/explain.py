@@ -17,10 +17,14 @@ examples:
   loaderdoctor explain            (paste the error, then Ctrl-D; Ctrl-Z Enter on Windows)
 
 The log is read as it streams (a 100 MB log in seconds, in constant memory), UTF-8 or UTF-16
-(PowerShell's `>`). A cause is named from the messages torch, Python and the kernel print, and
-from the traceback's frames (a pattern is never matched in a path or an attribute name alone).
-When the log cannot tell two causes apart, the answer says so and gives the one command that
-decides; the report of `loaderdoctor run -- COMMAND` always can. A log that stops inside a
+(PowerShell's `>`). Its structure is read first: words a terminal wrapped, lines another process
+interleaved (launcher prefixes such as [rank1]: keep processes apart), tracebacks pasted as one
+escaped string, and stacks from py-spy dump, gdb's py-bt and faulthandler. A cause is named from
+the messages torch, Python, the kernel and libraries such as OpenBLAS print, and from the stacks'
+frames (a pattern is never matched in a path or an attribute name alone); a warning never names
+a cause by itself. When the log cannot tell causes apart ("ambiguous"), or supports several with
+none likely enough ("undecided"), the answer lists them with their likelihoods and gives the one
+check that decides; the report of `loaderdoctor run -- COMMAND` always can. A log that stops inside a
 traceback (a paste cut short, a Ctrl-C echoed as ^C) is answered from the lines it has, marked
 partial, with the line after which the rest would settle it. Schedulers' and containers' words
 for a memory kill (Slurm, LSF, PBS, Kubernetes OOMKilled, exit code 137) read as an OOM kill. A
@@ -28,7 +32,8 @@ failure that is not the DataLoader's (a GPU out-of-memory error, a device-side a
 as such: exit status 1, like a log with no failure.
 
 exit status:
-  0  a cause was named (one, or several ranked; "ambiguous" when the log cannot decide)
+  0  a cause was named (one, or several ranked; "ambiguous" or "undecided" when the log
+     cannot decide)
   1  nothing found: no known DataLoader failure in the text
   2  the log cannot be read (a missing file, a directory)
 """

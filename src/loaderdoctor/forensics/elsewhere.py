@@ -43,11 +43,11 @@ ELSEWHERE: tuple[Elsewhere, ...] = (
     Elsewhere(
         "cuda-kernel",
         r"an illegal memory access was encountered|CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR)"
-        r"|no kernel image is available for execution",
+        r"|no kernel image is available for execution|CUDA error: unspecified launch failure",
         "a CUDA kernel failure on the GPU (an illegal access, a cuDNN failure, or a build "
         "without kernels for this GPU)",
         "Rerun with CUDA_LAUNCH_BLOCKING=1; check that the torch build supports the GPU.",
-        ("illegal", "cudnn", "kernel"),
+        ("illegal", "cudnn", "kernel", "unspecified"),
     ),
     Elsewhere(
         "collective-timeout",

@@ -23,14 +23,18 @@ from dataclasses import dataclass, field
 
 from loaderdoctor.forensics.catalog import CAUSES
 from loaderdoctor.forensics.elsewhere import ELSEWHERE, Elsewhere
-from loaderdoctor.forensics.log_messages import Message, MessageSplitter, split_messages
+from loaderdoctor.forensics.log_messages import LIBRARY_PATH, Message, MessageSplitter
+from loaderdoctor.forensics.paste import Line, PasteReader, words_from
 from loaderdoctor.forensics.symptoms import (
+    CATCH_ALLS,
+    CHILD_RUNS_SCRIPT,
     CTRL_C,
     FRAME_TAGS,
     NEXT_CHECKS,
     PRIORS,
     RERUN,
     SCRIPT,
+    STALLED,
     SYMPTOMS,
     TELLS,
     UNKNOWN_SCRIPT,
@@ -39,7 +43,12 @@ from loaderdoctor.forensics.symptoms import (
 
 AMBIGUITY_MARGIN = 0.05
 EXPLAINED_AT = 0.8
-CATCH_ALL = "exited-unexpectedly"
+# Below this the best cause is a candidate, not an answer: the log supports several (a bare
+# "exited unexpectedly with exit code 1"), and the answer lists those within UNDECIDED_SPAN of it
+# with the one check that decides.
+DECIDED_AT = 0.6
+UNDECIDED_SPAN = 0.4
+MAX_PROCESSES = 64  # processes read apart by their launcher's prefix; the rest share one reader
 MAX_LINES_PER_CAUSE = 20  # matched lines kept per cause; the rest are counted
 FLAGS = re.IGNORECASE | re.MULTILINE
 
@@ -95,7 +104,9 @@ class Partial:
 class Explanation:
     causes: list[CauseGuess] = field(default_factory=list)
     ambiguous: list[Tie] = field(default_factory=list)  # 2+ causes the log cannot tell apart
-    deciding_check: str = ""  # the one command to run first when ambiguous
+    deciding_check: str = ""  # the one command to run first when ambiguous or undecided
+    # The best cause is below DECIDED_AT: ``ambiguous`` lists the candidates, not a tie.
+    undecided: bool = False
     script: str = ""  # the user's script, where the log names it
     lines_read: int = 0
     elsewhere: list[OtherFailure] = field(default_factory=list)  # failures not the loader's
@@ -127,6 +138,7 @@ class _Evidence:
 
 
 ROWS = tuple(_Row(symptom, re.compile(symptom.pattern, FLAGS)) for symptom in SYMPTOMS)
+SUPPORTING = frozenset(symptom.id for symptom in SYMPTOMS if symptom.supporting)
 TAGS = tuple((tag, re.compile(tag.pattern, FLAGS)) for tag in FRAME_TAGS)
 OTHERS = tuple((other, re.compile(other.pattern, FLAGS)) for other in ELSEWHERE)
 # A log line that no "text" row can match is dropped before any regex runs: a 100 MB log of
@@ -138,6 +150,13 @@ TRIGGERS = frozenset(
 )
 
 
+WORDS = words_from([row.symptom.pattern for row in ROWS] + [other.pattern for other in ELSEWHERE])
+
+
+def _keep_all(line: str) -> bool:
+    return True
+
+
 def may_match(line: str) -> bool:
     return not line.isascii() or not TRIGGERS.isdisjoint(WORD.findall(line.lower()))
 
@@ -147,18 +166,53 @@ def explain_text(text: str) -> Explanation:
 
 
 def explain_lines(lines: Iterable[str], prefilter: bool = True) -> Explanation:
-    """Every cause the log points at, ranked, with the lines that point at it (streaming)."""
+    """Every cause the log points at, ranked, with the lines that point at it (streaming).
+
+    The paste is rebuilt first (forensics/paste.py); each process a launcher's prefix names is
+    split into messages apart, so that two ranks' interleaved tracebacks stay two."""
     evidence = _Evidence()
-    splitter = MessageSplitter(keep_line=may_match if prefilter else lambda line: True)
+    keep = may_match if prefilter else _keep_all
+    reader = PasteReader(WORDS)
+    splitters: dict[str, MessageSplitter] = {"": MessageSplitter(keep_line=keep)}
     others: dict[str, OtherFailure] = {}
     last_traceback: Message | None = None
-    for message in split_messages(lines, splitter):
+
+    def read(message: Message) -> None:
+        nonlocal last_traceback
         _score(message, evidence)
         _note_elsewhere(message, others)
-        if message.frames:
+        if message.frames and not message.dump:
             last_traceback = message
-    script = splitter.script or splitter.command_script
-    explanation = Explanation(script=script, lines_read=splitter.lines_read)
+
+    def route(line: Line) -> None:
+        splitter = splitters.get(line.process)
+        if splitter is None:
+            if len(splitters) < MAX_PROCESSES:
+                splitter = splitters[line.process] = MessageSplitter(keep_line=keep)
+            else:
+                splitter = splitters[""]
+        if not splitter.idle_skips(line.text):
+            for message in splitter.feed(line.number, line.text):
+                read(message)
+
+    plain = splitters[""]
+    number = 0
+    for number, raw in enumerate(lines, start=1):
+        text = raw.rstrip("\r\n")
+        if plain.idle_skips(text) and reader.passes(text):
+            continue  # the reader would hand it on as it is, and the splitter skip it
+        for line in reader.feed(number, text):
+            route(line)
+    reader.lines_read = number
+    for line in reader.close():
+        route(line)
+    for splitter in splitters.values():
+        for message in splitter.close():
+            read(message)
+    script = next((s.script for s in splitters.values() if s.script), "") or next(
+        (s.command_script for s in splitters.values() if s.command_script), ""
+    )
+    explanation = Explanation(script=script, lines_read=reader.lines_read)
     explanation.causes = _rank(evidence, script or UNKNOWN_SCRIPT)
     _mark_ties(explanation, script or UNKNOWN_SCRIPT)
     explanation.elsewhere = list(others.values())
@@ -205,7 +259,37 @@ def _frame_tags(message: Message) -> tuple[set[str], str]:
                     fallback = tag.tag
                 elif tag.stage:
                     stage = tag.tag
+    if message.dump and "waiting" in tags:
+        tags.add(STALLED)
+    if _child_runs_script(message):
+        tags.add(CHILD_RUNS_SCRIPT)
     return tags, stage or fallback
+
+
+def _child_runs_script(message: Message) -> bool:
+    """A spawned child's stack running the user's script from its top level past its imports:
+    multiprocessing re-runs the main module in each child (``_fixup_main_from_path``), and a
+    script without a main guard starts its work again there."""
+    frames = message.frames
+    fixup = next(
+        (
+            i
+            for i, frame in enumerate(frames)
+            if frame.func.startswith("_fixup_main_from_") or "_fixup_main_from_" in frame.source
+        ),
+        None,
+    )
+    if fixup is None:
+        return False
+    for index in range(fixup + 1, len(frames)):
+        frame = frames[index]
+        if frame.func != "<module>" or LIBRARY_PATH.search(frame.path):
+            continue
+        source = frame.source
+        if source.startswith(("import ", "from ")):
+            return False
+        return bool(source) or index < len(frames) - 1
+    return False
 
 
 def _score(message: Message, evidence: _Evidence) -> None:
@@ -246,6 +330,11 @@ def _match(row: _Row, message: Message) -> MatchedLine | None:
             return None
         number, text = message.last
         return MatchedLine(number, text[:300], symptom.id, symptom.note)
+    if symptom.where == "stack":
+        if not message.frames:
+            return None
+        number, text = message.last
+        return MatchedLine(number, text[:300], symptom.id, symptom.note)
     if symptom.where == "error":
         if not message.error:
             return None
@@ -279,13 +368,17 @@ def _likelihoods(evidence: _Evidence) -> dict[str, float]:
         weight >= EXPLAINED_AT
         for rows in evidence.weights.values()
         for row, weight in rows.items()
-        if row != CATCH_ALL
+        if row not in CATCH_ALLS
     )
     likelihoods = {}
     for cause, rows in evidence.weights.items():
+        # A warning (torch's "might ... freeze") supports a cause the failure names; it is no
+        # failure itself, and a run that only warned did not fail.
+        if all(row in SUPPORTING for row in rows):
+            continue
         miss = 1.0
         for row, weight in rows.items():
-            if not (explained and row == CATCH_ALL):
+            if not (explained and row in CATCH_ALLS):
                 miss *= 1 - weight
         if miss < 1.0:
             likelihoods[cause] = round(1 - miss, 3)
@@ -318,6 +411,9 @@ def _mark_ties(explanation: Explanation, script: str) -> None:
     if len(causes) < 2:
         return
     tied = [g for g in causes if causes[0].likelihood - g.likelihood <= AMBIGUITY_MARGIN]
+    if len(tied) < 2 and causes[0].likelihood < DECIDED_AT:
+        tied = [g for g in causes if causes[0].likelihood - g.likelihood <= UNDECIDED_SPAN]
+        explanation.undecided = len(tied) >= 2
     if len(tied) < 2:
         return
     for guess in tied:

@@ -27,7 +27,10 @@ PREFIX = re.compile(
     r"^(?:(?:\d{4}-\d\d-\d\d[T ][\d:.,]+Z?:?|\[(?:rank)?\d+(?:,\d+)?\]:?|<std(?:out|err)>:?"
     r"|[\w.-]+/\d+ \[\d+\]:|>(?= |$)|E(?=   ))[ ]?)+"
 )
-TRACEBACK = re.compile(r"^\s*(?:\^C)?(?:Original )?Traceback \(most recent call last\):\s*$")
+TRACEBACK = re.compile(
+    r"^\s*(?:\^C)?(?:Original )?Traceback \(most recent call last\):\s*$"
+    r'|^Stack dump(?: of "[^"]*")? \(most recent call last\):$'  # a tool's stack (forensics/paste.py)
+)
 ERROR = re.compile(
     r"^\s*(?:(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Bomb\w*"
     r"|Iteration)|_?queue\.(?:Empty|Full))(?::|\s*$)"
@@ -67,6 +70,7 @@ class Message:
     interrupted: bool = False  # the traceback starts with `^C`: the user pressed Ctrl-C
     last: tuple[int, str] = (0, "")  # the traceback's last frame or source line kept
     worker_side: bool = False  # a worker's own traceback: torch's "Original Traceback"
+    dump: bool = False  # a live stack printed by a tool (py-spy, gdb, faulthandler): no error
 
     @property
     def error_text(self) -> str:
@@ -144,6 +148,7 @@ class MessageSplitter:
             self.current.header.append((number, line.strip()))
         opening = line.lstrip()
         self.current.interrupted = opening.startswith("^C")
+        self.current.dump = opening.startswith("Stack dump")
         self.current.worker_side = bool(carried) or opening.startswith("Original Traceback")
         self.in_traceback = True
         self.base_indent = _indent(line)
@@ -263,6 +268,7 @@ def _may_be_structural(raw: str) -> bool:
         or " in " in raw
         or ".py" in raw
         or "│" in raw
+        or "Stack dump" in raw
     )
 
 

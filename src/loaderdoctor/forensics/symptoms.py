@@ -23,13 +23,20 @@ SCRIPT = "SCRIPT"  # replaced by the script the log names, or by `your_script.py
 UNKNOWN_SCRIPT = "your_script.py"
 TINY_PID = 1000  # below this, a worker's pid means a PID namespace: a container
 CTRL_C = "ctrl-c"  # a tag of a traceback echoed after `^C`, as a terminal shows Ctrl-C
+# Tags read from a stack's shape rather than one frame (forensics/explain.py):
+STALLED = "stalled"  # a live stack (py-spy, gdb, faulthandler) waiting in the loader's get
+CHILD_RUNS_SCRIPT = "child-runs-script"  # a spawned child running the script's top level
+# torch's and other libraries' words for "a worker is gone", which say nothing of why: explained
+# away when another row names a cause at forensics/explain.py's EXPLAINED_AT or more.
+CATCH_ALLS = frozenset({"exited-unexpectedly", "background-workers-gone"})
 
 
 @dataclass(frozen=True)
 class Symptom:
     id: str
     # "error": an error's text, anchored; "text": any line but frames and source; "cut": the
-    # innermost frame of a traceback that stops before its error line (a paste cut short)
+    # innermost frame of a traceback that stops before its error line (a paste cut short);
+    # "stack": any stack with the tag in ``needs`` (the pattern is unused)
     where: str
     pattern: str  # a regular expression, case-insensitive, ^ and $ per line
     causes: tuple[tuple[str, float], ...]  # (cause id, weight 0..1)
@@ -38,6 +45,7 @@ class Symptom:
     pid_below: int = 0  # group 1 holds pids; fires only when every one is below this
     independent: bool = False  # reads another fact of the message: counts beside its best row
     stageless: bool = False  # only where the traceback names no DataLoader stage (that decides)
+    supporting: bool = False  # a warning: adds to a cause other rows name, never names one
     # For "text" rows: an ASCII line the pattern matches holds one of these words (lowercase,
     # split at anything but a-z). One set lookup per log line skips the rest; a test checks
     # that the corpus explains the same with and without this filter.
@@ -73,7 +81,9 @@ FRAME_TAGS: tuple[FrameTag, ...] = (
     FrameTag("spawn-unpickle", r"pickle\.load\(from_parent\)|_ForkingPickler\.loads\(", False),
     FrameTag("semlock", r"synchronize\.py :: __init__|SemLock|:: (?:Queue|SimpleQueue) ::", False),
     FrameTag("feeder", r"queues\.py :: _feed ::", False),
-    FrameTag("waiting", r":: _try_get_(?:data|batch) ::|data_queue\.get\(", False),
+    FrameTag(
+        "waiting", r":: _try_get_(?:data|batch) ::|data_queue\.get\(|:: _pin_memory_loop ::", False
+    ),
     FrameTag("sharer", r"resource_sharer\.py|:: rebuild_storage_fd ::", False),
     # torch's wait for a batch, on a POSIX path: there a worker killed by a signal, or exiting
     # with a status other than 0, is named by the SIGCHLD handler before the queue times out.
@@ -253,7 +263,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
     Symptom(
         "exited-unexpectedly",
         "text",
-        r"DataLoader worker \(pids?\(?s?\)? [\d, ]+\) exited unexpectedly",
+        r"DataLoader worker \(pids?\(?s?\)? [\d, ]+\) exited unexpectedly(?! with exit code)",
         (
             ("oom-killed", 0.35),
             ("shm-exhausted", 0.35),
@@ -278,9 +288,28 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "exit-code",
         "text",
         r"exited unexpectedly with exit code [1-9]\d*",
-        (("worker-exit", 0.8),),
-        "The worker ended itself with a non-zero exit code.",
+        # In public threads this line alone was a worker's own exit (an exception before its
+        # loop, sys.exit) most often, then a full /dev/shm in a container, then a spawned
+        # worker that could not unpickle what it was sent: the lines above it decide.
+        (
+            ("worker-exit", 0.55),
+            ("shm-exhausted", 0.3),
+            ("unpicklable", 0.15),
+            ("main-guard-missing", 0.1),
+        ),
+        "The worker ended itself with a non-zero exit code; what it printed before (above this "
+        "line) says why.",
         words=("exited",),
+    ),
+    Symptom(
+        "background-workers-gone",
+        "text",
+        r"Some background worker is 6 feet under|One or more background workers are no longer "
+        r"alive|background workers? (?:died|is dead|are dead)",
+        (("oom-killed", 0.45), ("native-crash", 0.2), ("worker-exit", 0.15)),
+        "nnU-Net's (batchgenerators') catch-all for a worker process that is gone: with no "
+        "error of the worker's own above it, most often the OS killed it for memory.",
+        words=("background",),
     ),
     # Resource limits.
     Symptom(
@@ -298,6 +327,20 @@ SYMPTOMS: tuple[Symptom, ...] = (
         (("process-limit", 0.85),),
         "No process or thread could start: ulimit -u or a pids cgroup (docker --pids-limit).",
         words=("errno", "thread"),
+    ),
+    Symptom(
+        "thread-limit",
+        "text",
+        # OpenBLAS, OpenMP (libgomp, Intel's), glibc and bash, each in its own words: every
+        # worker starts a pool of threads, and each thread counts against RLIMIT_NPROC.
+        r"pthread_create(?: failed)?(?: for thread \d+ of \d+)?: Resource temporarily unavailable"
+        r"|\bRLIMIT_NPROC\b|libgomp: Thread creation failed|OMP: Error #34: System unable to "
+        r"allocate necessary resources for OMP thread|fork: retry: Resource temporarily "
+        r"unavailable|fork: Resource temporarily unavailable",
+        (("process-limit", 0.85),),
+        "A library could not start a thread or a process: the user's process limit (ulimit -u, "
+        "RLIMIT_NPROC) or a pids cgroup is full, and the workers' thread pools count against it.",
+        words=("pthread", "rlimit", "nproc", "libgomp", "omp", "fork"),
     ),
     Symptom(
         "paging-file",
@@ -546,6 +589,25 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "without a main guard that code starts the workers again; the error line below it says.",
         needs="rerun-main",
     ),
+    # Stacks as evidence, whatever printed them.
+    Symptom(
+        "stack-waiting",
+        "stack",
+        r"",
+        (("worker-hang", 0.75),),
+        "A live stack (py-spy, gdb, faulthandler) of the main process waiting in the loader's "
+        "get with no error: no worker delivered a batch (the same stack as a Ctrl-C's).",
+        needs=STALLED,
+    ),
+    Symptom(
+        "child-runs-script",
+        "stack",
+        r"",
+        (("main-guard-missing", 0.85),),
+        "A spawned worker's stack runs the script's top level past its imports (multiprocessing "
+        "re-runs the main module in each child): without a main guard it starts the work again.",
+        needs=CHILD_RUNS_SCRIPT,
+    ),
     # loaderdoctor's own words when healing stopped on a failure every sample shared.
     Symptom(
         "healing-stopped",
@@ -567,13 +629,25 @@ SYMPTOMS: tuple[Symptom, ...] = (
     ),
     # Prose: what users write when there is no message at all.
     Symptom(
+        "worker-count-warning",
+        "text",
+        r"This DataLoader will create \d+ worker processes in total"
+        r"|excessive worker creation might get DataLoader running slow or even freeze",
+        (("worker-hang", 0.3),),
+        "torch's warning of more workers than usable cores: it supports a hang the log shows; "
+        "alone, in a run that went on, it is advice, not a failure.",
+        supporting=True,
+        words=("dataloader", "excessive"),
+    ),
+    Symptom(
         "prose-hang",
         "text",
-        r"^(?=.*\b(?:hangs?|hanging|hung|stuck|freez(?:es|ing|e)|frozen|stall(?:s|ed)?"
+        r"^(?!.*(?:excessive worker creation|suggested max number of worker))"
+        r"(?=.*\b(?:hangs?|hanging|hung|stuck|freez(?:es|ing|e)|froze|frozen|stall(?:s|ed)?"
         r"|deadlock(?:s|ed)?|stop(?:s|ped)? (?:with|without|running|responding|working)"
         r"|just stops?"
         r"|never (?:ends|returns|finishes))\b)"
-        r"(?=.*\b(?:epoch|training|dataloader|data ?loader|iteration|batch|loader|num_workers"
+        r"(?=.*\b(?:epoch|training|dataloader|data ?loader|iteration|batch|loader|num_workers|run"
         r"|workers?|no (?:other )?(?:error|message|output)|forever)\b)",
         (("worker-hang", 0.6), ("batch-lost", 0.2)),
         "A report of a run that stopped making progress with no error (stock torch also waits "
@@ -587,6 +661,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
             "freeze",
             "freezes",
             "freezing",
+            "froze",
             "frozen",
             "stall",
             "stalls",
@@ -668,7 +743,8 @@ TELLS: dict[str, Tell] = {
         "(with num_workers=0) 'Fatal Python error: Segmentation fault' and the crash's stack",
     ),
     "worker-exit": Tell(
-        "python SCRIPT", "(with num_workers=0) the message printed before the exit"
+        "grep -B 30 'exited unexpectedly' YOUR_LOG",
+        "the worker's own error or exit message, printed above torch's line",
     ),
     "killed-by-signal": Tell(
         "dmesg -T | grep -i killed", "nothing: no OOM kill, so a scheduler or a person"

@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 from loaderdoctor.forensics.catalog import page_command
-from loaderdoctor.forensics.explain import CauseGuess, Explanation
+from loaderdoctor.forensics.explain import DECIDED_AT, CauseGuess, Explanation
 from loaderdoctor.report.output import UNDECODABLE_NOTE, printable_with_note
 
 MAX_CAUSES = 4
@@ -84,6 +84,8 @@ def _ambiguity(explanation: Explanation) -> list[str]:
     ties = explanation.ambiguous
     if not ties:
         return []
+    if explanation.undecided:
+        return _undecided(explanation)
     lines = [
         f"loaderdoctor explain: ambiguous: these {len(ties)} causes fit the log equally well; "
         "here is how to tell them apart:"
@@ -93,6 +95,22 @@ def _ambiguity(explanation: Explanation) -> list[str]:
         f"  decide first with: $ {explanation.deciding_check}   "
         f"({ties[0].cause} is the most common cause of this message in public reports)"
     )
+    lines.append("ranked, from the message alone:")
+    return lines
+
+
+def _undecided(explanation: Explanation) -> list[str]:
+    likelihood = {guess.cause: guess.likelihood for guess in explanation.causes}
+    ties = explanation.ambiguous
+    lines = [
+        f"loaderdoctor explain: undecided: the log supports {len(ties)} causes, none at "
+        f"{DECIDED_AT:.0%} or more; how likely each is from the message alone, and how to tell:"
+    ]
+    lines.extend(
+        f"  {tie.cause} ({likelihood[tie.cause]:.0%}): `{tie.command}` shows {tie.sign}"
+        for tie in ties
+    )
+    lines.append(f"  decide first with: $ {explanation.deciding_check}   (the most likely first)")
     lines.append("ranked, from the message alone:")
     return lines
 
