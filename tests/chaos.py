@@ -63,13 +63,17 @@ HANG_TIMEOUT_S = 4.0
 PLAN_TIMEOUT_S = 150.0
 
 
-def generate(seed: int, *, stateful_available: bool = True) -> dict[str, Any]:
-    """The plan of ``seed``: a loader's shape, its life and its faults (JSON-ready)."""
+def generate(seed: int, *, stateful_available: bool = True, quick: bool = False) -> dict[str, Any]:
+    """The plan of ``seed``: a loader's shape, its life and its faults (JSON-ready). ``quick``
+    (CI's bounded form): a spawned pool has at most 2 workers (each imports torch anew, and a
+    rebuilt pool of 4 on 2 busy cores took 115 s of healing)."""
     rng = random.Random(seed)
     kind = rng.choice(["map", "map", "iterable"])
     loader = "stateful" if stateful_available and rng.random() < 0.3 else "torch"
     workers = rng.choice([1, 2, 4])
     start = "spawn" if rng.random() < 0.15 else "fork"
+    if quick and start == "spawn":
+        workers = min(workers, 2)
     n = rng.choice([32, 48, 64])
     batch_size = rng.choice([2, 4])
     plan: dict[str, Any] = {
@@ -103,11 +107,13 @@ def generate(seed: int, *, stateful_available: bool = True) -> dict[str, Any]:
         faults[str(rng.randrange(n))] = mode
     plan["faults"] = faults
     healthy = [i for i in range(n) if faults.get(str(i)) not in ALWAYS]
-    if rng.random() < 0.2 and healthy:
-        plan["collate_fault"] = {
-            "index": rng.choice(healthy),
-            "mode": rng.choice(["segv-once", "kill-once"]),
-        }
+    if rng.random() < 0.25 and healthy:
+        modes = ["segv-once", "kill-once"]
+        if kind == "map":  # a stream's batch cannot be re-collated without its bad item
+            modes += ["segv-always", "kill-always"]
+        plan["collate_fault"] = {"index": rng.choice(healthy), "mode": rng.choice(modes)}
+    # a dataset that loads a whole batch at once (Hugging Face datasets.Dataset's __getitems__)
+    plan["getitems"] = kind == "map" and rng.random() < 0.25
     if rng.random() < 0.2:
         plan["init_fault"] = rng.choice(["slow", "segv-once"])
     if rng.random() < 0.2:
@@ -142,6 +148,9 @@ def healthy_items(plan: dict[str, Any]) -> set[int]:
     items = set(range(plan["n"]))
     if plan["sampling"] in ("sampler", "batch_sampler"):
         items = {i for i in items if i % 4 != 3}  # the child's subset: three of every four
+    collate = plan["collate_fault"]
+    if collate is not None and collate["mode"] in ALWAYS:
+        items.discard(collate["index"])  # it kills the collate of any batch it is in
     return {i for i in items if faults.get(str(i)) not in ALWAYS}
 
 

@@ -15,6 +15,7 @@ EXPECTED = {
     "DataLoader",
     "Diagnosis",
     "Evidence",
+    "HealingStoppedError",
     "Incident",
     "LoaderError",
     "WorkerDiedError",
@@ -32,7 +33,14 @@ def test_all_is_exactly_the_public_surface() -> None:
 
 
 def test_errors_are_runtime_errors() -> None:
-    for name in ("LoaderError", "WorkerDiedError", "WorkerHangError", "WorkerStartError"):
+    errors = (
+        "HealingStoppedError",
+        "LoaderError",
+        "WorkerDiedError",
+        "WorkerHangError",
+        "WorkerStartError",
+    )
+    for name in errors:
         assert issubclass(getattr(loaderdoctor, name), RuntimeError)
 
 

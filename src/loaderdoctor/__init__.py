@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from loaderdoctor.forensics import CAUSES, Cause, Diagnosis, Evidence, diagnose
     from loaderdoctor.supervise import (
         DataLoader,
+        HealingStoppedError,
         Incident,
         LoaderError,
         WorkerDiedError,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "DataLoader": "loaderdoctor.supervise",
+    "HealingStoppedError": "loaderdoctor.supervise",
     "Incident": "loaderdoctor.supervise",
     "LoaderError": "loaderdoctor.supervise",
     "StatefulDataLoader": "loaderdoctor.supervise.stateful",  # needs torchdata
@@ -46,6 +48,7 @@ __all__ = [
     "DataLoader",
     "Diagnosis",
     "Evidence",
+    "HealingStoppedError",
     "Incident",
     "LoaderError",
     "WorkerDiedError",

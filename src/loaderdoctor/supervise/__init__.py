@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from loaderdoctor.supervise.errors import (
+    HealingStoppedError,
     LoaderError,
     WorkerDiedError,
     WorkerHangError,
@@ -12,6 +13,7 @@ from loaderdoctor.supervise.loader import DataLoader, Incident
 
 __all__ = [
     "DataLoader",
+    "HealingStoppedError",
     "Incident",
     "LoaderError",
     "WorkerDiedError",

@@ -51,6 +51,11 @@ FORK_NOTE = (
     "(multiprocessing_context='fork', which pickles nothing and re-runs no script): "
     "isolated from the training process"
 )
+COLLATE_TOGETHER_NOTE = (
+    "not healed: this batch killed its worker in collate_fn twice, and each of its samples "
+    "collates fine alone, so they fail only together (their shapes or types): nothing is "
+    "quarantined; a collate_fn that handles them is the fix"
+)
 OUTSIDE_KILL_NOTE = (
     "killed from outside (no OOM kill in the kernel log or the cgroup counters): respawned, "
     "the pool keeps its size"
@@ -125,6 +130,8 @@ class Situation:
     # Earlier deaths of this loader whose sample then loaded fine alone
     loaded_fine_alone_before: int = 0
     max_deaths_in_a_row: int = MAX_DEATHS_IN_A_ROW
+    # A worker died collating this same batch before (and each sample collated fine alone)
+    batch_died_in_collate_before: bool = False
     # A SIGKILL the kernel log and cgroup counters show was no OOM kill: not the machine's
     # memory, so no reason to shrink the pool (``forensics.rules.oom_ruled_out``)
     oom_ruled_out: bool = False
@@ -257,6 +264,9 @@ class HealPolicy:
             return replace(keep, kind=ActionKind.QUARANTINE)
         if cause in SAMPLE_DEATHS and at.culprit is not None:
             return self._sample_death(diagnosis, at, keep)
+        if at.stage == "collate" and at.batch_died_in_collate_before:
+            # No sample to quarantine: they fail only together, and would fail so again.
+            return replace(raise_it, note=COLLATE_TOGETHER_NOTE)
         if holds_back(diagnosis, at):
             return self._back_off(diagnosis, at, "")
         if cause == "killed-by-signal" and at.oom_ruled_out:

@@ -17,7 +17,7 @@ import weakref
 from collections import deque
 from typing import Any
 
-from loaderdoctor import torchdata_compat  # imports torchdata
+from loaderdoctor import torch_compat, torchdata_compat  # torchdata_compat imports torchdata
 from loaderdoctor.supervise.heal_policy import MAX_DEATHS_IN_A_ROW
 from loaderdoctor.supervise.loader import (
     LOADER_HOOKS,
@@ -28,7 +28,12 @@ from loaderdoctor.supervise.loader import (
 )
 from loaderdoctor.supervise.parent.iterator import probe_alone
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
-from loaderdoctor.supervise.parent.supervisor import SupervisedPool, Supervisor
+from loaderdoctor.supervise.parent.supervisor import (
+    NO_RESTART,
+    SupervisedPool,
+    Supervisor,
+    supervisor_of,
+)
 from loaderdoctor.supervise.streams import StreamProgress
 from loaderdoctor.supervise.torchdata import resume
 from loaderdoctor.supervise.torchdata.plain import plain_reason
@@ -105,6 +110,16 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
         # torchdata starts a new iterator each epoch (unless persistent_workers): it takes the
         # prefetch_factor climbed back to
         _announce(loader._ld.epoch_started())
+        current = loader._iterator
+        supervisor = supervisor_of(current)
+        if (
+            loader.persistent_workers
+            and supervisor is not None
+            and supervisor.successor is None
+            and supervisor.recovery.idle_death()
+        ):
+            loader._iterator = None
+            torch_compat.shut_down(current)
         return super().__iter__()  # type: ignore[misc]
 
 
@@ -157,9 +172,11 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
         try:
             with supervisor.bootstrapping():
                 # a worker may die or hang before the first batch
+                fresh = self._ld_resumed_from is None
                 built = supervisor.attempt(
                     functools.partial(super().__init__, supervisor.view(snapshot), next_iter_state),
-                    building=self._ld_resumed_from is None,
+                    building=fresh,
+                    start_state=next_iter_state if fresh and sampler_tail is None else NO_RESTART,
                 )
                 if streams and built is None:
                     torchdata_compat.count_fast_forward_once(self, next_iter_state)
@@ -188,7 +205,17 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
                 self._ld.successor.ld_reset(loader)
                 self.ld_finished = False
                 return
-        super().ld_reset(loader, first_iter, prime_prefetch)
+        else:
+            # torchdata registered the new workers' pids for torch's SIGCHLD handler just before
+            # this first reset, which waits for their start-up replies: a worker that dies
+            # meanwhile must reach WorkerWatch as a death, not raise from the handler.
+            self._ld.books.stop_sigchld_checks()
+            super().ld_reset(loader, first_iter, prime_prefetch)
+            return
+        # A worker that dies while torchdata's reset waits for its resume replies (one that died
+        # idle before is found by the loader's ``__iter__``): the verdict, never a bare failure.
+        reset = functools.partial(super().ld_reset, loader, first_iter, prime_prefetch)
+        self._ld.attempt(reset, building=True)
 
     def ld_process_data(self, data: Any, worker_id: int, state_dict: Any) -> Any:
         raw = data

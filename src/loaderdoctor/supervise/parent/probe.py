@@ -21,17 +21,28 @@ logger = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 60.0
 
 
-def probe_batch(pool: Callable[..., Any], snapshot: LoaderSnapshot, indices: list[Any]) -> Any:
-    """Load ``indices`` one by one, alone, in a fresh worker (of a supervised ``pool``): the first one that fails again
-    (None when all load).
+def probe_batch(
+    pool: Callable[..., Any],
+    snapshot: LoaderSnapshot,
+    indices: list[Any],
+    *,
+    collate: bool = False,
+) -> Any:
+    """Load ``indices`` one by one, alone, in a fresh worker (of a supervised ``pool``): the
+    first one that fails again (None when all load). ``collate``: each is collated alone too,
+    by the loader's ``collate_fn`` (a batch of one), as where a worker died collating.
 
     A string says why the probe itself could not tell (its worker could not start, or
     loaderdoctor's own machinery failed): logged, and never taken for the sample's failure,
     which would quarantine a healthy sample.
     """
+    # each sample by ``dataset[index]``, so the recorder names it
+    collated: dict[str, Any] = (
+        {"batch_size": 1, "collate_fn": snapshot.collate_fn} if collate else {"batch_size": None}
+    )
     loader = torch.utils.data.DataLoader(
         snapshot.dataset,
-        batch_size=None,  # each sample by ``dataset[index]``, so the recorder names it
+        **collated,
         sampler=indices,
         num_workers=1,
         worker_init_fn=snapshot.worker_init_fn,

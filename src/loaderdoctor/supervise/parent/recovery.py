@@ -144,7 +144,7 @@ class Recovery:
         streams: StreamProgress | None,
         respawns: int,
         context: Any,
-        probe: Callable[[LoaderSnapshot, list[Any]], Any],
+        probe: Callable[..., Any],  # ``probe.probe_batch`` on a pool class
         successor: Callable[[Successor], Any],
         resume_point: Callable[[], Any] | None = None,
     ) -> None:
@@ -219,10 +219,17 @@ class Recovery:
         """Decide about a failure, then carry the decision out."""
         ev = failure.evidence
         found_alone = False
-        if ev.kind == "death" and ev.stage == "fetch" and ev.worker_id in self.batched_workers:
+        batch_died_before = False
+        # (a stream's items cannot be loaded alone: its culprit is re-tried when it resumes)
+        if ev.kind == "death" and ev.stage == "collate" and ev.batch_indices and not self.iterable:
+            batch_died_before = self.sup.collate_death(ev.batch_indices)
+            found_alone = self._name_in_batch(ev, collating=True)
+        elif ev.kind == "death" and ev.stage == "fetch" and ev.worker_id in self.batched_workers:
             found_alone = self._name_in_batch(ev)
         diagnosis = failure.diagnosis or diagnose(ev)
         at = self._situation(ev, found_alone)
+        if batch_died_before:
+            at = replace(at, batch_died_in_collate_before=True)
         action = POLICY.decide(diagnosis, at)
         # Start the dead worker's replacement now, so that its start-up overlaps the probe (a
         # sample quarantined meanwhile reaches it as every live worker: ``live_quarantine``).
@@ -247,6 +254,66 @@ class Recovery:
             return self._raise(failure, diagnosis, stops_healing=action.stops_healing)
         stream = self._stream_culprit(ev, diagnosis) if self.streams is not None else None
         return self._heal(diagnosis, action, at, ev, replacement, stream)
+
+    def restart(self, failure: PoolFailure, start_state: Any) -> Outcome:
+        """A worker failed while the pool was being built (torchdata's ``__init__`` waits for
+        its workers to start): nothing was delivered, so with healing a new pool starts over
+        from the state this one was given (``start_state``; None: the epoch's start)."""
+        ev = failure.evidence
+        diagnosis = failure.diagnosis or diagnose(ev)
+        at = self._situation(ev, found_alone=False)
+        action = POLICY.decide(diagnosis, at)
+        if action.kind not in (ActionKind.RESPAWN, ActionKind.BACK_OFF) or ev.kind != "death":
+            return self.give_up(failure)
+        self._count_death(at, action)
+        diagnosis.evidence.append(
+            f"worker {ev.worker_id} died while the pool started: a new pool starts over"
+        )
+        self.sup.record(diagnosis, "respawned")
+        warnings.warn(
+            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> respawned",
+            HealWarning,
+            stacklevel=user_stacklevel(),
+        )
+        self.stop(beside=ev.worker_id)
+        self.ledger.clear()
+        plan = Successor(
+            self.snapshot, self.sup, False, self.respawns + 1, None, (start_state, None, None)
+        )
+        return HandOver(self.build_successor(plan))
+
+    def idle_death(self) -> bool:
+        """Before a persistent pool of a loader that resumes from its own state starts another
+        epoch: True when one of its workers died while the pool sat idle (recorded, and with
+        healing said in a ``HealWarning``; without healing raised): the loader then starts a new
+        pool for the epoch, as torchdata's own reset would wait for the dead worker for ever."""
+        pool, watch = self.pool, self.watch
+        if pool is None or watch is None:
+            return False
+        dead = [w for w in range(len(pool)) if not pool.is_alive(w)]
+        if not dead:
+            return False
+        failure = PoolFailure(watch.death(dead[0], {}))
+        if not self.sup.settings.heal:
+            outcome = self._raise(failure, failure.diagnosis or diagnose(failure.evidence))
+            error, outcome.error = outcome.error, None
+            assert error is not None
+            try:
+                raise error
+            finally:
+                error = None
+        diagnosis = diagnose(failure.evidence)
+        diagnosis.evidence.append(
+            f"worker {dead[0]} died while the pool sat idle between epochs: a new pool starts "
+            "the next epoch"
+        )
+        self.sup.record(diagnosis, "respawned")
+        warnings.warn(
+            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> respawned",
+            HealWarning,
+            stacklevel=user_stacklevel(),
+        )
+        return True
 
     def _count_death(self, at: Situation, action: Action) -> None:
         """A death or hang that blamed no sample counts toward ``max_deaths_in_a_row``; one whose
@@ -287,29 +354,36 @@ class Recovery:
             at = replace(at, probe_failed_again=True)
         return at
 
-    def _name_in_batch(self, ev: Evidence) -> bool:
-        """A worker died inside the dataset's own ``__getitems__``, which loads the batch at
-        once: its recorder holds the batch's first index, not the sample that killed it (111
-        was named when 37 crashed). Re-try the batch's samples one by one in a
-        fresh worker: the one that kills it again is the culprit (True); else the evidence says
-        "one of" the batch, and no sample is named."""
+    def _name_in_batch(self, ev: Evidence, collating: bool = False) -> bool:
+        """A worker died while it handled a whole batch: inside the dataset's own
+        ``__getitems__``, which loads the batch at once (its recorder holds the batch's first
+        index, not the sample that killed it: 111 was named when 37 crashed), or inside
+        ``collate_fn`` (``collating``: every sample of the batch was loaded). Re-try the batch's
+        samples one by one in a fresh worker (each collated alone, for a death in collate_fn):
+        the one that kills it again is the culprit (True); else the evidence says "one of" the
+        batch, and no sample is named."""
         batch = list(ev.batch_indices or [ev.in_flight_index])
         ev.in_flight_index = ev.sample_file = None
         shown = ", ".join(repr(i) for i in batch[:16]) + (", …" if len(batch) > 16 else "")
-        head = (
-            "the dataset's own __getitems__ loads a batch at once, so the sample in flight was "
-            f"one of [{shown}]"
-        )
-        if len(batch) == 1:
+        if collating:
+            head = f"the worker died in collate_fn, collating the batch [{shown}]"
+            alone = "each collated fine alone in a fresh worker"
+        else:
+            head = (
+                "the dataset's own __getitems__ loads a batch at once, so the sample in flight "
+                f"was one of [{shown}]"
+            )
+            alone = "each loaded fine alone in a fresh worker"
+        if len(batch) == 1:  # (a probe's own batches are of one: it never probes again)
             ev.in_flight_index = batch[0]
             ev.notes.append(head)
             return False
-        outcome = self.probe_batch(self.snapshot, batch)
+        outcome = self.probe_batch(self.snapshot, batch, collate=collating)
         if isinstance(outcome, str):
             self.sup.counts.probe_failures += 1
             ev.notes.append(f"{head}; re-trying them alone failed ({outcome})")
         elif outcome is None:
-            ev.notes.append(f"{head}; each loaded fine alone in a fresh worker")
+            ev.notes.append(f"{head}; {alone}")
         else:
             ev.in_flight_index = outcome
             ev.sample_file = sample_file(self.snapshot.dataset, outcome)
@@ -325,7 +399,7 @@ class Recovery:
         A string from the probe says why it could not tell (its worker could not start, or
         loaderdoctor's own machinery failed): never taken for the sample's failure, which would
         quarantine a healthy sample."""
-        found = self.probe_batch(self.snapshot, [culprit])
+        found = self.probe_batch(self.snapshot, [culprit], collate=at.stage == "collate")
         if isinstance(found, str):  # the probe could not tell: never the sample's failure
             self.sup.counts.probe_failures += 1
             return POLICY.decide(diagnosis, replace(at, probe_error=found))

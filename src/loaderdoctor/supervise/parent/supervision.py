@@ -189,6 +189,8 @@ class Supervision:
         # Worker deaths and hangs since the last delivered batch that blamed no sample
         # (``HealPolicy``'s bound, ``max_deaths_in_a_row``)
         self.deaths_in_a_row = 0
+        # The batches whose worker died in collate_fn (their indices), this loader's life
+        self.collate_deaths: set[str] = set()
         # The live pools' shared quarantines: each new entry reaches their workers at once
         # (``live_quarantine``), not only the batches the main process has not sent yet.
         self.live_quarantines: weakref.WeakSet[LiveQuarantine] = weakref.WeakSet()
@@ -279,6 +281,13 @@ class Supervision:
             return data.batch
         self.delivered(indices, data)
         return data
+
+    def collate_death(self, indices: Any) -> bool:
+        """A worker died collating the batch of ``indices``: True when one did before."""
+        key = repr(list(indices))
+        seen = key in self.collate_deaths
+        self.collate_deaths.add(key)
+        return seen
 
     def take_events(self, events: Any) -> None:
         for event in events:

@@ -49,6 +49,9 @@ from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SkippedBatc
 
 # What ``Supervisor.attempt`` returns for a step whose failure was handled (never a batch).
 HANDLED = object()
+# ``Supervisor.attempt``'s ``start_state`` when a pool that fails while it is built cannot start
+# over (the failure is raised)
+NO_RESTART = object()
 
 
 class Supervisor:
@@ -63,7 +66,7 @@ class Supervisor:
         streams: StreamProgress | None,
         *,
         successor: Callable[[Successor], Any],
-        probe: Callable[[LoaderSnapshot, list[Any]], Any],
+        probe: Callable[..., Any],  # ``probe.probe_batch`` on a pool class
         resume_point: Callable[[], Any] | None = None,
     ) -> None:
         self.sup = supervision
@@ -300,13 +303,16 @@ class Supervisor:
                 continue
             return data
 
-    def attempt(self, step: Callable[[], Any], *, building: bool = False) -> Any:
+    def attempt(
+        self, step: Callable[[], Any], *, building: bool = False, start_state: Any = NO_RESTART
+    ) -> Any:
         """Run a step of the library's own code that may meet a failed worker (a ``PoolFailure``
         out of the watch, or an exception of loaderdoctor's own code): its value, or
         ``HANDLED`` once ``Recovery`` has dealt with the failure and the pool goes on (or hands
         over); a failure that is the user's answer is raised from here. The one place a pool
         failure is caught. ``building``: inside the iterator's ``__init__``, before a batch was
-        delivered: there is nothing to resume from yet."""
+        delivered: there is nothing to resume from yet, unless ``start_state`` says where a new
+        pool starts over (the state this one was given)."""
         failure: PoolFailure | None = None
         try:
             return step()
@@ -322,7 +328,13 @@ class Supervisor:
             failure = PoolFailure(internal_evidence(error, self.epoch), error)
         try:
             recovery = self.recovery
-            self.carry_out(recovery.give_up(failure) if building else recovery.handle(failure))
+            if not building:
+                outcome = recovery.handle(failure)
+            elif start_state is NO_RESTART:
+                outcome = recovery.give_up(failure)
+            else:
+                outcome = recovery.restart(failure, start_state)
+            self.carry_out(outcome)
         finally:
             # An exception kept in a local of this frame holds the frame (and so this
             # iterator) in a reference cycle through its traceback.

@@ -263,7 +263,12 @@ class WorkerWatch:
     def _worker_facts(self, ev: Evidence, worker_id: int, tasks: Mapping[int, Any]) -> None:
         snapshot = self.recorder.snapshot(worker_id)
         collect.from_snapshot(ev, snapshot, self.iterable)
-        ev.batch, ev.batch_indices = self.batch_of(worker_id, ev.in_flight_index, tasks)
+        held = ev.in_flight_index
+        if held is None and snapshot is not None and snapshot.stage == "collate":
+            # The last sample it loaded names the batch being collated, though no sample is in
+            # flight: an older outstanding batch may be finished and waiting in the queue.
+            held = snapshot.in_flight_index
+        ev.batch, ev.batch_indices = self.batch_of(worker_id, held, tasks)
         if ev.in_flight_index is None and ev.batch_indices and len(ev.batch_indices) == 1:
             ev.in_flight_index = ev.batch_indices[0]
         # a stream item's file (its shard's URL) came with its name from the recorder
