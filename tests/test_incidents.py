@@ -106,3 +106,45 @@ def test_the_typed_counts_make_the_reports_counts_unchanged() -> None:
         ("sink_failures", 0),
     ]
     assert report.delivered == {"batches": 3, "samples": 12}
+
+
+def test_the_log_keeps_later_incidents_in_brief_and_the_sinks_whole() -> None:
+    from loaderdoctor.forensics import Diagnosis
+    from loaderdoctor.supervise.parent import incidents as incidents_module
+
+    seen: list[object] = []
+    incidents_module.INCIDENT_SINKS.append(lambda owner, incident: seen.append(incident))
+    try:
+        log = incidents_module.IncidentLog()
+        evidence = [f"line {i}" for i in range(6)]
+        for _ in range(incidents_module.KEPT_WHOLE + 1):
+            log.append(
+                Diagnosis(
+                    "native-crash",
+                    "t",
+                    0.9,
+                    0,
+                    1,
+                    None,
+                    None,
+                    [3],
+                    list(evidence),
+                    ["fix"],
+                    python_stack="stack",
+                ),
+                "quarantined",
+            )
+    finally:
+        incidents_module.INCIDENT_SINKS.pop()
+    whole, brief = log[0].diagnosis, log[-1].diagnosis
+    assert (whole.python_stack, whole.evidence, whole.fixes) == ("stack", evidence, ["fix"])
+    assert (brief.python_stack, brief.fixes, brief.indices) == (None, [], [3])
+    assert brief.evidence == [
+        "line 0",
+        "line 1",
+        "line 2",
+        "line 3",
+        "(kept in brief: 2 more lines, the stack and the fixes are left out after the first "
+        "200 incidents)",
+    ]
+    assert seen[-1].diagnosis.python_stack == "stack"  # type: ignore[attr-defined]  # whole

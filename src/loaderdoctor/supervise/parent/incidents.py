@@ -6,6 +6,7 @@ all read this one log; nothing else records an incident.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -83,6 +84,31 @@ class BackoffStep:
         }
 
 
+# The log keeps this many incidents whole in memory; later ones in brief (no Python stack, no
+# explanation or fixes, at most BRIEF_EVIDENCE_LINES of evidence), so a week-long job with
+# thousands of healed incidents does not grow by each one's stack and text (about 10 KiB each).
+# The sinks get every incident whole: under ``loaderdoctor run`` the report dir keeps them all.
+KEPT_WHOLE = 200
+BRIEF_EVIDENCE_LINES = 4
+
+
+def _brief(diagnosis: Diagnosis) -> Diagnosis:
+    evidence = diagnosis.evidence[:BRIEF_EVIDENCE_LINES]
+    if len(diagnosis.evidence) > BRIEF_EVIDENCE_LINES:
+        evidence.append(
+            f"(kept in brief: {len(diagnosis.evidence) - BRIEF_EVIDENCE_LINES} more lines, the "
+            f"stack and the fixes are left out after the first {KEPT_WHOLE} incidents)"
+        )
+    return dataclasses.replace(
+        diagnosis,
+        evidence=evidence,
+        fixes=[],
+        explanation="",
+        python_stack=None,
+        alternatives=[],
+    )
+
+
 class IncidentLog(Sequence[Incident]):
     """Append-only. ``owner`` is told to the sinks (a callable that returns the loader, or None)."""
 
@@ -95,7 +121,10 @@ class IncidentLog(Sequence[Incident]):
 
     def append(self, diagnosis: Diagnosis, action: str) -> Incident:
         incident = Incident(diagnosis, action)
-        self._incidents.append(incident)
+        if len(self._incidents) < KEPT_WHOLE:
+            self._incidents.append(incident)
+        else:
+            self._incidents.append(Incident(_brief(diagnosis), action))
         if not self.quiet:
             owner = self._owner()
             for sink in list(INCIDENT_SINKS):
