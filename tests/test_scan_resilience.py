@@ -120,7 +120,8 @@ def test_rlimit_fallback_turns_an_allocation_past_the_cap_into_memory_error() ->
 
 @pytest.mark.slow
 def test_a_crash_storm_goes_on_in_fresh_rounds_and_names_every_crash() -> None:
-    # 12 native crashes: the healing loader gives up after 8 respawns, a new round goes on.
+    # 12 native crashes, more than max_deaths_in_a_row: each is named, and a round that stops
+    # goes on in a fresh one.
     report = scan_dataset(datasets.Storm(), num_workers=2, timeout=30)
     assert sorted(bad.index for bad in report.bad) == list(datasets.STORM)
     assert {bad.cause for bad in report.bad} == {"native-crash"}
