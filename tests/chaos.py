@@ -124,7 +124,15 @@ def generate(seed: int, *, stateful_available: bool = True, quick: bool = False)
         life: dict[str, Any] = {"kills": [], "break_after": None, "state_dict_at": None}
         if epoch < epochs - 1 and rng.random() < 0.2:
             life["break_after"] = rng.randrange(1, max(2, batches // 2))
-        elif loader == "stateful" and kind == "map" and rng.random() < 0.4:
+        elif (
+            loader == "stateful"
+            and kind == "map"
+            # A new loader resumes a sampler's own random state only for torchdata's own
+            # RandomSampler (shuffle): another sampler's generator starts over in the new
+            # loader, as under stock torchdata, unless no epoch has drawn from it yet.
+            and (plan["sampling"] in ("sequential", "shuffle") or epoch == 0)
+            and rng.random() < 0.4
+        ):
             life["state_dict_at"] = rng.randrange(1, max(2, batches // 2))
         for _ in range(rng.choice([0, 1, 1, 2])):
             moment = rng.choice(KILL_MOMENTS)
