@@ -111,13 +111,10 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
         # prefetch_factor climbed back to
         _announce(loader._ld.epoch_started())
         current = loader._iterator
-        supervisor = supervisor_of(current)
-        if (
-            loader.persistent_workers
-            and supervisor is not None
-            and supervisor.successor is None
-            and supervisor.recovery.idle_death()
-        ):
+        live = supervisor_of(current)  # the pool that serves: the last of a chain of successors
+        while live is not None and live.successor is not None:
+            live = supervisor_of(live.successor)
+        if loader.persistent_workers and live is not None and live.recovery.idle_death():
             loader._iterator = None
             torch_compat.shut_down(current)
         return super().__iter__()  # type: ignore[misc]
