@@ -163,9 +163,17 @@ def test_healing_that_stops_at_its_limit_says_the_limit(tmp_path: Path) -> None:
     )
     assert done.stdout.splitlines() == [
         "loaderdoctor healing stopped: 3 worker deaths in a row with no batch delivered between "
-        "them and no sample to blame (max_deaths_in_a_row=2; pass max_deaths_in_a_row=N to the "
-        "DataLoader to allow more)"
+        "them and no sample to blame (max_deaths_in_a_row=2: DataLoader(max_deaths_in_a_row=N), "
+        "or loaderdoctor run --max-deaths-in-a-row N, allows more)"
     ], done.stderr[-3000:]
+
+
+def test_the_deaths_limit_reaches_loaders_under_run(tmp_path: Path) -> None:
+    from loaderdoctor.runner.core import RunSettings, child_environment
+    from loaderdoctor.runner.protocol import MAX_DEATHS_ENV
+
+    settings = RunSettings(command=["true"], report_dir=tmp_path, heal=True, max_deaths_in_a_row=3)
+    assert child_environment(settings, tmp_path)[MAX_DEATHS_ENV] == "3"
 
 
 STUCK = """

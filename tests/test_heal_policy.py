@@ -389,8 +389,8 @@ def test_healing_stopped_at_the_deaths_limit_names_it() -> None:
     assert (action.kind, action.stops_healing) == (R, True)
     assert action.note == (
         "healing stopped: 4 worker deaths in a row with no batch delivered between them and no "
-        "sample to blame (max_deaths_in_a_row=3; pass max_deaths_in_a_row=N to the DataLoader "
-        "to allow more)"
+        "sample to blame (max_deaths_in_a_row=3: DataLoader(max_deaths_in_a_row=N), or "
+        "loaderdoctor run --max-deaths-in-a-row N, allows more)"
     )
 
 

@@ -251,6 +251,10 @@ def test_on_error_skip_without_heal_skips_as_asked_and_heal_has_the_default_budg
          "add --heal"),
         (["--heal", "--max-skipped", "1.5"], "loaderdoctor run: error: argument --max-skipped: "
          "max_skipped must be a count or a fraction in (0, 1], got 1.5"),
+        (["--max-deaths-in-a-row", "3"], "loaderdoctor run: error: --max-deaths-in-a-row is "
+         "healing's limit: add --heal"),
+        (["--heal", "--max-deaths-in-a-row", "0"], "loaderdoctor run: error: argument "
+         "--max-deaths-in-a-row: a whole number of worker deaths, 1 or more, not '0'"),
     ],
 )  # fmt: skip
 def test_run_refuses_a_max_skipped_it_cannot_use(

@@ -38,6 +38,18 @@ def _budget(text: str) -> str:
     return text
 
 
+def _deaths(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(
+            f"a whole number of worker deaths, 1 or more, not {text!r}"
+        )
+    return count
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     parser.usage = (
         "loaderdoctor run [OPTIONS] -- COMMAND [ARGS...] | run [OPTIONS] SCRIPT.py [ARGS...]"
@@ -52,6 +64,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --heal: stop and raise once more samples than this are skipped, a count or a "
         "fraction of the dataset (default 0.5)",
+    )
+    parser.add_argument(
+        "--max-deaths-in-a-row",
+        type=_deaths,
+        default=None,
+        metavar="N",
+        help="with --heal: stop and raise once this many workers die one after another with no "
+        "batch delivered between and no sample to blame (default 8)",
     )
     parser.add_argument(
         "--hang-timeout",
@@ -90,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_skipped is not None and not args.heal:
         raise CommandError("--max-skipped is healing's budget: add --heal")
+    if args.max_deaths_in_a_row is not None and not args.heal:
+        raise CommandError("--max-deaths-in-a-row is healing's limit: add --heal")
     outer = outer_supervisor()
     if outer is not None:
         return _run_under(outer, args.argv)
@@ -104,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         node=node,
         heal=args.heal,
         max_skipped=args.max_skipped,
+        max_deaths_in_a_row=args.max_deaths_in_a_row,
         hang_timeout_s=args.hang_timeout,
         memory_interval_s=max(args.memory_interval, 0.05),
     )

@@ -45,6 +45,7 @@ from loaderdoctor.runner.protocol import (
     HANG_TIMEOUT_ENV,
     HEAL_ENV,
     INCIDENTS_DIRNAME,
+    MAX_DEATHS_ENV,
     MAX_SKIPPED_ENV,
     REPORT_NAME,
     RUN_DIR_ENV,
@@ -74,6 +75,7 @@ class RunSettings:
     heal: bool = False
     hang_timeout_s: float = DEFAULT_HANG_TIMEOUT_S  # 0 disables the watchdog
     max_skipped: str | None = None  # a count or a fraction, as --max-skipped gave it
+    max_deaths_in_a_row: int | None = None  # --max-deaths-in-a-row; None: the loader's default
     memory_interval_s: float = 0.5
     node: NodeInfo | None = None  # one node of a multi-node job: report_dir is its own folder
 
@@ -139,6 +141,10 @@ def child_environment(settings: RunSettings, report_dir: Path) -> dict[str, str]
         env[MAX_SKIPPED_ENV] = settings.max_skipped
     else:
         env.pop(MAX_SKIPPED_ENV, None)
+    if settings.max_deaths_in_a_row is not None:
+        env[MAX_DEATHS_ENV] = str(settings.max_deaths_in_a_row)
+    else:
+        env.pop(MAX_DEATHS_ENV, None)
     env[SUPERVISOR_ENV] = str(os.getpid())
     return env
 

@@ -29,6 +29,7 @@ from loaderdoctor.runner import lifeline, protocol, subclasses
 from loaderdoctor.runner.protocol import (
     HANG_TIMEOUT_ENV,
     HEAL_ENV,
+    MAX_DEATHS_ENV,
     MAX_SKIPPED_ENV,
     RUN_DIR_ENV,
 )
@@ -65,6 +66,7 @@ def _settings() -> tuple[float | None, bool]:
 
 HANG_TIMEOUT, HEAL = _settings()
 MAX_SKIPPED = os.environ.get(MAX_SKIPPED_ENV)  # checked by ``run`` before the command started
+MAX_DEATHS = os.environ.get(MAX_DEATHS_ENV)  # a whole number >= 1, checked by ``run`` too
 
 
 _T_co = TypeVar("_T_co", covariant=True)
@@ -86,6 +88,8 @@ class RunDataLoader(supervised.DataLoader[_T_co]):
             kwargs.setdefault("heal", True)
             if MAX_SKIPPED is not None:
                 kwargs.setdefault("max_skipped", MAX_SKIPPED)
+            if MAX_DEATHS is not None:
+                kwargs.setdefault("max_deaths_in_a_row", int(MAX_DEATHS))
         super().__init__(*args, **kwargs)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -139,6 +143,8 @@ def _run_stateful_base() -> type:
                 kwargs.setdefault("heal", True)
                 if MAX_SKIPPED is not None:
                     kwargs.setdefault("max_skipped", MAX_SKIPPED)
+                if MAX_DEATHS is not None:
+                    kwargs.setdefault("max_deaths_in_a_row", int(MAX_DEATHS))
             super().__init__(*args, **kwargs)
 
     return RunStateful

@@ -28,6 +28,8 @@ RUN_DIR_ENV = "LOADERDOCTOR_RUN_DIR"
 HANG_TIMEOUT_ENV = "LOADERDOCTOR_RUN_HANG_TIMEOUT"
 HEAL_ENV = "LOADERDOCTOR_RUN_HEAL"
 MAX_SKIPPED_ENV = "LOADERDOCTOR_RUN_MAX_SKIPPED"  # --max-skipped as given; unset: the default
+# --max-deaths-in-a-row as given; unset: the default
+MAX_DEATHS_ENV = "LOADERDOCTOR_RUN_MAX_DEATHS_IN_A_ROW"
 # The pid of the ``loaderdoctor run`` process: its direct child watches it (``lifeline``), and
 # a ``loaderdoctor run`` started under it sees that it is already supervised.
 SUPERVISOR_ENV = "LOADERDOCTOR_RUN_SUPERVISOR"

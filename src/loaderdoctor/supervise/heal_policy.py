@@ -425,8 +425,8 @@ def _within_deaths_in_a_row(action: Action, at: Situation) -> Action:
         at.prefetch_factor,
         f"healing stopped: {at.deaths_in_a_row + 1} worker deaths in a row with no batch "
         f"delivered between them and no sample to blame ({DEATHS_LIMIT_KEYWORD}="
-        f"{at.max_deaths_in_a_row}; pass {DEATHS_LIMIT_KEYWORD}=N to the DataLoader to allow "
-        "more)",
+        f"{at.max_deaths_in_a_row}: DataLoader({DEATHS_LIMIT_KEYWORD}=N), or loaderdoctor run "
+        "--max-deaths-in-a-row N, allows more)",
         stops_healing=True,
     )
 
