@@ -92,6 +92,9 @@ class Action:
     # Healing stops here at a limit (``note`` names it, its value and its keyword): the raise
     # is a ``HealingStoppedError``, not the failure's own.
     stops_healing: bool = False
+    # The control (a sample delivered earlier, re-tried the same way) failed too: the failure
+    # is what the workers share, not the sample's; nothing is quarantined
+    shared: bool = False
 
 
 @dataclass(frozen=True)

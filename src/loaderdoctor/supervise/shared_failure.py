@@ -273,6 +273,29 @@ def stop_diagnosis(stop: Stop, epoch: int | None) -> Diagnosis:
     )
 
 
+def shared_by_the_workers(diagnosis: Diagnosis, control_note: str) -> Diagnosis:
+    """The verdict when a sample's re-try alone failed and so did the control's: the failure is
+    shared, not the sample's. The death's own evidence follows the control's finding."""
+    cause = CAUSES[SHARED_CAUSE]
+    return Diagnosis(
+        cause=cause.id,
+        title=cause.title,
+        confidence=0.9,
+        worker_id=diagnosis.worker_id,
+        pid=diagnosis.pid,
+        signal=diagnosis.signal,
+        exit_code=diagnosis.exit_code,
+        indices=[],
+        evidence=[control_note, f"what each worker showed: {diagnosis.title}", *diagnosis.evidence],
+        fixes=list(cause.fixes),
+        explanation=cause.explanation,
+        batch=diagnosis.batch,
+        epoch=diagnosis.epoch,
+        python_stack=diagnosis.python_stack,
+        docs=cause.docs_url,
+    )
+
+
 __all__ = [
     "DEFAULT_BUDGET",
     "DEFAULT_MAX_SKIPPED",
@@ -283,5 +306,6 @@ __all__ = [
     "Stop",
     "likely_cause",
     "normalise",
+    "shared_by_the_workers",
     "stop_diagnosis",
 ]

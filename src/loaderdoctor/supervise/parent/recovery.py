@@ -60,6 +60,7 @@ from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.parent.watch import PoolFailure, WorkerWatch
 from loaderdoctor.supervise.samples import sample_file
+from loaderdoctor.supervise.shared_failure import shared_by_the_workers
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress
 from loaderdoctor.supervise.worker.datasets import SupervisedBatchedMapDataset
 from loaderdoctor.supervise.worker.loader_view import wrap_dataset
@@ -249,9 +250,12 @@ class Recovery:
         if self.sup.backoff is not None and holds_back(diagnosis, at):
             self.sup.backoff.failed()
         if action.kind is ActionKind.RAISE:
-            if action.note:
+            if action.shared:
+                diagnosis = shared_by_the_workers(diagnosis, action.note)
+            elif action.note:
                 diagnosis.evidence.append(action.note)
-            return self._raise(failure, diagnosis, stops_healing=action.stops_healing)
+            stopped = action.note if action.stops_healing else None
+            return self._raise(failure, diagnosis, stopped_because=stopped)
         stream = self._stream_culprit(ev, diagnosis) if self.streams is not None else None
         return self._heal(diagnosis, action, at, ev, replacement, stream)
 
@@ -407,13 +411,56 @@ class Recovery:
         self.sup.loaded_fine_alone += not failed_again
         action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
         if failed_again and action.kind is ActionKind.QUARANTINE:
+            control = self._control(diagnosis, at, culprit)
+            if control is not None:
+                return control
             reproduced_alone(diagnosis, culprit)  # its first evidence line says what the note did
             action = replace(action, note="")
         return action
 
+    def _control(self, diagnosis: Diagnosis, at: Situation, culprit: Any) -> Action | None:
+        """Before a sample is blamed: a sample delivered earlier in this run, re-tried alone the
+        same way (a fresh worker, the same start method and timeout). Failing too, it shows the
+        failure is what the workers share (a lock held at fork, a leaked semaphore, a handle the
+        dataset opened in the main process, the machine): healing stops, nothing quarantined
+        (the returned action). Loading fine, it clears the rest: said in the evidence (None)."""
+        control = self.sup.control_sample(culprit)
+        if control is None:
+            diagnosis.evidence.append(
+                "no control: no sample was delivered whole before this one, to re-try the same "
+                "way and clear the rest"
+            )
+            return None
+        outcome = self.probe_batch(self.snapshot, [control], collate=at.stage == "collate")
+        if isinstance(outcome, str):
+            self.sup.counts.probe_failures += 1
+            diagnosis.evidence.append(
+                f"control: sample {control!r}, delivered earlier, could not be re-tried ({outcome})"
+            )
+            return None
+        if outcome is None:
+            diagnosis.evidence.append(
+                f"control: sample {control!r}, delivered earlier, loaded fine alone the same way"
+            )
+            return None
+        return Action(
+            ActionKind.RAISE,
+            at.num_workers,
+            at.prefetch_factor,
+            f"healing stopped: sample {culprit!r} failed again alone in a fresh worker, and so "
+            f"did sample {control!r}, delivered earlier in this run, re-tried the same way (the "
+            "control): the failure is not the sample's but what the workers share (state "
+            "inherited from the main process, a lock or semaphore a killed worker held, the "
+            "machine); nothing is quarantined",
+            stops_healing=True,
+            shared=True,
+        )
+
     def _raise(
-        self, failure: PoolFailure, diagnosis: Diagnosis, stops_healing: bool = False
+        self, failure: PoolFailure, diagnosis: Diagnosis, stopped_because: str | None = None
     ) -> Raise:
+        """Raise the failure with its verdict; ``stopped_because``: healing stopped at a limit
+        or a control (a ``HealingStoppedError`` whose first line says why)."""
         self.sup.record(diagnosis, "raised")
         error, failure.error = failure.error, None
         if error is not None:
@@ -430,9 +477,9 @@ class Recovery:
         error_type: type[WorkerDiedError | HealingStoppedError] = (
             WorkerHangError if failure.evidence.kind == "hang" else WorkerDiedError
         )
-        if stops_healing:
+        if stopped_because is not None:
             error_type = HealingStoppedError
-            message = f"loaderdoctor {diagnosis.evidence[-1]}\n{message}"
+            message = f"loaderdoctor {stopped_because}\n{message}"
         self.stop()
         return Raise(error_type(message, diagnosis), (message, diagnosis))
 

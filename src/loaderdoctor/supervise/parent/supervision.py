@@ -8,6 +8,7 @@ workers would outlive a dropped loader until a cyclic garbage collection.
 
 from __future__ import annotations
 
+import collections
 import enum
 import os
 import warnings
@@ -191,6 +192,9 @@ class Supervision:
         self.deaths_in_a_row = 0
         # The batches whose worker died in collate_fn (their indices), this loader's life
         self.collate_deaths: set[str] = set()
+        # Samples delivered whole lately: the controls a verdict that blames a sample re-tries
+        # the same way (``control_sample``)
+        self.delivered_samples: collections.deque[int] = collections.deque(maxlen=8)
         # The live pools' shared quarantines: each new entry reaches their workers at once
         # (``live_quarantine``), not only the batches the main process has not sent yet.
         self.live_quarantines: weakref.WeakSet[LiveQuarantine] = weakref.WeakSet()
@@ -280,7 +284,17 @@ class Supervision:
             self.delivered(indices, data.batch, data.samples)
             return data.batch
         self.delivered(indices, data)
+        if isinstance(indices, list):
+            self.delivered_samples.extend(i for i in indices[-2:] if type(i) is int)
         return data
+
+    def control_sample(self, culprit: Any) -> int | None:
+        """A sample delivered earlier in this run (not ``culprit``, not quarantined): the control
+        that clears the rest when ``culprit`` is re-tried alone; None when there is none."""
+        for index in reversed(self.delivered_samples):
+            if index != culprit and index not in self.quarantine:
+                return index
+        return None
 
     def collate_death(self, indices: Any) -> bool:
         """A worker died collating the batch of ``indices``: True when one did before."""

@@ -1,0 +1,83 @@
+"""A control before blame: a sample whose re-try alone fails is blamed only when a sample delivered
+earlier, re-tried the same way, loads fine; when the control fails too, the failure is what the
+workers share (here: a lock a main-process thread holds while the workers fork), healing stops and
+nothing is quarantined. Real hangs, real forks."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import pytest
+import torch
+
+import loaderdoctor
+
+pytestmark = pytest.mark.slow
+
+LOCK = threading.Lock()  # the dataset's: forked workers inherit it as the main process holds it
+
+
+class UsesTheLock(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> int:
+        with LOCK:
+            return index
+
+
+class OneBad(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> int:
+        if index == 9:
+            import ctypes
+
+            ctypes.string_at(0)
+        return index
+
+
+def test_a_lock_held_at_fork_stops_healing_and_blames_no_sample() -> None:
+    loader = loaderdoctor.DataLoader(
+        UsesTheLock(), batch_size=4, num_workers=2, heal=True, hang_timeout=2
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert sorted(int(v) for batch in loader for v in batch) == list(range(16))
+        held = threading.Event()
+        release = threading.Event()
+
+        def hold() -> None:
+            with LOCK:
+                held.set()
+                release.wait(120)
+
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        held.wait(10)
+        try:
+            with pytest.raises(loaderdoctor.HealingStoppedError) as stopped:
+                list(loader)  # each new worker forks with the lock held: every sample hangs
+        finally:
+            release.set()
+            holder.join(10)
+    first_line = str(stopped.value).splitlines()[0]
+    assert first_line.startswith("loaderdoctor healing stopped: sample ")
+    assert "re-tried the same way (the control)" in first_line
+    assert stopped.value.diagnosis.cause == "shared-failure"
+    assert loader.report.quarantine == []
+
+
+def test_a_bad_sample_is_blamed_with_the_control_that_cleared_the_rest() -> None:
+    loader = loaderdoctor.DataLoader(OneBad(), batch_size=4, num_workers=1, heal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        delivered = sorted(int(v) for batch in loader for v in batch)
+    assert delivered == [i for i in range(16) if i != 9]
+    (incident,) = loader.incidents
+    assert (incident.diagnosis.cause, incident.action) == ("native-crash", "quarantined")
+    assert "control: sample 7, delivered earlier, loaded fine alone the same way" in (
+        incident.diagnosis.evidence
+    )
