@@ -5,6 +5,7 @@ nothing is quarantined. Real hangs, real forks."""
 
 from __future__ import annotations
 
+import fnmatch
 import threading
 import warnings
 
@@ -78,6 +79,8 @@ def test_a_bad_sample_is_blamed_with_the_control_that_cleared_the_rest() -> None
     assert delivered == [i for i in range(16) if i != 9]
     (incident,) = loader.incidents
     assert (incident.diagnosis.cause, incident.action) == ("native-crash", "quarantined")
-    assert "control: sample 7, delivered earlier, loaded fine alone the same way" in (
-        incident.diagnosis.evidence
+    controls = fnmatch.filter(
+        incident.diagnosis.evidence,
+        "control: sample *, delivered earlier, loaded fine alone the same way",
     )
+    assert len(controls) == 1

@@ -131,7 +131,7 @@ def _setup(
     books, pool = FakeBooks(), FakePool()
     probed: list[Any] = []
 
-    def probe(snapshot: LoaderSnapshot, indices: list[Any]) -> Any:
+    def probe(snapshot: LoaderSnapshot, indices: list[Any], collate: bool = False) -> Any:
         probed.append(list(indices))
         return probe_finds
 

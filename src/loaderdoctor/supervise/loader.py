@@ -124,14 +124,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             generator,
             **torch_keywords,
         )
-        self.hang_timeout = settings.hang_timeout
-        self.heal = settings.heal
-        self.on_error = settings.on_error
-        self.retries = settings.retries
-        self.quarantine_path = settings.quarantine_path
-        self.allow_in_process = settings.allow_in_process
-        self.max_skipped = max_skipped
-        self.max_deaths_in_a_row = max_deaths_in_a_row
+        keep_extras(self, settings, max_skipped)
         self._ld = Supervision.of(self, settings)
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
         self._ld_unsupervised = _unsupervised_reason(unknown)
@@ -213,6 +206,19 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             supervisor.drain()
         self._ld.take_in_process_events()
         return self._ld.report()
+
+
+def keep_extras(loader: Any, settings: Settings, max_skipped: int | float | None) -> None:
+    """The keyword-only extras as the loader's attributes, as given (a probe reads its
+    ``hang_timeout``); the same on ``DataLoader`` and ``StatefulDataLoader``."""
+    loader.hang_timeout = settings.hang_timeout
+    loader.heal = settings.heal
+    loader.on_error = settings.on_error
+    loader.retries = settings.retries
+    loader.quarantine_path = settings.quarantine_path
+    loader.allow_in_process = settings.allow_in_process
+    loader.max_skipped = max_skipped
+    loader.max_deaths_in_a_row = settings.max_deaths_in_a_row
 
 
 def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:

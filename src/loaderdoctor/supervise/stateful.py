@@ -25,6 +25,7 @@ from loaderdoctor.supervise.loader import (
     _announce,
     _T_co,
     _warn_once,
+    keep_extras,
 )
 from loaderdoctor.supervise.parent.iterator import probe_alone
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
@@ -73,15 +74,7 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
         )
         super().__init__(*args, **kwargs)
         loader: Any = self
-        # The same attributes as ``loaderdoctor.DataLoader``'s (a probe reads its hang_timeout)
-        loader.hang_timeout = settings.hang_timeout
-        loader.heal = settings.heal
-        loader.on_error = settings.on_error
-        loader.retries = settings.retries
-        loader.quarantine_path = settings.quarantine_path
-        loader.allow_in_process = settings.allow_in_process
-        loader.max_skipped = max_skipped
-        loader.max_deaths_in_a_row = max_deaths_in_a_row
+        keep_extras(loader, settings, max_skipped)
         loader._ld = Supervision.of(loader, settings)
         loader._ld_unsupervised = plain_reason(loader)
         for hook in list(LOADER_HOOKS):
@@ -110,12 +103,12 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
         # torchdata starts a new iterator each epoch (unless persistent_workers): it takes the
         # prefetch_factor climbed back to
         _announce(loader._ld.epoch_started())
-        current = loader._iterator
+        current = loader.ld_iterator
         live = supervisor_of(current)  # the pool that serves: the last of a chain of successors
         while live is not None and live.successor is not None:
             live = supervisor_of(live.successor)
         if loader.persistent_workers and live is not None and live.recovery.idle_death():
-            loader._iterator = None
+            loader.ld_iterator = None
             torch_compat.shut_down(current)
         return super().__iter__()  # type: ignore[misc]
 
