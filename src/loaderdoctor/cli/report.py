@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,8 +40,10 @@ def scan_json(path: Path) -> dict[str, Any] | None:
     """The file's JSON if it is a scan report (it has ``bad`` and ``outliers``), else None."""
     if path.is_dir():
         return None
+    from loaderdoctor.inputfile import load_json
+
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path)
     except FileNotFoundError:
         return None  # the run report's loader says what is missing
     except (OSError, ValueError) as error:

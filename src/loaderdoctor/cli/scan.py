@@ -205,6 +205,12 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(format_json(report))
     else:
         print_text(report, sys.stdout, quarantine_path=written)
+    from loaderdoctor.scan.findings import length_hint
+
+    wrong_length = length_hint(report)
+    if wrong_length is not None:  # the dataset is wrong, not its samples: the user's to fix
+        print(f"loaderdoctor scan: error: {wrong_length}", file=sys.stderr)
+        return ExitCode.USAGE
     if job.shard.world_size > 1:
         # torchrun reports any non-zero exit as a failed rank, with a traceback of its own; the
         # findings are in the report and the quarantine file.

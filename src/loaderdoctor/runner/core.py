@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import json
 import os
 import shutil
 import signal
@@ -559,9 +558,11 @@ def write_report(report: RunReport, report_dir: str | os.PathLike[str]) -> Path:
 
 
 def load_report(report_dir: Path) -> RunReport:
+    from loaderdoctor.inputfile import load_json
+
     path = report_dir / REPORT_NAME if report_dir.is_dir() else report_dir
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path)
     except FileNotFoundError:
         raise RunUsageError(f"no report at {path}") from None
     except (OSError, ValueError) as error:

@@ -98,11 +98,10 @@ def write_json(path: str, document: dict[str, Any]) -> None:
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    import json
+    from loaderdoctor.inputfile import load_json
 
     try:
-        with open(path, errors="replace") as handle:
-            document = json.load(handle)
+        document = load_json(path)
     except (OSError, ValueError):
         return None
     return document if isinstance(document, dict) else None
@@ -121,7 +120,7 @@ def read_incident_records(directory: str | os.PathLike[str]) -> Iterator[dict[st
         for line in lines:
             try:
                 record = json.loads(line)
-            except ValueError:  # a line cut short by a hard kill
+            except (ValueError, RecursionError):  # a line cut short by a hard kill, or damaged
                 continue
             if isinstance(record, dict):
                 yield record
