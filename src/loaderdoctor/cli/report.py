@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loaderdoctor.cli import CommandError, ExitCode
+
+if TYPE_CHECKING:
+    from loaderdoctor.runner.model import RunReport
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -58,10 +61,15 @@ def run(args: argparse.Namespace) -> int:
     if data is not None:
         return rerender_scan(args, data)
     from loaderdoctor.runner.core import RunUsageError, write_report
-    from loaderdoctor.runner.job import JobReportError, load_run_or_job
+    from loaderdoctor.runner.job import JobReportError, load_run_or_job, node_folders
 
+    live = None
+    if args.report_dir.is_dir():
+        for node in node_folders(args.report_dir):  # each node's run, settled in its folder
+            settle_run_folder(node)
+        live = settle_run_folder(args.report_dir)
     try:
-        report, merged = load_run_or_job(args.report_dir)
+        report, merged = (live, False) if live is not None else load_run_or_job(args.report_dir)
     except (RunUsageError, JobReportError) as error:
         raise CommandError(str(error)) from None
     folder = args.report_dir if args.report_dir.is_dir() else args.report_dir.parent
@@ -72,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as error:
             print(f"loaderdoctor report: report.json not written: {error}", file=sys.stderr)
     html = None
-    if not args.no_html:
+    if not args.no_html and live is None:  # a live run writes its own page when it ends
         from loaderdoctor.cli.run import write_html_report
 
         html = write_html_report(report, "report")
@@ -85,6 +93,30 @@ def run(args: argparse.Namespace) -> int:
     # A healed run whose command succeeded is a success: 1 only where the command failed or a
     # DataLoader raised.
     return ExitCode.FINDINGS if report.status == "crashed" else ExitCode.OK
+
+
+def settle_run_folder(folder: Path) -> RunReport | None:
+    """A run folder's unmerged records made into its report: a run that did not finish gets
+    its report.json, made from what it left (``.incidents/`` then removed); a live run's
+    report so far is returned (nothing written)."""
+    from loaderdoctor.runner.journal import live_run, settle, snapshot, unfinished_report
+    from loaderdoctor.runner.protocol import LOCK_NAME
+
+    if not (folder / LOCK_NAME).exists():  # no run of this loaderdoctor wrote here: as it is
+        return None
+    if live_run(folder):
+        return snapshot(folder)
+    try:
+        taken = settle(folder)
+    except OSError as error:
+        taken = unfinished_report(folder)
+        print(
+            f"loaderdoctor report: report.json not written in {folder} "
+            f"({error.strerror or error}); shown from the run's records",
+            file=sys.stderr,
+        )
+        return taken
+    return None
 
 
 def rerender_scan(args: argparse.Namespace, data: dict[str, Any]) -> int:

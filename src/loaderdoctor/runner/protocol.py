@@ -6,7 +6,9 @@ parent leaves there. Torch-free and nearly import-free: every Python process of 
 imports it at start-up (most of them never import torch, and must not pay for it).
 
     DIR/report.json                   the report (the parent's, or a child's if the parent died)
-    DIR/.incidents/run.json           the parent's record: pid, command, start time
+    DIR/.run.lock                     locked (flock) by the live ``run`` writing into DIR
+    DIR/.incidents/run.json           the parent's journal: pid, command, start time, and the
+                                      command's exit status as soon as it ended
     DIR/.incidents/<pid>.jsonl        one line per incident, appended as it happens
     DIR/.incidents/<pid>-<n>.state.json
                                       one process image's loaders, delivered counts, quarantine
@@ -42,6 +44,7 @@ def numeric_order(value: Any) -> tuple[int, Any]:
 
 # --- the files ----------------------------------------------------------------------------------
 REPORT_NAME = "report.json"
+LOCK_NAME = ".run.lock"  # held (flock) by the one ``run`` writing into the folder
 INCIDENTS_DIRNAME = ".incidents"
 RUN_RECORD_NAME = "run.json"
 INCIDENTS_SUFFIX = ".jsonl"

@@ -400,6 +400,7 @@ class Supervisor:
             self.cleanup()
             if self.state is IterState.RUNNING:
                 self.state = IterState.CLOSED
+            self.sup.tell_watchers("stopped")  # a loop left early: its counts saved now
 
 
 def supervisor_of(iterator: Any) -> Supervisor | None:
