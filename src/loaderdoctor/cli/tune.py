@@ -68,7 +68,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="write throughput and memory against workers (.html, .svg, .png)",
     )
     parser.epilog = (
-        "Exit status: 0 a configuration is recommended, 1 none fits the memory budget, 2 a "
+        "Exit status: 0 a configuration is recommended, 1 none fits the memory budget (or the "
+        "pick, and the one tried after it, stopped in their --soak), 2 a "
         "usage error (a SPEC that does not load, a dataset that fails: see loaderdoctor scan)."
     )
 

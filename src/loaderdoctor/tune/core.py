@@ -79,6 +79,19 @@ def tune_dataset(
     if startup is not None and startup.recommend_persistent:
         recommended = dataclasses.replace(result.pick, persistent_workers=True)
     soaked = _soak(dataset, recommended, window, soak_epochs, budget, model, progress)
+    if soaked is not None and soaked.note is not None:
+        # The pick failed a check of its own: one more soak, of the fastest configuration with
+        # fewer workers that every trial passed; else nothing is recommended (``soak.note``).
+        fallback = _next_candidate(result.trials, recommended)
+        if fallback is not None:
+            notes.append(f"{recommended.label()} stopped in its soak ({soaked.note})")
+            second = _soak(dataset, fallback[0], window, soak_epochs, budget, model, progress)
+            if second is not None and second.note is None:
+                recommended, soaked = fallback[0], second
+                result.pick_samples_per_s = fallback[1]
+                notes[-1] += f"; {fallback[0].label()} passed it and is recommended instead"
+            elif second is not None:
+                notes[-1] += f"; so did {fallback[0].label()} ({second.note})"
     return TuneReport(
         spec=spec,
         batch_size=batch_size,
@@ -102,6 +115,19 @@ def tune_dataset(
         memory_limit=where if limits.kernel_limit else None,
         conservative=conservative,
     )
+
+
+def _next_candidate(trials: list[Trial], failed: LoaderConfig) -> tuple[LoaderConfig, float] | None:
+    """The fastest configuration with fewer workers than ``failed`` whose trials all passed."""
+    passed: dict[LoaderConfig, list[float]] = {}
+    for trial in trials:
+        passed.setdefault(trial.config, []).append(trial.samples_per_s if trial.ok else -1.0)
+    candidates = [
+        (config, sum(rates) / len(rates))
+        for config, rates in passed.items()
+        if config.num_workers < failed.num_workers and min(rates) >= 0
+    ]
+    return max(candidates, key=lambda item: item[1], default=None)
 
 
 def _soak(
