@@ -64,7 +64,8 @@ def claim(report_dir: Path, shown: Path) -> Claim:
             f"--report-dir {shown}: cannot create it: {error.strerror or error}"
         ) from None
     try:
-        descriptor = os.open(report_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+        # read-only: a descriptor open for writing would keep the mount from turning read-only
+        descriptor = os.open(report_dir / LOCK_NAME, os.O_RDONLY | os.O_CREAT, 0o666)
     except OSError as error:
         raise RunUsageError(
             f"--report-dir {shown}: cannot write in it: {error.strerror or error}"
