@@ -44,7 +44,7 @@ def dataset_length(dataset: object, spec: str) -> int:
         raise SpecError(f"{spec} has no __len__: a map-style dataset needs one")
     try:
         value = method(dataset)
-    except Exception as error:
+    except Exception as error:  # whatever the user's __len__ raises is the user's to fix
         raise SpecError(
             f"{spec}: its __len__ raised {_describe(error)}{_where(error.__traceback__)}"
         ) from None

@@ -189,7 +189,6 @@ def run_command(settings: RunSettings) -> RunReport:
     """
     command = resolve_command(settings.command)
     report_dir = prepare_report_dir(settings.report_dir)
-    incidents_dir = report_dir / INCIDENTS_DIRNAME
     started_wall = time.time()
     started = time.monotonic()
     if settings.node is not None:
@@ -226,28 +225,41 @@ def run_command(settings: RunSettings) -> RunReport:
         if process.poll() is None:  # we are being torn down by an exception of our own
             process.kill()
             returncode = process.wait()
-        unwritten = UnwrittenFiles(report_dir)
-        # The journal first: should run be killed between here and its report, the command's
-        # exit status is on disk for ``loaderdoctor report DIR``.
-        record.returncode = returncode
-        record.duration_s = round(time.monotonic() - started, 3)
-        record.interrupted = bool(interrupted)
-        unwritten.attempt(RUN_RECORD_NAME, lambda: write_record(record, report_dir))
-        report = merge(
-            report_dir,
-            command=command,
-            returncode=returncode,
-            started_wall=started_wall,
-            duration_s=record.duration_s,
-            memory=memory,
-            interrupted=bool(interrupted),
-        )
-        as_node(report, settings.node)
-        report.notes.extend(children_unwritten(report_dir))
-        if unwritten.attempt(REPORT_NAME, lambda: write_report(report, report_dir)):
-            shutil.rmtree(incidents_dir, ignore_errors=True)
-        report.notes.extend(unwritten.notes())
-        report.unwritten = [name for name, _ in unwritten.failed]
+        report = _finish(report_dir, record, returncode, started, memory, bool(interrupted))
+    return report
+
+
+def _finish(
+    report_dir: Path,
+    record: RunRecord,
+    returncode: int,
+    started: float,
+    memory: MemoryReport | None,
+    interrupted: bool,
+) -> RunReport:
+    """The command ended: its exit status in the journal first (should run be killed between
+    here and its report, ``loaderdoctor report DIR`` has it), then the report, then the clean-up
+    of the records it was made from. A write that fails is said, never raised."""
+    unwritten = UnwrittenFiles(report_dir)
+    record.returncode = returncode
+    record.duration_s = round(time.monotonic() - started, 3)
+    record.interrupted = interrupted
+    unwritten.attempt(RUN_RECORD_NAME, lambda: write_record(record, report_dir))
+    report = merge(
+        report_dir,
+        command=record.command,
+        returncode=returncode,
+        started_wall=record.started_wall,
+        duration_s=record.duration_s,
+        memory=memory,
+        interrupted=interrupted,
+    )
+    as_node(report, record.node)
+    report.notes.extend(children_unwritten(report_dir))
+    if unwritten.attempt(REPORT_NAME, lambda: write_report(report, report_dir)):
+        shutil.rmtree(report_dir / INCIDENTS_DIRNAME, ignore_errors=True)
+    report.notes.extend(unwritten.notes())
+    report.unwritten = [name for name, _ in unwritten.failed]
     return report
 
 

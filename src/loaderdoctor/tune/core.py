@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -78,20 +79,8 @@ def tune_dataset(
     recommended = result.pick
     if startup is not None and startup.recommend_persistent:
         recommended = dataclasses.replace(result.pick, persistent_workers=True)
-    soaked = _soak(dataset, recommended, window, soak_epochs, budget, model, progress)
-    if soaked is not None and soaked.note is not None:
-        # The pick failed a check of its own: one more soak, of the fastest configuration with
-        # fewer workers that every trial passed; else nothing is recommended (``soak.note``).
-        fallback = _next_candidate(result.trials, recommended)
-        if fallback is not None:
-            notes.append(f"{recommended.label()} stopped in its soak ({soaked.note})")
-            second = _soak(dataset, fallback[0], window, soak_epochs, budget, model, progress)
-            if second is not None and second.note is None:
-                recommended, soaked = fallback[0], second
-                result.pick_samples_per_s = fallback[1]
-                notes[-1] += f"; {fallback[0].label()} passed it and is recommended instead"
-            elif second is not None:
-                notes[-1] += f"; so did {fallback[0].label()} ({second.note})"
+    soak_of = functools.partial(_soak, dataset, window, soak_epochs, budget, model, progress)
+    recommended, soaked, rate = _soaked(result.trials, recommended, rate, notes, soak_of)
     return TuneReport(
         spec=spec,
         batch_size=batch_size,
@@ -103,7 +92,7 @@ def tune_dataset(
         trials=result.trials,
         skipped=result.skipped,
         recommended=recommended,
-        recommended_samples_per_s=result.pick_samples_per_s,
+        recommended_samples_per_s=rate,
         bound=analyze(result.trials, result.pick, cores, result.skipped),
         startup=startup,
         seconds=time.monotonic() - started,
@@ -115,6 +104,32 @@ def tune_dataset(
         memory_limit=where if limits.kernel_limit else None,
         conservative=conservative,
     )
+
+
+def _soaked(
+    trials: list[Trial],
+    config: LoaderConfig,
+    rate: float,
+    notes: list[str],
+    soak_of: Callable[[LoaderConfig], Soak | None],
+) -> tuple[LoaderConfig, Soak | None, float]:
+    """The pick's soak (None when none is asked). Should the pick fail it, one more soak, of the
+    fastest configuration with fewer workers that every trial passed; else the failed soak
+    stands and nothing is recommended (``report.tune.format_nothing_fits`` reads its note)."""
+    soaked = soak_of(config)
+    if soaked is None or soaked.note is None:
+        return config, soaked, rate
+    fallback = _next_candidate(trials, config)
+    if fallback is None:
+        return config, soaked, rate
+    notes.append(f"{config.label()} stopped in its soak ({soaked.note})")
+    second = soak_of(fallback[0])
+    if second is not None and second.note is None:
+        notes[-1] += f"; {fallback[0].label()} passed it and is recommended instead"
+        return fallback[0], second, fallback[1]
+    if second is not None:
+        notes[-1] += f"; so did {fallback[0].label()} ({second.note})"
+    return config, soaked, rate
 
 
 def _next_candidate(trials: list[Trial], failed: LoaderConfig) -> tuple[LoaderConfig, float] | None:
@@ -132,12 +147,12 @@ def _next_candidate(trials: list[Trial], failed: LoaderConfig) -> tuple[LoaderCo
 
 def _soak(
     dataset: Any,
-    recommended: LoaderConfig,
     window: MeasureSettings,
     epochs: int,
     budget: Budget,
     model: MemoryModel,
     progress: Progress | None,
+    recommended: LoaderConfig,
 ) -> Soak | None:
     """The recommended settings run for ``epochs`` whole epochs (None when none are asked)."""
     if epochs <= 0:
