@@ -334,3 +334,57 @@ def test_unwritten_files_are_one_warning_line_and_a_note(
         f".incidents/: once the folder can be written, loaderdoctor report {tmp_path} makes the "
         "report"
     ]
+
+
+# --- every command, every kind of hostile input: never "internal error" ----------------------
+DATASET = "import torch\nclass D(torch.utils.data.Dataset):\n    def __len__(self):\n        return 4\n    def __getitem__(self, i):\n        return torch.zeros(2)\nd = D()\n"  # fmt: skip
+
+
+def hostile_input(folder: Path, kind: str) -> Path:
+    """A path of the given kind: what a user may well pass by mistake, or a disk may hold."""
+    path = folder / f"input-{kind}.py"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "nested":
+        path.write_text(NESTED)
+    elif kind == "empty":
+        path.write_text("")
+    elif kind == "binary":
+        path.write_bytes(bytes(range(256)) * 64)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "truncated":
+        path.write_text('{"schema": 1, "status": "ok", "incidents": [')
+    return path  # "missing": nothing there
+
+
+@pytest.mark.parametrize(
+    "kind", ["fifo", "nested", "empty", "binary", "folder", "truncated", "missing"]
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "{path}"],
+        ["explain", "{path}"],
+        ["lint", "{path}"],
+        ["scan", "{path}:d", "--out", "{tmp}/q.json"],
+        ["tune", "{path}:d", "--batch-size", "2"],
+        ["tune", "{tmp}/ds.py:d", "--batch-size", "2", "--quarantine", "{path}"],
+        ["scan", "{tmp}/ds.py:d", "--resume", "--checkpoint", "{path}", "--out", "{tmp}/q.json"],
+    ],
+    ids=["report", "explain", "lint", "scan-spec", "tune-spec", "tune-quarantine", "scan-resume"],
+)
+def test_no_hostile_input_is_an_internal_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], kind: str
+) -> None:
+    (tmp_path / "ds.py").write_text(DATASET)
+    path = hostile_input(tmp_path, kind)
+    argv = [part.format(path=path, tmp=tmp_path) for part in command]
+    started = time.monotonic()
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "Traceback" not in err, err
+    assert code in (0, 1, 2), err
+    if code == 2:  # an input error is one line naming what to fix
+        assert len(err.splitlines()) == 1 and err.startswith(f"loaderdoctor {argv[0]}: error: ")
+    assert time.monotonic() - started < 10

@@ -147,6 +147,8 @@ def _is_dataset_like(value: object) -> bool:
 
 def _import_file(path: str) -> ModuleType:
     if not os.path.isfile(path):
+        if os.path.exists(path):  # a FIFO would block the import for ever
+            raise SpecError(f"{path} is not a regular file: a dataset spec names a Python file")
         raise SpecError(f"no such file: {path}")
     absolute = os.path.abspath(path)
     stem = os.path.splitext(os.path.basename(absolute))[0]

@@ -77,11 +77,19 @@ SNIFF_BYTES = 64 * 1024
 
 
 def open_log(path: str) -> BinaryIO:
-    """The log file opened for reading; a FIFO, socket or device is read as a pipe is (a user
-    may well run ``loaderdoctor explain <(ssh host cat log)``), a folder is refused."""
+    """The log file opened for reading. A pipe is read as standard input is (``loaderdoctor
+    explain <(ssh host cat train.log)``); a named pipe that no program writes is an empty log,
+    not a wait for ever: it is opened without blocking (``O_NONBLOCK``), then read blocking."""
     if os.path.isdir(path):
         raise CommandError(f"{path} is a folder: give the log file")
-    return open(path, "rb")
+    nonblocking = getattr(os, "O_NONBLOCK", 0)
+    descriptor = os.open(path, os.O_RDONLY | nonblocking)
+    if nonblocking:
+        import fcntl
+
+        flags = fcntl.fcntl(descriptor, fcntl.F_GETFL)
+        fcntl.fcntl(descriptor, fcntl.F_SETFL, flags & ~nonblocking)
+    return os.fdopen(descriptor, "rb")
 
 
 def looks_binary(head: bytes) -> bool:
