@@ -198,13 +198,16 @@ def run(args: argparse.Namespace) -> int:
             write_html(report, args.html)
         except OSError as error:
             raise CommandError(f"cannot write {args.html}: {error.strerror}") from None
-    job.finish()  # after every result is written: a failed write keeps the checkpoint
     from loaderdoctor.report.scan import format_json, print_text
 
     if args.json:
         sys.stdout.write(format_json(report))
     else:
         print_text(report, sys.stdout, quarantine_path=written)
+    sys.stdout.flush()
+    # Last, once every result is written and the report shown: a scan killed before this point
+    # (a failed write included) keeps its checkpoint, and --resume shows its report again.
+    job.finish()
     from loaderdoctor.scan.findings import length_hint
 
     wrong_length = length_hint(report)
