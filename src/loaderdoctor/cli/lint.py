@@ -102,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
             report = check_paths(args.paths, select=select, ignore=ignore, **options)
     except FileNotFoundError as error:
         raise CommandError(str(error)) from None
+    except OSError as error:  # unreadable (permissions, an I/O error): the user's to fix
+        raise CommandError(f"cannot read {error.filename}: {error.strerror or error}") from None
     if args.format == "json":
         sys.stdout.write(format_json(report))
     elif args.format == "sarif":

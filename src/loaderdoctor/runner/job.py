@@ -13,7 +13,7 @@ import datetime
 from pathlib import Path
 from typing import Any
 
-from loaderdoctor.inputfile import load_json
+from loaderdoctor.inputfile import InputFileError, load_json
 from loaderdoctor.runner import protocol
 from loaderdoctor.runner.model import (
     HEALING_ACTIONS,
@@ -86,6 +86,8 @@ def read_node_report(folder: Path) -> RunReport:
             f"{folder} has no {REPORT_NAME}: its node's run is starting, or was killed before "
             "it wrote one; wait for it, or remove the folder"
         ) from None
+    except InputFileError as error:  # not a file, or nested past the parser: not ours
+        raise JobReportError(f"cannot read {path}: {error}") from None
     except ValueError as error:
         raise JobReportError(
             f"{path} is half-written ({error}): its node's run was cut off "
