@@ -207,6 +207,28 @@ def test_tune_falls_back_to_fewer_workers_or_recommends_nothing_after_a_failed_s
     )
 
 
+def test_a_failed_soak_gives_way_to_fewer_workers_only_if_they_pass_theirs() -> None:
+    from loaderdoctor.tune.core import _soaked
+
+    trials = [tune_trial(1, 200), tune_trial(2, 300), tune_trial(4, 500)]
+    four, two = LoaderConfig.make(4, 2), LoaderConfig.make(2, 2)
+    over = Soak([], 0.0, 0.0, [], 0, "epoch 1: 1.2 GiB in use > budget 1.2 GiB")
+    passed = Soak([], 290.0, 0.0, [], 0, None)
+
+    notes: list[str] = []
+    outcome = _soaked(trials, four, 500, notes, {four: over, two: passed}.get)
+    assert outcome == (two, passed, 300)
+    assert notes == [
+        "workers=4 prefetch=2 stopped in its soak (epoch 1: 1.2 GiB in use > budget 1.2 GiB); "
+        "workers=2 prefetch=2 passed it and is recommended instead"
+    ]
+    notes = []
+    assert _soaked(trials, four, 500, notes, {four: over, two: over}.get) == (four, over, 500)
+    assert notes[0].endswith(
+        "; so did workers=2 prefetch=2 (epoch 1: 1.2 GiB in use > budget 1.2 GiB)"
+    )
+
+
 def _tune_report(trials: list[Trial], soak: Soak) -> TuneReport:
     return TuneReport(
         spec="ds.py:d",
