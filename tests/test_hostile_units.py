@@ -323,6 +323,13 @@ def test_a_live_runs_folder_is_refused_to_a_second_run(tmp_path: Path) -> None:
         )
         assert str(refused.value).endswith("): wait for it to end, or pass another --report-dir")
         assert journal.live_run(folder)
+        live = journal.snapshot(folder)
+        assert live is not None and live.delivered.batches == 18
+        assert format_headline(live).startswith("the command is still running (for ")
+        assert format_verdict(live) == (
+            "verdict: not yet: the run goes on; no worker death recorded so far"
+        )
+        assert main(["report", "--no-html", str(folder)]) == 1
         assert (folder / INCIDENTS_DIRNAME).is_dir()  # a live run's records are never touched
     finally:
         os.close(holder)

@@ -29,8 +29,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead")
     parser.epilog = (
         "Exit status: 0 the run succeeded (healed or not) or the scan found no bad sample; 1 the "
-        "run's command failed or a DataLoader raised, or the scan found bad samples; 2 no such "
-        "report."
+        "run's command failed or a DataLoader raised, or its end is unknown (the run still goes "
+        "on, or was killed before its command ended), or the scan found bad samples; 2 no such "
+        "report. A folder left by a run that did not finish gets its report.json, made from what "
+        "the run left (its .incidents/ folder then removed); a live run's folder is shown as it "
+        "stands, and left alone."
     )
     parser.add_argument(
         "--no-html",

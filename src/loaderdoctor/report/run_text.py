@@ -28,6 +28,8 @@ SUMMARY_STACK_LINES = 12
 def format_headline(report: RunReport) -> str:
     """``"the command failed: exit code 139 (SIGSEGV) after 4.2 s"``: what became of the user's
     command, never worded as if loaderdoctor itself had crashed; Ctrl-C is not a failure."""
+    if report.supervisor == "running":
+        return f"the command is still running (for {format_seconds(report.duration_s)} so far)"
     if not report.exit_known:
         return (
             "loaderdoctor run did not finish, and nothing saw the command end: its exit status "
@@ -84,9 +86,10 @@ def format_verdict(report: RunReport) -> str:
         return f"verdict: {first.cause}: {first.title}{place}{more}"
     if not report.exit_known:  # what is known so far, and no more
         healed = f"{len(report.incidents)} incident(s) healed" if report.incidents else None
-        return (
-            f"verdict: unknown: the run's end was not seen; {healed or 'no worker death'} recorded"
-        )
+        recorded = f"{healed or 'no worker death'} recorded"
+        if report.supervisor == "running":
+            return f"verdict: not yet: the run goes on; {recorded} so far"
+        return f"verdict: unknown: the run's end was not seen; {recorded}"
     if report.incidents:
         causes = ", ".join(sorted({i.cause for i in report.incidents}))
         count = f"{len(report.incidents)} incident(s)"

@@ -146,6 +146,7 @@ def snapshot(report_dir: Path) -> RunReport | None:
         interrupted=record.interrupted,
     )
     as_node(report, record.node)
+    report.supervisor = "running"
     report.notes.insert(
         0,
         f"loaderdoctor run (pid {record.pid}) is still running: this is what its command's "

@@ -15,7 +15,8 @@ from loaderdoctor.jsonshape import ShapeError, check_shape, json_kind
 
 SCHEMA = 1
 RunStatus = Literal["ok", "crashed", "healed", "healed-with-loss"]
-SupervisorFate = Literal["finished", "died"]
+# "running": a live run's report so far (``loaderdoctor report DIR`` shows it, never writes it)
+SupervisorFate = Literal["finished", "died", "running"]
 HEALING_ACTIONS = frozenset(
     {"skipped", "replaced", "quarantined", "respawned", "backed-off", "fell-back", "lost"}
 )
