@@ -93,7 +93,7 @@ def test_explain_of_binary_input_is_one_line_at_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "core"
-    path.write_bytes(bytes(range(256)) * 40_000)  # 10 MB with NULs, as a core dump has
+    path.write_bytes(bytes(range(256)) * 4_000)  # 1 MB with NULs, as a core dump has
     started = time.monotonic()
     assert run_cli(["explain", str(path)], capsys) == (
         2,
@@ -299,6 +299,22 @@ def test_a_run_killed_before_its_command_ended_claims_no_exit_status(tmp_path: P
     assert format_verdict(report) == (
         "verdict: unknown: the run's end was not seen; no worker death recorded"
     )
+
+
+def test_damaged_records_are_left_out_of_the_report_not_a_crash(tmp_path: Path) -> None:
+    folder = journal_dir(tmp_path, returncode=0)
+    incidents = folder / INCIDENTS_DIRNAME
+    (incidents / "5-1.state.json").write_text('{"pid": "x", "batches": 3}')
+    (incidents / "6-1.state.json").write_text('{"pid": 6, "batches": [], "created": 1}')
+    (incidents / "7-1.state.json").write_text(NESTED)
+    (incidents / "7.jsonl").write_text(
+        '{"time": "noon", "incident": {}}\n{"incident": 5}\n{"incident": {"indices": 3}}\n'
+        + NESTED
+        + "\n"
+    )
+    report = journal.settle(folder)
+    assert report is not None
+    assert (report.delivered.batches, report.incidents, report.status) == (18, [], "ok")
 
 
 def test_report_dir_settles_a_dead_runs_folder(

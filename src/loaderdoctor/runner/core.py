@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from loaderdoctor.atomic import write_json_atomically
+from loaderdoctor.jsonshape import check_shape
 from loaderdoctor.runner import protocol
 from loaderdoctor.runner.memory import MemorySampler
 from loaderdoctor.runner.model import (
@@ -570,7 +571,12 @@ def read_incidents(
         later = amended.get((record.get("pid"), record.get("image"), record.get("sequence")))
         if later is not None:  # the same incident, with what was learnt after its line
             record = {**record, "incident": later}
-        incidents.append(RunIncident.from_sink_record(record, started_wall))
+        try:
+            incident = RunIncident.from_sink_record(record, started_wall)
+            check_shape(dataclasses.asdict(incident), RunIncident, "incident")
+        except (TypeError, ValueError, AttributeError):  # a line damaged after it was written
+            continue
+        incidents.append(incident)
     incidents.sort(key=lambda i: i.time_s if i.time_s is not None else 0.0)
     return incidents
 

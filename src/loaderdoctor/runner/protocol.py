@@ -129,10 +129,30 @@ def read_incident_records(directory: str | os.PathLike[str]) -> Iterator[dict[st
                 yield record
 
 
+STATE_INTS = ("pid", "image", "created", "loaders", "unsupervised", "batches", "samples")
+
+
+def plausible_state(state: dict[str, Any]) -> bool:
+    """A state file as a process of ours writes it: a damaged one (a disk error, a hand edit)
+    is left out of the report rather than crash its merge."""
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    return (
+        all(whole(state[key]) for key in STATE_INTS if key in state)
+        and (state.get("rank") is None or whole(state["rank"]))
+        and isinstance(state.get("started", 0.0), (int, float))
+        and isinstance(state.get("worker_pids", []), list)
+        and all(whole(pid) for pid in state.get("worker_pids", []))
+        and isinstance(state.get("quarantine", []), list)
+    )
+
+
 def read_states(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every process image's state, in the order the images ran."""
     states = [read_json(os.path.join(directory, n)) for n in _names(directory, STATE_SUFFIX)]
-    found = [s for s in states if s is not None]
+    found = [s for s in states if s is not None and plausible_state(s)]
     return sorted(found, key=lambda s: (s.get("started", 0.0), s.get("pid", 0)))
 
 
