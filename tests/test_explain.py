@@ -448,10 +448,12 @@ def test_cli_file_stdin_and_exit_status(tmp_path) -> None:
         == f"loaderdoctor explain: error: cannot read {tmp_path / 'nope.log'}: No such file or directory\n"
     )
     helped = run_python(["-m", "loaderdoctor", "explain", "--help"]).stdout.splitlines()
-    assert helped[helped.index("exit status:") + 1 :][:3] == [
+    assert helped[helped.index("exit status:") + 1 :][:5] == [
         '  0  a cause was named (one, or several ranked; "ambiguous" or "undecided" when the log',
         "     cannot decide)",
         "  1  nothing found: no known DataLoader failure in the text",
+        "  2  the log cannot be read (a missing file, a directory, closed standard input) or is",
+        "     binary (a core dump, an archive), not a log",
     ]
 
 

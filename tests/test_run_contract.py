@@ -156,9 +156,12 @@ def test_kill_9_of_run_stops_a_command_that_is_not_python(tmp_path: Path) -> Non
         _kill_all(run, command)
     report = json.loads((tmp_path / "report.json").read_text())  # the one written at the start
     assert report["supervisor"] == "died" and report["status"] == "crashed"
-    assert report["notes"][0].startswith(
-        f"loaderdoctor run (pid {run.pid}) and its command ended without a report: this one was "
-        "written when the command started"
+    assert (report["exit_known"], report["exit_code"], report["signal"]) == (False, -1, None)
+    assert report["notes"][0] == (
+        f"loaderdoctor run (pid {run.pid}) wrote this report when it started the command and did "
+        "not finish (killed, out of memory, or the machine stopped): the command's exit status "
+        f"is unknown; loaderdoctor report {tmp_path} makes the report from what the command's "
+        "processes wrote"
     )
 
 

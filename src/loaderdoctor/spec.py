@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import operator
 import os
 import sys
 import traceback
@@ -29,6 +30,33 @@ def load_dataset(spec: str) -> object:
             "__getitem__ and __len__ (map-style) or __iter__ (iterable-style)"
         )
     return value
+
+
+def dataset_length(dataset: object, spec: str) -> int:
+    """``len(dataset)``, or :class:`SpecError` when its ``__len__`` raises or returns what no
+    length is (a negative number, ``10.5``): the user's dataset is wrong, not loaderdoctor.
+
+    ``__len__`` is called directly, not through ``len()``: ``len()`` turns a float into a
+    ``TypeError`` and a negative into a ``ValueError`` that no longer say which value it was.
+    """
+    method = getattr(type(dataset), "__len__", None)
+    if method is None:
+        raise SpecError(f"{spec} has no __len__: a map-style dataset needs one")
+    try:
+        value = method(dataset)
+    except Exception as error:  # whatever the user's __len__ raises is the user's to fix
+        raise SpecError(
+            f"{spec}: its __len__ raised {_describe(error)}{_where(error.__traceback__)}"
+        ) from None
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise SpecError(
+            f"{spec}: its __len__ returned {value!r:.60} (a {type(value).__name__}), not a whole "
+            "number of samples"
+        )
+    length = operator.index(value)
+    if length < 0:
+        raise SpecError(f"{spec}: its __len__ returned {length}; a length is 0 or more")
+    return length
 
 
 def _call_factory(factory: object, location: str, name: str) -> object:
@@ -119,6 +147,8 @@ def _is_dataset_like(value: object) -> bool:
 
 def _import_file(path: str) -> ModuleType:
     if not os.path.isfile(path):
+        if os.path.exists(path):  # a FIFO would block the import for ever
+            raise SpecError(f"{path} is not a regular file: a dataset spec names a Python file")
         raise SpecError(f"no such file: {path}")
     absolute = os.path.abspath(path)
     stem = os.path.splitext(os.path.basename(absolute))[0]

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import codecs
+import io
+import os
 import sys
+from typing import BinaryIO, cast
 
 from loaderdoctor.cli import CommandError, ExitCode
+from loaderdoctor.units import format_bytes
 
 FOUND = ExitCode.OK  # like grep: 0 when a cause was named
 NOTHING_FOUND = ExitCode.FINDINGS  # 1 when the text shows no known DataLoader failure
@@ -35,7 +40,8 @@ exit status:
   0  a cause was named (one, or several ranked; "ambiguous" or "undecided" when the log
      cannot decide)
   1  nothing found: no known DataLoader failure in the text
-  2  the log cannot be read (a missing file, a directory)
+  2  the log cannot be read (a missing file, a directory, closed standard input) or is
+     binary (a core dump, an archive), not a log
 """
 
 
@@ -70,6 +76,73 @@ def cause_page(cause_id: str) -> str:
     return render_cause_page(CAUSES[cause_id])
 
 
+# Enough of a log to tell text from binary: a compiled file, an archive or a core dump has NUL
+# bytes within its first few KiB; a UTF-8 log has none, a UTF-16 one has them in every other place.
+SNIFF_BYTES = 64 * 1024
+
+
+def open_log(path: str) -> BinaryIO:
+    """The log file opened for reading. A pipe is read as standard input is (``loaderdoctor
+    explain <(ssh host cat train.log)``); a named pipe that no program writes is an empty log,
+    not a wait for ever: it is opened without blocking (``O_NONBLOCK``), then read blocking."""
+    if os.path.isdir(path):
+        raise CommandError(f"{path} is a folder: give the log file")
+    nonblocking = getattr(os, "O_NONBLOCK", 0)
+    descriptor = os.open(path, os.O_RDONLY | nonblocking)
+    if nonblocking:
+        import fcntl
+
+        flags = fcntl.fcntl(descriptor, fcntl.F_GETFL)
+        fcntl.fcntl(descriptor, fcntl.F_SETFL, flags & ~nonblocking)
+    return os.fdopen(descriptor, "rb")
+
+
+def looks_binary(head: bytes) -> bool:
+    """NUL bytes that are not UTF-16's (which has a NUL beside every ASCII character)."""
+    if not head or head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return False
+    nuls = head.count(0)
+    if nuls == 0:
+        return False
+    # UTF-16 without a byte-order mark: ASCII text puts its NULs all at even or all at odd places
+    even, odd = head[0::2].count(0), head[1::2].count(0)
+    return not (max(even, odd) >= len(head) // 2 * 0.9 and min(even, odd) == 0)
+
+
+class _Peeked(io.RawIOBase):
+    """A binary stream whose first bytes were already read (to sniff them), read from the start."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self.head, self.rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if self.head:
+            take = len(self.head) if size is None or size < 0 else size
+            part, self.head = self.head[:take], self.head[take:]
+            return part
+        return self.rest.read(size)
+
+
+def text_stream(stream: BinaryIO, name: str) -> BinaryIO:
+    """``stream`` from its start, once its first bytes show it is text; a binary file (a core
+    dump, a checkpoint, an archive) is the user's input error, said in one line, at once."""
+    head = b""
+    while len(head) < SNIFF_BYTES:
+        chunk = stream.read(SNIFF_BYTES - len(head))
+        if not chunk:
+            break
+        head += chunk
+    if looks_binary(head):
+        raise CommandError(
+            f"{name} is binary (NUL bytes in its first {format_bytes(len(head))}), not a log: "
+            "give the text the failed run printed (python train.py 2>&1 | tee train.log)"
+        )
+    return cast(BinaryIO, _Peeked(head, stream))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.cause is not None:
         if args.logfile is not None:
@@ -81,13 +154,18 @@ def run(args: argparse.Namespace) -> int:
     from loaderdoctor.report.explain import format_json, format_text
 
     if args.logfile in (None, "-"):
+        if sys.stdin is None or sys.stdin.closed:
+            raise CommandError(
+                "standard input is closed: give LOGFILE, or pipe the log in "
+                "(python train.py 2>&1 | loaderdoctor explain -)"
+            )
         if sys.stdin.isatty():
             print("loaderdoctor explain: paste the error, then Ctrl-D", file=sys.stderr)
-        explanation = explain_lines(read_log_lines(sys.stdin.buffer))
+        explanation = explain_lines(read_log_lines(text_stream(sys.stdin.buffer, "input")))
     else:
         try:
-            with open(args.logfile, "rb") as handle:
-                explanation = explain_lines(read_log_lines(handle))
+            with open_log(args.logfile) as handle:
+                explanation = explain_lines(read_log_lines(text_stream(handle, args.logfile)))
         except OSError as error:
             raise CommandError(f"cannot read {args.logfile}: {error.strerror or error}") from None
     sys.stdout.write(format_json(explanation) if args.json else format_text(explanation))

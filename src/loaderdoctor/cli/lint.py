@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from loaderdoctor.cli import CommandError, ExitCode
@@ -85,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.OK
     if not args.paths:
         raise CommandError("give at least one PATH to lint (or --list-rules)")
+    for path in args.paths:  # a FIFO or a device would block the read, or never end
+        if os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
+            raise CommandError(f"{path} is not a file or a folder of Python files")
     select = _codes("--select", args.select)
     ignore = _codes("--ignore", args.ignore)
     options = {"platform": args.platform, "min_severity": args.severity}
@@ -98,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
             report = check_paths(args.paths, select=select, ignore=ignore, **options)
     except FileNotFoundError as error:
         raise CommandError(str(error)) from None
+    except OSError as error:  # unreadable (permissions, an I/O error): the user's to fix
+        raise CommandError(f"cannot read {error.filename}: {error.strerror or error}") from None
     if args.format == "json":
         sys.stdout.write(format_json(report))
     elif args.format == "sarif":

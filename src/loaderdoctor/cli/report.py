@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loaderdoctor.cli import CommandError, ExitCode
+
+if TYPE_CHECKING:
+    from loaderdoctor.runner.model import RunReport
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +29,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead")
     parser.epilog = (
         "Exit status: 0 the run succeeded (healed or not) or the scan found no bad sample; 1 the "
-        "run's command failed or a DataLoader raised, or the scan found bad samples; 2 no such "
-        "report."
+        "run's command failed or a DataLoader raised, or its end is unknown (the run still goes "
+        "on, or was killed before its command ended), or the scan found bad samples; 2 no such "
+        "report. A folder left by a run that did not finish gets its report.json, made from what "
+        "the run left (its .incidents/ folder then removed); a live run's folder is shown as it "
+        "stands, and left alone."
     )
     parser.add_argument(
         "--no-html",
@@ -41,8 +46,10 @@ def scan_json(path: Path) -> dict[str, Any] | None:
     """The file's JSON if it is a scan report (it has ``bad`` and ``outliers``), else None."""
     if path.is_dir():
         return None
+    from loaderdoctor.inputfile import load_json
+
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path)
     except FileNotFoundError:
         return None  # the run report's loader says what is missing
     except (OSError, ValueError) as error:
@@ -57,10 +64,15 @@ def run(args: argparse.Namespace) -> int:
     if data is not None:
         return rerender_scan(args, data)
     from loaderdoctor.runner.core import RunUsageError, write_report
-    from loaderdoctor.runner.job import JobReportError, load_run_or_job
+    from loaderdoctor.runner.job import JobReportError, load_run_or_job, node_folders
 
+    live = None
+    if args.report_dir.is_dir():
+        for node in node_folders(args.report_dir):  # each node's run, settled in its folder
+            settle_run_folder(node)
+        live = settle_run_folder(args.report_dir)
     try:
-        report, merged = load_run_or_job(args.report_dir)
+        report, merged = (live, False) if live is not None else load_run_or_job(args.report_dir)
     except (RunUsageError, JobReportError) as error:
         raise CommandError(str(error)) from None
     folder = args.report_dir if args.report_dir.is_dir() else args.report_dir.parent
@@ -71,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as error:
             print(f"loaderdoctor report: report.json not written: {error}", file=sys.stderr)
     html = None
-    if not args.no_html:
+    if not args.no_html and live is None:  # a live run writes its own page when it ends
         from loaderdoctor.cli.run import write_html_report
 
         html = write_html_report(report, "report")
@@ -84,6 +96,30 @@ def run(args: argparse.Namespace) -> int:
     # A healed run whose command succeeded is a success: 1 only where the command failed or a
     # DataLoader raised.
     return ExitCode.FINDINGS if report.status == "crashed" else ExitCode.OK
+
+
+def settle_run_folder(folder: Path) -> RunReport | None:
+    """A run folder's unmerged records made into its report: a run that did not finish gets
+    its report.json, made from what it left (``.incidents/`` then removed); a live run's
+    report so far is returned (nothing written)."""
+    from loaderdoctor.runner.journal import live_run, settle, snapshot, unfinished_report
+    from loaderdoctor.runner.protocol import LOCK_NAME
+
+    if not (folder / LOCK_NAME).exists():  # no run of this loaderdoctor wrote here: as it is
+        return None
+    if live_run(folder):
+        return snapshot(folder)
+    try:
+        taken = settle(folder)
+    except OSError as error:
+        taken = unfinished_report(folder)
+        print(
+            f"loaderdoctor report: report.json not written in {folder} "
+            f"({error.strerror or error}); shown from the run's records",
+            file=sys.stderr,
+        )
+        return taken
+    return None
 
 
 def rerender_scan(args: argparse.Namespace, data: dict[str, Any]) -> int:

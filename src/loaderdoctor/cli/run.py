@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, NoReturn
 from loaderdoctor.cli import CommandError
 
 if TYPE_CHECKING:
-    from loaderdoctor.runner.model import RunReport
+    from loaderdoctor.runner.journal import Claim
+    from loaderdoctor.runner.model import NodeInfo, RunReport
 
 EARLIER_DIRNAME = "earlier"  # DIR/earlier/20261201-210843/report.json: a report a later run met
 
@@ -100,12 +101,18 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Exit status: the command's own (128 + N after signal N); 2 for a usage error. "
         "report.json is written however the command ends. The command does not outlive run: "
-        "should run be killed, the command writes the report and stops (SIGTERM)."
+        "should run be killed, the command writes the report and stops (SIGTERM), and what "
+        "run knew is on disk for loaderdoctor report DIR. One run per report folder: a second "
+        "run into a folder that a live run writes is refused (exit 2); a folder left by a run "
+        "that did not finish is taken over, its report made from what that run left and kept "
+        "in DIR/earlier/. A report folder that fills up or turns read-only mid-run is said in "
+        "one warning line; the command's outcome and exit status stay its own."
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from loaderdoctor.runner.core import RunSettings, RunUsageError, outer_supervisor, run_command
+    from loaderdoctor.runner.core import RunUsageError, outer_supervisor, resolve_command
+    from loaderdoctor.runner.journal import claim
     from loaderdoctor.runner.node import node_of
 
     if args.max_skipped is not None and not args.heal:
@@ -117,9 +124,34 @@ def run(args: argparse.Namespace) -> int:
         return _run_under(outer, args.argv)
     node = node_of(list(args.argv), os.environ, pid=os.getpid())
     report_dir = args.report_dir if node is None else args.report_dir / node.name
+    try:
+        resolve_command(args.argv)  # a typo is said before the folder is touched
+        held = claim(report_dir.resolve(), report_dir)
+    except RunUsageError as error:
+        raise CommandError(str(error)) from None
+    try:
+        return _run_held(args, node, report_dir, held)
+    finally:
+        held.release()
+
+
+def _run_held(
+    args: argparse.Namespace, node: NodeInfo | None, report_dir: Path, held: Claim
+) -> int:
+    from loaderdoctor.runner.core import RunSettings, RunUsageError, run_command
+
     if node is not None:  # the job's earlier merged report no longer describes this job
         _say_kept(args.report_dir, keep_earlier_report(args.report_dir, racing=True))
-    _say_kept(report_dir, keep_earlier_report(report_dir))
+    kept = keep_earlier_report(report_dir)
+    if held.taken_over is not None:
+        print(
+            f"loaderdoctor run: an earlier run into {report_dir} did not finish; its report, "
+            f"made from what it left, is kept in {kept or report_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+    else:
+        _say_kept(report_dir, kept)
     settings = RunSettings(
         command=list(args.argv),
         report_dir=report_dir,
@@ -134,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
         report = run_command(settings)
     except RunUsageError as error:
         raise CommandError(str(error)) from None
-    html = write_html_report(report, "run")
+    # A folder that could not take report.json (said once already) is not tried again
+    html = write_html_report(report, "run") if not report.unwritten else None
     # The command's stdout stays its own: everything of ours goes to stderr.
     from loaderdoctor.report.run_text import format_json, print_text
 

@@ -198,13 +198,26 @@ def run(args: argparse.Namespace) -> int:
             write_html(report, args.html)
         except OSError as error:
             raise CommandError(f"cannot write {args.html}: {error.strerror}") from None
-    job.finish()  # after every result is written: a failed write keeps the checkpoint
+    return _show(args, job, report, written)
+
+
+def _show(args: argparse.Namespace, job: ScanJob, report: ScanReport, written: str | None) -> int:
+    """The report on stdout, then the checkpoint removed, then the exit status."""
     from loaderdoctor.report.scan import format_json, print_text
+    from loaderdoctor.scan.findings import length_hint
 
     if args.json:
         sys.stdout.write(format_json(report))
     else:
         print_text(report, sys.stdout, quarantine_path=written)
+    sys.stdout.flush()
+    # Last, once every result is written and the report shown: a scan killed before this point
+    # (a failed write included) keeps its checkpoint, and --resume shows its report again.
+    job.finish()
+    wrong_length = length_hint(report)
+    if wrong_length is not None:  # the dataset is wrong, not its samples: the user's to fix
+        print(f"loaderdoctor scan: error: {wrong_length}", file=sys.stderr)
+        return ExitCode.USAGE
     if job.shard.world_size > 1:
         # torchrun reports any non-zero exit as a failed rank, with a traceback of its own; the
         # findings are in the report and the quarantine file.

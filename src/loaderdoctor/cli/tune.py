@@ -68,7 +68,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="write throughput and memory against workers (.html, .svg, .png)",
     )
     parser.epilog = (
-        "Exit status: 0 a configuration is recommended, 1 none fits the memory budget, 2 a "
+        "Exit status: 0 a configuration is recommended, 1 none fits the memory budget (or the "
+        "pick, and the one tried after it, stopped in their --soak), 2 a "
         "usage error (a SPEC that does not load, a dataset that fails: see loaderdoctor scan)."
     )
 
@@ -115,6 +116,13 @@ def load(spec: str, collate: str | None) -> tuple[Any, Callable[..., Any] | None
     if hasattr(dataset, "batch_sampler"):  # a DataLoader: tune its dataset
         collate_fn = collate_fn or getattr(dataset, "collate_fn", None)
         dataset = dataset.dataset
+    if hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
+        from loaderdoctor.spec import dataset_length
+
+        try:
+            dataset_length(dataset, spec)  # a __len__ that raises or lies is the user's to fix
+        except SpecError as error:
+            raise CommandError(str(error)) from None
     return dataset, collate_fn
 
 
@@ -126,8 +134,12 @@ def without_quarantined(dataset: Any, path: str) -> Any:
 
     from loaderdoctor.supervise.parent.quarantine import QuarantineFileError, read_quarantine
 
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CommandError(f"--quarantine {path}: no such file (loaderdoctor scan --out writes it)")
+    if not os.path.isfile(path):  # a FIFO would block the read for ever
+        raise CommandError(
+            f"--quarantine {path}: not a regular file (loaderdoctor scan --out writes one)"
+        )
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
         raise CommandError(
             f"--quarantine needs a dataset with __len__ and __getitem__, not a "
@@ -138,6 +150,10 @@ def without_quarantined(dataset: Any, path: str) -> Any:
         quarantined = read_quarantine(path, length)
     except QuarantineFileError as error:
         raise CommandError(str(error)) from None
+    except RecursionError:  # json's parser on nesting deeper than Python's stack
+        raise CommandError(
+            f"--quarantine {path}: JSON nested too deeply to be a quarantine file"
+        ) from None
     return Subset(dataset, [index for index in range(length) if index not in quarantined])
 
 

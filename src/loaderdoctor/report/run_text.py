@@ -28,6 +28,13 @@ SUMMARY_STACK_LINES = 12
 def format_headline(report: RunReport) -> str:
     """``"the command failed: exit code 139 (SIGSEGV) after 4.2 s"``: what became of the user's
     command, never worded as if loaderdoctor itself had crashed; Ctrl-C is not a failure."""
+    if report.supervisor == "running":
+        return f"the command is still running (for {format_seconds(report.duration_s)} so far)"
+    if not report.exit_known:
+        return (
+            "loaderdoctor run did not finish, and nothing saw the command end: its exit status "
+            f"is unknown (it ran at least {format_seconds(report.duration_s)})"
+        )
     interrupted = report.interrupted or report.signal == "SIGINT"
     ended = f"exit code {report.exit_code}"
     if report.signal and report.signal != "SIGINT":  # 130 after an interruption says SIGINT
@@ -77,6 +84,12 @@ def format_verdict(report: RunReport) -> str:
         more = f" (+{len(raised) - 1} more)" if len(raised) > 1 else ""
         place = f" ({where})" if where != "-" else ""
         return f"verdict: {first.cause}: {first.title}{place}{more}"
+    if not report.exit_known:  # what is known so far, and no more
+        healed = f"{len(report.incidents)} incident(s) healed" if report.incidents else None
+        recorded = f"{healed or 'no worker death'} recorded"
+        if report.supervisor == "running":
+            return f"verdict: not yet: the run goes on; {recorded} so far"
+        return f"verdict: unknown: the run's end was not seen; {recorded}"
     if report.incidents:
         causes = ", ".join(sorted({i.cause for i in report.incidents}))
         count = f"{len(report.incidents)} incident(s)"
@@ -258,10 +271,13 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
     if report.oom_protection is not None:
         parts.append(Text(f"  OOM protection: {report.oom_protection}"))
     parts.extend(Text(f"  note: {note}", style="dim") for note in report.notes)
-    written = [str(Path(report.report_dir) / "report.json")]
+    written = (
+        [] if "report.json" in report.unwritten else [str(Path(report.report_dir) / "report.json")]
+    )
     if html is not None:
         written.append(str(html))
-    parts.append(Text(f"  report: {', '.join(written)}", style="dim"))
+    if written:
+        parts.append(Text(f"  report: {', '.join(written)}", style="dim"))
     parts.append(Text(format_verdict(report), style=STATUS_STYLES.get(report.status, "")))
     return Group(*parts)
 

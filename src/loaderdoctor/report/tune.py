@@ -40,7 +40,14 @@ def format_json(report: TuneReport) -> str:
 def format_nothing_fits(report: TuneReport) -> str | None:
     """What replaces the recommendation when nothing was measured (None when a configuration
     was): past the budget, the budget and what the smallest configuration needs; else why
-    nothing was measured and the fix that follows (``bounds.NOTHING_MEASURED``)."""
+    nothing was measured and the fix that follows (``bounds.NOTHING_MEASURED``). A pick that
+    failed its soak (over the budget, or a failure) is not recommended either."""
+    if report.soak is not None and report.soak.note is not None:
+        return (
+            f"nothing passed every check: {report.recommended.label()}, the pick of the trials, "
+            f"stopped in its soak ({report.soak.note}); raise --mem-budget, or lower "
+            "--batch-size, or tune with fewer --max-workers"
+        )
     if any(trial.ok for trial in report.trials):
         return None
     bound = report.bound

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import json
 import os
 import shutil
 import signal
@@ -20,16 +19,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
 from loaderdoctor.atomic import write_json_atomically
+from loaderdoctor.jsonshape import check_shape
 from loaderdoctor.runner import protocol
 from loaderdoctor.runner.memory import MemorySampler
 from loaderdoctor.runner.model import (
+    UNKNOWN_EXIT_CODE,
     Delivered,
     MemoryReport,
     NodeInfo,
@@ -187,18 +188,28 @@ def _terminal_delivered_it() -> bool:
 
 
 def run_command(settings: RunSettings) -> RunReport:
-    """Run the command to its end and return (and write) its report."""
+    """Run the command to its end and return (and write) its report.
+
+    Once the command has started, nothing that happens to the report folder (full, read-only,
+    its permissions taken away) changes the command's outcome: each write that fails is said
+    once on stderr and in the report's notes, and ``run`` still exits with the command's code.
+    """
     command = resolve_command(settings.command)
     report_dir = prepare_report_dir(settings.report_dir)
-    incidents_dir = report_dir / INCIDENTS_DIRNAME
     started_wall = time.time()
     started = time.monotonic()
     if settings.node is not None:
         settings.node.started_wall = started_wall
     record = RunRecord(os.getpid(), command, started_wall, settings.node)
-    protocol.write_json(str(incidents_dir / RUN_RECORD_NAME), record.to_dict())
-    # True only if nothing replaces it: run and its command both died without a word.
-    write_report(_report_of_a_dead_supervisor(report_dir, record, writer=None), report_dir)
+    try:
+        write_record(record, report_dir)
+        # Replaced when run ends; should run be killed first, it says so and claims no outcome.
+        write_report(_report_of_a_dead_supervisor(report_dir, record, writer=None), report_dir)
+    except OSError as error:
+        _discard_run_files(report_dir)
+        raise RunUsageError(
+            f"--report-dir {settings.report_dir}: cannot write in it: {error.strerror or error}"
+        ) from None
     try:
         process = subprocess.Popen(
             command,
@@ -207,8 +218,7 @@ def run_command(settings: RunSettings) -> RunReport:
             preexec_fn=parent_death_signal(signal.SIGTERM),
         )
     except OSError as error:
-        shutil.rmtree(incidents_dir, ignore_errors=True)
-        (report_dir / REPORT_NAME).unlink(missing_ok=True)
+        _discard_run_files(report_dir)
         raise RunUsageError(f"cannot start {command[0]}: {error.strerror or error}") from None
     interrupted: list[int] = []
     sampler = MemorySampler(process.pid, started, settings.memory_interval_s)
@@ -222,22 +232,107 @@ def run_command(settings: RunSettings) -> RunReport:
         if process.poll() is None:  # we are being torn down by an exception of our own
             process.kill()
             returncode = process.wait()
-        report = merge(
-            report_dir,
-            command=command,
-            returncode=returncode,
-            started_wall=started_wall,
-            duration_s=time.monotonic() - started,
-            memory=memory,
-            interrupted=bool(interrupted),
-        )
-        _as_node(report, settings.node)
-        write_report(report, report_dir)
-        shutil.rmtree(incidents_dir, ignore_errors=True)
+        report = _finish(report_dir, record, returncode, started, memory, bool(interrupted))
     return report
 
 
-def _as_node(report: RunReport, node: NodeInfo | None) -> None:
+def _finish(
+    report_dir: Path,
+    record: RunRecord,
+    returncode: int,
+    started: float,
+    memory: MemoryReport | None,
+    interrupted: bool,
+) -> RunReport:
+    """The command ended: its exit status in the journal first (should run be killed between
+    here and its report, ``loaderdoctor report DIR`` has it), then the report, then the clean-up
+    of the records it was made from. A write that fails is said, never raised."""
+    unwritten = UnwrittenFiles(report_dir)
+    record.returncode = returncode
+    record.duration_s = round(time.monotonic() - started, 3)
+    record.interrupted = interrupted
+    unwritten.attempt(RUN_RECORD_NAME, lambda: write_record(record, report_dir))
+    report = merge(
+        report_dir,
+        command=record.command,
+        returncode=returncode,
+        started_wall=record.started_wall,
+        duration_s=record.duration_s,
+        memory=memory,
+        interrupted=interrupted,
+    )
+    as_node(report, record.node)
+    report.notes.extend(children_unwritten(report_dir))
+    if unwritten.attempt(REPORT_NAME, lambda: write_report(report, report_dir)):
+        shutil.rmtree(report_dir / INCIDENTS_DIRNAME, ignore_errors=True)
+    report.notes.extend(unwritten.notes())
+    report.unwritten = [name for name, _ in unwritten.failed]
+    return report
+
+
+def write_record(record: RunRecord, report_dir: Path) -> None:
+    protocol.write_json(str(report_dir / INCIDENTS_DIRNAME / RUN_RECORD_NAME), record.to_dict())
+
+
+def _discard_run_files(report_dir: Path) -> None:
+    """A run that never started its command leaves nothing behind."""
+    shutil.rmtree(report_dir / INCIDENTS_DIRNAME, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        (report_dir / REPORT_NAME).unlink(missing_ok=True)
+
+
+class UnwrittenFiles:
+    """The report folder's writes that failed after the command started: said once on stderr
+    (the command's own output stays readable), then in the report's notes."""
+
+    def __init__(self, report_dir: Path) -> None:
+        self.report_dir = report_dir
+        self.failed: list[tuple[str, str]] = []
+
+    def attempt(self, name: str, write: Callable[[], object]) -> bool:
+        try:
+            write()
+        except OSError as error:
+            reason = error.strerror or str(error)
+            if not self.failed:
+                sys.stderr.write(
+                    f"loaderdoctor run: warning: cannot write {name} in {self.report_dir} "
+                    f"({reason}); the command's outcome and exit status stay its own\n"
+                )
+                sys.stderr.flush()
+            self.failed.append((name, reason))
+            return False
+        return True
+
+    def notes(self) -> list[str]:
+        if not self.failed:
+            return []
+        names = ", ".join(f"{name} ({reason})" for name, reason in self.failed)
+        names += (
+            "; the counts and incidents are those the command's processes could write before: "
+            "they may be short"
+        )
+        kept = (
+            f"; what the command's processes wrote is kept in {INCIDENTS_DIRNAME}/: once the "
+            f"folder can be written, loaderdoctor report {self.report_dir} makes the report"
+            if any(name == REPORT_NAME for name, _ in self.failed)
+            else ""
+        )
+        return [f"not written in {self.report_dir}: {names}{kept}"]
+
+
+def children_unwritten(report_dir: Path) -> list[str]:
+    """What the command's processes said they could not write (their counts may be short)."""
+    states = protocol.read_states(protocol.incidents_dir(report_dir))
+    failed = sorted({str(s["unwritten"]) for s in states if s.get("unwritten")})
+    return [
+        f"a process of the command could not write its records in {INCIDENTS_DIRNAME}/ "
+        f"({reason}): its incidents or counts may be missing from this report"
+        for reason in failed
+    ]
+
+
+def as_node(report: RunReport, node: NodeInfo | None) -> None:
     """A node's report says which node it is, and where the job's report comes from."""
     if node is None:
         return
@@ -251,12 +346,17 @@ def _as_node(report: RunReport, node: NodeInfo | None) -> None:
 
 @dataclass
 class RunRecord:
-    """What the parent leaves in ``.incidents/run.json`` for a child that outlives it."""
+    """The run's journal, ``.incidents/run.json``: what the parent knows, on disk as soon as it
+    knows it (its pid and command at the start; the command's exit status the moment it ended),
+    for a child that outlives it and for ``loaderdoctor report DIR`` after a killed run."""
 
     pid: int
     command: list[str]
     started_wall: float
     node: NodeInfo | None = None
+    returncode: int | None = None  # Popen's: -N after signal N; None until the command ended
+    duration_s: float | None = None
+    interrupted: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         node = dataclasses.asdict(self.node) if self.node is not None else None
@@ -265,16 +365,23 @@ class RunRecord:
             "command": self.command,
             "started_wall": self.started_wall,
             "node": node,
+            "returncode": self.returncode,
+            "duration_s": self.duration_s,
+            "interrupted": self.interrupted,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         node = data.get("node")
+        returncode, duration = data.get("returncode"), data.get("duration_s")
         return cls(
             int(data["pid"]),
             [str(part) for part in data["command"]],
             float(data["started_wall"]),
             NodeInfo(**node) if isinstance(node, dict) else None,
+            int(returncode) if returncode is not None else None,
+            float(duration) if duration is not None else None,
+            bool(data.get("interrupted", False)),
         )
 
 
@@ -302,19 +409,21 @@ def _report_of_a_dead_supervisor(
     report = merge(
         report_dir,
         command=record.command,
-        returncode=-signal.SIGTERM,  # what the kernel or the lifeline sends the command
+        # the lifeline's process stops itself with SIGTERM; with no writer, nobody saw the end
+        returncode=-signal.SIGTERM if writer is not None else None,
         started_wall=record.started_wall,
         duration_s=time.time() - record.started_wall,
         memory=None,
         interrupted=False,
     )
     report.supervisor = "died"
-    _as_node(report, record.node)
+    as_node(report, record.node)
     if writer is None:
         note = (
-            f"loaderdoctor run (pid {record.pid}) and its command ended without a report: "
-            "this one was written when the command started; the kernel sent the command "
-            "SIGTERM when run died (killed with SIGKILL, or out of memory)"
+            f"loaderdoctor run (pid {record.pid}) wrote this report when it started the command "
+            "and did not finish (killed, out of memory, or the machine stopped): the command's "
+            f"exit status is unknown; loaderdoctor report {report_dir} makes the report from "
+            "what the command's processes wrote"
         )
     else:
         note = (
@@ -369,12 +478,14 @@ def merge(
     report_dir: str | os.PathLike[str],
     *,
     command: list[str],
-    returncode: int,
+    returncode: int | None,
     started_wall: float,
     duration_s: float,
     memory: MemoryReport | None,
     interrupted: bool,
 ) -> RunReport:
+    """The report of what the command's processes wrote under ``report_dir``; ``returncode``
+    None: nobody saw the command end (its exit status is said to be unknown, not guessed)."""
     incidents_dir = protocol.incidents_dir(report_dir)
     states = protocol.read_states(incidents_dir)
     incidents = read_incidents(incidents_dir, states, started_wall)
@@ -386,7 +497,10 @@ def merge(
         if incident.action == "quarantined":
             quarantine.extend(i for i in incident.indices if i not in quarantine)
     quarantine.sort(key=protocol.numeric_order)
-    exit_code, signal_name = exit_code_of(returncode)
+    if returncode is None:
+        exit_code, signal_name = UNKNOWN_EXIT_CODE, None
+    else:
+        exit_code, signal_name = exit_code_of(returncode)
     unsupervised_loaders = unsupervised_loaders_of(states)
     delivered = Delivered(
         sum(r.delivered.batches for r in ranks), sum(r.delivered.samples for r in ranks)
@@ -403,6 +517,7 @@ def merge(
         memory=memory,
         signal=signal_name,
         interrupted=interrupted,
+        exit_known=returncode is not None,
         started_at=datetime.datetime.fromtimestamp(started_wall).isoformat(timespec="seconds"),
         report_dir=str(report_dir),
         notes=run_notes(states, ranks, unsupervised_loaders, exit_code),
@@ -462,7 +577,12 @@ def read_incidents(
         later = amended.get((record.get("pid"), record.get("image"), record.get("sequence")))
         if later is not None:  # the same incident, with what was learnt after its line
             record = {**record, "incident": later}
-        incidents.append(RunIncident.from_sink_record(record, started_wall))
+        try:
+            incident = RunIncident.from_sink_record(record, started_wall)
+            check_shape(dataclasses.asdict(incident), RunIncident, "incident")
+        except (TypeError, ValueError, AttributeError):  # a line damaged after it was written
+            continue
+        incidents.append(incident)
     incidents.sort(key=lambda i: i.time_s if i.time_s is not None else 0.0)
     return incidents
 
@@ -483,6 +603,11 @@ def amended_incidents(states: list[dict[str, Any]]) -> dict[tuple[Any, Any, Any]
 
 def no_loader_note(states: list[dict[str, Any]], exit_code: int) -> str:
     """Why no supervised DataLoader was seen: said from what the processes wrote, not guessed."""
+    if exit_code == UNKNOWN_EXIT_CODE:  # the command may yet have built one after
+        return (
+            "no supervised DataLoader had written its counts when this report was made "
+            f"({len(states)} process image(s) of the command had imported torch under loaderdoctor)"
+        )
     if not states:  # no process of the command imported torch under the bootstrap
         return (
             "no supervised DataLoader was created: no process of the command imported torch "
@@ -565,9 +690,11 @@ def write_report(report: RunReport, report_dir: str | os.PathLike[str]) -> Path:
 
 
 def load_report(report_dir: Path) -> RunReport:
+    from loaderdoctor.inputfile import load_json
+
     path = report_dir / REPORT_NAME if report_dir.is_dir() else report_dir
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path)
     except FileNotFoundError:
         raise RunUsageError(f"no report at {path}") from None
     except (OSError, ValueError) as error:

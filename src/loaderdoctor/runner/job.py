@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 from pathlib import Path
 from typing import Any
 
+from loaderdoctor.inputfile import InputFileError, load_json
 from loaderdoctor.runner import protocol
 from loaderdoctor.runner.model import (
     HEALING_ACTIONS,
@@ -51,7 +51,7 @@ def load_run_or_job(path: Path) -> tuple[RunReport, bool]:
     if not path.is_dir() or not node_folders(path):
         return load_report(path), False
     try:
-        data = json.loads(top.read_text()) if top.is_file() else None
+        data = load_json(top) if top.is_file() else None
     except (OSError, ValueError):
         data = None  # a job report cut off while written: the node reports make it again
     if data is not None and not is_job_report(data):
@@ -80,12 +80,14 @@ def is_job_report(data: object) -> bool:
 def read_node_report(folder: Path) -> RunReport:
     path = folder / REPORT_NAME
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path)
     except FileNotFoundError:
         raise JobReportError(
             f"{folder} has no {REPORT_NAME}: its node's run is starting, or was killed before "
             "it wrote one; wait for it, or remove the folder"
         ) from None
+    except InputFileError as error:  # not a file, or nested past the parser: not ours
+        raise JobReportError(f"cannot read {path}: {error}") from None
     except ValueError as error:
         raise JobReportError(
             f"{path} is half-written ({error}): its node's run was cut off "

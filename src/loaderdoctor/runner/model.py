@@ -15,7 +15,8 @@ from loaderdoctor.jsonshape import ShapeError, check_shape, json_kind
 
 SCHEMA = 1
 RunStatus = Literal["ok", "crashed", "healed", "healed-with-loss"]
-SupervisorFate = Literal["finished", "died"]
+# "running": a live run's report so far (``loaderdoctor report DIR`` shows it, never writes it)
+SupervisorFate = Literal["finished", "died", "running"]
 HEALING_ACTIONS = frozenset(
     {"skipped", "replaced", "quarantined", "respawned", "backed-off", "fell-back", "lost"}
 )
@@ -243,6 +244,12 @@ class RunReport:
     # "finished": run saw its command end; "died": run ended first (killed), and the command
     # (or, failing that, run's own report written at the start) says what was known then.
     supervisor: SupervisorFate = "finished"
+    # False when no process saw the command end (run was killed first, and the command's own
+    # processes wrote nothing after): ``exit_code`` is then -1, never a guessed status.
+    exit_known: bool = True
+    # The files of the report folder that could not be written (full, read-only): the summary
+    # printed and the HTML page say so where report.json itself could not
+    unwritten: list[str] = field(default_factory=list)
     unsupervised_loaders: list[UnsupervisedLoader] = field(default_factory=list)
     # Whether the workers and the samples re-tried alone go before the training process(es) when
     # memory runs out, as the loader report says it; None when no worker ran.
@@ -308,12 +315,16 @@ class RunReport:
         return cls(**values)
 
 
+UNKNOWN_EXIT_CODE = -1  # ``exit_code`` of a report whose command's end nobody saw
+
+
 def run_status(
     exit_code: int, incidents: list[RunIncident], delivered_samples: int | None = None
 ) -> RunStatus:
     """crashed: the command failed or a loader raised, or healing delivered no sample at all
-    (skipping every sample heals nothing); healed: every incident was healed; healed-with-loss:
-    healed, but healthy samples were lost (an incident's action "lost")."""
+    (skipping every sample heals nothing), or nobody saw the command end (``UNKNOWN_EXIT_CODE``:
+    a success is never claimed without its exit status); healed: every incident was healed;
+    healed-with-loss: healed, but healthy samples were lost (an incident's action "lost")."""
     if exit_code != 0 or any(i.action not in HEALING_ACTIONS for i in incidents):
         return "crashed"
     if incidents and delivered_samples == 0:

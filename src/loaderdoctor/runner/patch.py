@@ -7,14 +7,21 @@ dies hard loses nothing it saw), and this process image's state: the sum of its 
 loaders' own records (delivered counts, worker pids, quarantine; ``Supervision``), for loaders
 built through torch's name and ours alike. Nothing here counts a batch: the state is rewritten
 when a loader's records change (at most once a second while batches flow, at once when an epoch
-starts or ends), at exit, before an ``os.exec*`` and when ``run`` itself died (``lifeline``).
+starts or ends or a loader's workers stop), at exit, before an ``os.exec*``, on SIGTERM (where
+the process has no handler of its own) and when ``run`` itself died (``lifeline``).
+
+A report folder that cannot be written (full, read-only) never breaks the command: the loaders go
+on supervised, and the state says it (should a later write get through) so that the report does
+not pass short counts off as whole; ``run``, which writes in the same folder, warns once.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
+import signal
 import sys
 import threading
 import time
@@ -44,6 +51,7 @@ _incident_pids: set[int] = set()  # workers named by an incident (one may die be
 _last_state_write = 0.0
 _applied = False
 _image = 0  # this process image's number among those of its pid (see protocol)
+_unwritten: list[str] = []  # why this process could not write its records (said once)
 _started = time.time()
 
 
@@ -203,7 +211,43 @@ def _watch_loader(loader: Any) -> None:
         _state["created"] += 1
     # The supervision holds the record (through this partial), never the reverse.
     supervision.watchers.append(functools.partial(_records_changed, record))
+    _flush_on_sigterm()
     _write_state(force=True)
+
+
+_sigterm_owner: list[int] = []  # the pid that installed the handler below
+
+
+def _flush_then_die(number: int, frame: Any) -> None:
+    if _sigterm_owner and os.getpid() == _sigterm_owner[0]:
+        with contextlib.suppress(Exception):
+            _flush_state()
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
+
+
+def _flush_on_sigterm() -> None:
+    """A rank stopped by its launcher (torchrun's agent, Slurm, Kubernetes) gets SIGTERM, and
+    under Python's default disposition dies at once: no ``atexit``, its last second of counts
+    never written (a killed rank showed 0 batches over a ledger of 72 samples). Where the
+    process that builds a loader has no SIGTERM handler of its own, ours writes the state and
+    then dies of the same signal, as it would have. Only in a process that built a loader (its
+    DataLoader workers import torch too, and must stay killable by SIGTERM while stuck in
+    native code), and reset in forked children."""
+    if _sigterm_owner or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    _sigterm_owner.append(os.getpid())
+    signal.signal(signal.SIGTERM, _flush_then_die)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_default_sigterm_in_child)
+
+
+def _default_sigterm_in_child() -> None:
+    with contextlib.suppress(ValueError):  # forked from a thread other than the main one
+        if signal.getsignal(signal.SIGTERM) is _flush_then_die:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _records_changed(record: LoaderRecord, supervision: Any, moment: str) -> None:
@@ -253,8 +297,18 @@ def _incident_sink(loader: Any, incident: Any) -> None:
         "rank": current_rank(),
         "incident": written,
     }
-    protocol.append_incident(incidents_dir(), os.getpid(), record)
+    try:
+        protocol.append_incident(incidents_dir(), os.getpid(), record)
+    except OSError as error:
+        _cannot_write(error)
     _write_state(force=True)
+
+
+def _cannot_write(error: OSError) -> None:
+    """Kept for the state (``run`` says it, once, in its own warning and the report's notes):
+    the command's output stays its own, and the command goes on."""
+    if not _unwritten:
+        _unwritten.append(error.strerror or str(error))
 
 
 def _write_state(force: bool) -> None:
@@ -300,11 +354,12 @@ def _write_state(force: bool) -> None:
                 if (now := incident.to_dict()) != written
             },
             "unsupervised_loaders": subclasses.unsupervised_loaders(),
+            "unwritten": _unwritten[0] if _unwritten else None,
         }
     try:
         protocol.write_json(protocol.state_path(incidents_dir(), os.getpid(), _image), state)
-    except OSError:
-        pass
+    except OSError as error:
+        _cannot_write(error)
 
 
 def _flush_state() -> None:
@@ -329,7 +384,10 @@ def apply() -> None:
     if _applied or not os.environ.get(RUN_DIR_ENV):
         return
     _applied = True
-    os.makedirs(incidents_dir(), exist_ok=True)
+    try:
+        os.makedirs(incidents_dir(), exist_ok=True)
+    except OSError as error:  # the loaders are supervised all the same
+        _cannot_write(error)
     _image = protocol.next_image_number(incidents_dir(), os.getpid())
     torch.utils.data.DataLoader = RunDataLoader  # type: ignore[misc]
     torch.utils.data.dataloader.DataLoader = RunDataLoader  # type: ignore[misc]

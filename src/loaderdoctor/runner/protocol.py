@@ -6,7 +6,9 @@ parent leaves there. Torch-free and nearly import-free: every Python process of 
 imports it at start-up (most of them never import torch, and must not pay for it).
 
     DIR/report.json                   the report (the parent's, or a child's if the parent died)
-    DIR/.incidents/run.json           the parent's record: pid, command, start time
+    DIR/.run.lock                     locked (flock) by the live ``run`` writing into DIR
+    DIR/.incidents/run.json           the parent's journal: pid, command, start time, and the
+                                      command's exit status as soon as it ended
     DIR/.incidents/<pid>.jsonl        one line per incident, appended as it happens
     DIR/.incidents/<pid>-<n>.state.json
                                       one process image's loaders, delivered counts, quarantine
@@ -44,6 +46,7 @@ def numeric_order(value: Any) -> tuple[int, Any]:
 
 # --- the files ----------------------------------------------------------------------------------
 REPORT_NAME = "report.json"
+LOCK_NAME = ".run.lock"  # held (flock) by the one ``run`` writing into the folder
 INCIDENTS_DIRNAME = ".incidents"
 RUN_RECORD_NAME = "run.json"
 INCIDENTS_SUFFIX = ".jsonl"
@@ -100,11 +103,10 @@ def write_json(path: str, document: dict[str, Any]) -> None:
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    import json
+    from loaderdoctor.inputfile import load_json
 
     try:
-        with open(path, errors="replace") as handle:
-            document = json.load(handle)
+        document = load_json(path)
     except (OSError, ValueError):
         return None
     return document if isinstance(document, dict) else None
@@ -123,16 +125,36 @@ def read_incident_records(directory: str | os.PathLike[str]) -> Iterator[dict[st
         for line in lines:
             try:
                 record = json.loads(line)
-            except ValueError:  # a line cut short by a hard kill
+            except (ValueError, RecursionError):  # a line cut short by a hard kill, or damaged
                 continue
             if isinstance(record, dict):
                 yield record
 
 
+STATE_INTS = ("pid", "image", "created", "loaders", "unsupervised", "batches", "samples")
+
+
+def plausible_state(state: dict[str, Any]) -> bool:
+    """A state file as a process of ours writes it: a damaged one (a disk error, a hand edit)
+    is left out of the report rather than crash its merge."""
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    return (
+        all(whole(state[key]) for key in STATE_INTS if key in state)
+        and (state.get("rank") is None or whole(state["rank"]))
+        and isinstance(state.get("started", 0.0), (int, float))
+        and isinstance(state.get("worker_pids", []), list)
+        and all(whole(pid) for pid in state.get("worker_pids", []))
+        and isinstance(state.get("quarantine", []), list)
+    )
+
+
 def read_states(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every process image's state, in the order the images ran."""
     states = [read_json(os.path.join(directory, n)) for n in _names(directory, STATE_SUFFIX)]
-    found = [s for s in states if s is not None]
+    found = [s for s in states if s is not None and plausible_state(s)]
     return sorted(found, key=lambda s: (s.get("started", 0.0), s.get("pid", 0)))
 
 

@@ -104,3 +104,25 @@ def quarantine_entries(report: ScanReport) -> dict[int, QuarantineEntry]:
         )
         for bad in report.bad
     }
+
+
+def length_hint(report: ScanReport) -> str | None:
+    """When every index from some point to the end raised ``IndexError`` and none before did,
+    the samples are not bad: ``__len__`` says more than ``__getitem__`` holds. One line, or
+    None when the ``IndexError``s do not run to the end (a sample's own bug)."""
+    raised = {
+        bad.index
+        for bad in report.bad
+        if bad.message.startswith("IndexError")
+        or any(line.startswith("IndexError") for line in bad.evidence[:1])
+    }
+    if not raised or report.scanned + len(report.bad) < report.total:
+        return None  # an unfinished scan (or a resumed shard) cannot show the tail whole
+    first = min(raised)
+    if raised != set(range(first, report.total)):
+        return None
+    return (
+        f"every index from {first} to {report.total - 1} raised IndexError and none before it "
+        f"did: the dataset's __len__ says {report.total}, __getitem__ holds {first}; fix "
+        "__len__ (those samples are in the quarantine file meanwhile)"
+    )

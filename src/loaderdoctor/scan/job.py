@@ -57,10 +57,9 @@ def prepare(request: ScanRequest) -> ScanJob:
     if request.ray is not None:
         _check_ray(shard)
     dataset = load(request.spec)
-    if len(dataset) == 0:
-        raise ScanUsageError(f"{request.spec} has no samples (its len() is 0): nothing to scan")
+    length = checked_length(dataset, request.spec)
     checkpoints = Checkpoints(request.checkpoint or default_checkpoint(request.out), shard)
-    resume = checkpoints.resume(request.spec, len(dataset)) if request.resume else None
+    resume = checkpoints.resume(request.spec, length) if request.resume else None
     if resume is None:
         checkpoints.refuse_to_overwrite()
     # Fail now, not after an hour of scanning, when a result could not be written.
@@ -68,6 +67,36 @@ def prepare(request: ScanRequest) -> ScanJob:
         if path is not None:
             ensure_writable(path)
     return ScanJob(request, dataset, shard, checkpoints, resume)
+
+
+# What one index costs while a scan lists the indices left to fetch (a list slot and an int
+# object): a dataset whose __len__ says 2**62 would otherwise take all memory before the first
+# sample (3 GiB in 32 s, then the OOM killer).
+BYTES_PER_INDEX = 40
+
+
+def checked_length(dataset: Any, spec: str) -> int:
+    """The dataset's length, refused when ``__len__`` raises, lies about its type, says 0, or
+    says more samples than this machine can even list."""
+    import psutil
+
+    from loaderdoctor.spec import SpecError, dataset_length
+    from loaderdoctor.units import format_bytes
+
+    try:
+        length = dataset_length(dataset, spec)
+    except SpecError as error:
+        raise ScanUsageError(str(error)) from None
+    if length == 0:
+        raise ScanUsageError(f"{spec} has no samples (its len() is 0): nothing to scan")
+    need, available = length * BYTES_PER_INDEX, psutil.virtual_memory().available
+    if need > available // 2:
+        raise ScanUsageError(
+            f"{spec}: its __len__ says {length} samples; listing their indices alone would take "
+            f"{format_bytes(need)} of the {format_bytes(available)} of memory available: check "
+            "__len__, or scan a torch.utils.data.Subset of the dataset"
+        )
+    return length
 
 
 def _check_options(request: ScanRequest) -> None:

@@ -6,12 +6,12 @@ disjoint shards, or a checkpoint and the samples scanned after resuming from it.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loaderdoctor.atomic import write_json_atomically
+from loaderdoctor.inputfile import InputFileError, load_json
 from loaderdoctor.jsonshape import ShapeError, check_shape, json_kind
 from loaderdoctor.scan.model import BadSample, ShardRun
 from loaderdoctor.supervise.parent.quarantine import InvalidIndex, json_text, sample_index
@@ -203,8 +203,9 @@ def save_checkpoint(path: str | os.PathLike[str], state: ScanState) -> None:
 def load_checkpoint(path: str | os.PathLike[str], spec: str, total: int) -> ScanState:
     """The checkpoint at ``path``; one clear error when it is unreadable or for another dataset."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        data = load_json(path)
+    except InputFileError as error:
+        raise CheckpointError(f"checkpoint {path}: {error}; delete it to start over") from None
     except OSError as error:
         raise CheckpointError(f"cannot read checkpoint {path}: {error.strerror}") from None
     except ValueError as error:

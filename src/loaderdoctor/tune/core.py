@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -78,7 +79,8 @@ def tune_dataset(
     recommended = result.pick
     if startup is not None and startup.recommend_persistent:
         recommended = dataclasses.replace(result.pick, persistent_workers=True)
-    soaked = _soak(dataset, recommended, window, soak_epochs, budget, model, progress)
+    soak_of = functools.partial(_soak, dataset, window, soak_epochs, budget, model, progress)
+    recommended, soaked, rate = _soaked(result.trials, recommended, rate, notes, soak_of)
     return TuneReport(
         spec=spec,
         batch_size=batch_size,
@@ -90,7 +92,7 @@ def tune_dataset(
         trials=result.trials,
         skipped=result.skipped,
         recommended=recommended,
-        recommended_samples_per_s=result.pick_samples_per_s,
+        recommended_samples_per_s=rate,
         bound=analyze(result.trials, result.pick, cores, result.skipped),
         startup=startup,
         seconds=time.monotonic() - started,
@@ -104,14 +106,53 @@ def tune_dataset(
     )
 
 
+def _soaked(
+    trials: list[Trial],
+    config: LoaderConfig,
+    rate: float,
+    notes: list[str],
+    soak_of: Callable[[LoaderConfig], Soak | None],
+) -> tuple[LoaderConfig, Soak | None, float]:
+    """The pick's soak (None when none is asked). Should the pick fail it, one more soak, of the
+    fastest configuration with fewer workers that every trial passed; else the failed soak
+    stands and nothing is recommended (``report.tune.format_nothing_fits`` reads its note)."""
+    soaked = soak_of(config)
+    if soaked is None or soaked.note is None:
+        return config, soaked, rate
+    fallback = _next_candidate(trials, config)
+    if fallback is None:
+        return config, soaked, rate
+    notes.append(f"{config.label()} stopped in its soak ({soaked.note})")
+    second = soak_of(fallback[0])
+    if second is not None and second.note is None:
+        notes[-1] += f"; {fallback[0].label()} passed it and is recommended instead"
+        return fallback[0], second, fallback[1]
+    if second is not None:
+        notes[-1] += f"; so did {fallback[0].label()} ({second.note})"
+    return config, soaked, rate
+
+
+def _next_candidate(trials: list[Trial], failed: LoaderConfig) -> tuple[LoaderConfig, float] | None:
+    """The fastest configuration with fewer workers than ``failed`` whose trials all passed."""
+    passed: dict[LoaderConfig, list[float]] = {}
+    for trial in trials:
+        passed.setdefault(trial.config, []).append(trial.samples_per_s if trial.ok else -1.0)
+    candidates = [
+        (config, sum(rates) / len(rates))
+        for config, rates in passed.items()
+        if config.num_workers < failed.num_workers and min(rates) >= 0
+    ]
+    return max(candidates, key=lambda item: item[1], default=None)
+
+
 def _soak(
     dataset: Any,
-    recommended: LoaderConfig,
     window: MeasureSettings,
     epochs: int,
     budget: Budget,
     model: MemoryModel,
     progress: Progress | None,
+    recommended: LoaderConfig,
 ) -> Soak | None:
     """The recommended settings run for ``epochs`` whole epochs (None when none are asked)."""
     if epochs <= 0:

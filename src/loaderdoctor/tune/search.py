@@ -274,9 +274,23 @@ class Search:
         return elapsed + longest > self.settings.time_budget_s
 
     def rate(self, config: LoaderConfig) -> float | None:
-        """The mean steady-state samples/s of ``config`` over its good trials."""
+        """The mean steady-state samples/s of ``config`` over its good trials; None when it has
+        none, or when a trial ruled it out (``ruled_out``): never a rate to pick it by."""
+        if self.ruled_out(config):
+            return None
         rates = [t.samples_per_s for t in self.trials if t.config == config and t.ok]
         return statistics.fmean(rates) if rates else None
+
+    def ruled_out(self, config: LoaderConfig) -> bool:
+        """A trial of ``config``, or of a configuration that holds no more memory (as many
+        workers or fewer, as deep a queue or shallower), went past the memory budget: one good
+        window beside it proves only that the peak came and went unseen."""
+        return any(
+            trial.over_budget
+            and trial.config.num_workers <= config.num_workers
+            and (trial.config.prefetch_factor or 0) <= (config.prefetch_factor or 0)
+            for trial in self.trials
+        )
 
     def _plan(self, remaining: int) -> None:
         self.planned = len(self.trials) + remaining
@@ -562,7 +576,7 @@ class Search:
         another is clearly faster at that count. The duel's winner, once it ran."""
         if self.shared is None:
             return None
-        if self.duel is not None:
+        if self.duel is not None and not self.ruled_out(self.duel):
             return self.duel, self.rate(self.duel) or 0.0
         curve = self.throughput()
         counts = sorted(w for w in self._worker_rates() if w >= 1)
@@ -641,7 +655,7 @@ class Search:
         return {first: one.samples_per_s, second: two.samples_per_s}
 
     def _ranked(self) -> list[tuple[LoaderConfig, float]]:
-        configs = {t.config for t in self.trials if t.ok}
+        configs = {t.config for t in self.trials if t.ok and not self.ruled_out(t.config)}
         scored = [(config, self.rate(config) or 0.0) for config in configs]
         return sorted(scored, key=lambda item: (-item[1], item[0].num_workers))
 

@@ -233,6 +233,12 @@ def _memory_section(report: RunReport) -> list[str]:
     ]
 
 
+def _exit_status(report: RunReport) -> str:
+    if not report.exit_known:
+        return "exit status unknown (loaderdoctor run did not finish)"
+    return f"exit code {report.exit_code}"
+
+
 def _meta(report: RunReport) -> list[str]:
     signal = f" ({_e(report.signal)})" if report.signal else ""
     interrupted = " · interrupted" if report.interrupted else ""
@@ -243,7 +249,7 @@ def _meta(report: RunReport) -> list[str]:
     )
     return [
         f'<p class="meta"><code>{_e(" ".join(report.command))}</code></p>',
-        f'<p class="meta">exit code {report.exit_code}{signal}{interrupted}'
+        f'<p class="meta">{_exit_status(report)}{signal}{interrupted}'
         f" · {format_seconds(report.duration_s)} · started {_e(report.started_at)}</p>",
         f'<p class="meta">{report.delivered.batches} batches, {report.delivered.samples} samples '
         f"delivered · {len(report.incidents)} incident(s){quarantined}</p>",

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from loaderdoctor import inputfile
 from loaderdoctor.atomic import write_json_atomically
 
 SCHEMA = 1
@@ -85,8 +86,8 @@ def read_quarantine(
     """
     name = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as handle:
-            document = json.load(handle)
+        # never blocks on a FIFO, nor raises RecursionError on JSON nested too deep
+        document = inputfile.load_json(path)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:

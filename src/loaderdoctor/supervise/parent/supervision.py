@@ -219,7 +219,8 @@ class Supervision:
         # loaderdoctor's own machinery failed and healing is on: plain torch loading from now on
         self.plain_torch = False
         # Told ``watcher(self, moment)`` when the records change: "iter" (an epoch starts),
-        # "delivered" (a batch), "epoch-end". ``loaderdoctor run`` saves its counts from them.
+        # "delivered" (a batch), "epoch-end", "stopped" (its workers shut down, an epoch left
+        # early included). ``loaderdoctor run`` saves its counts from them.
         self.watchers: list[Callable[[Supervision, str], None]] = []
 
     @classmethod

@@ -435,6 +435,7 @@ class Supervisor:
             self.cleanup()
             if self.state is IterState.RUNNING:
                 self.state = IterState.CLOSED
+            self.sup.tell_watchers("stopped")  # a loop left early: its counts saved now
 
 
 def _raise(failure: PoolFailure) -> None:
