@@ -84,16 +84,15 @@ def snapshot_of_two_workers() -> TopSnapshot:
         typical_sample_s=0.25,
         flag="slow",
     )
-    train = LoaderView("train.py:40", 2, [waiting, stuck], 0.0, 0.0, incidents=1)
-    val = LoaderView("train.py:41", 1, [slow], None, None)
-    idle = LoaderView("train.py:42", 4, [])
+    train = LoaderView("train.py:40", 2, 60.0, [waiting, stuck], 0.0, 0.0, incidents=1)
+    val = LoaderView("train.py:41", 1, None, [slow])
+    idle = LoaderView("train.py:42", 4, 300.0)
     return TopSnapshot(
         report_dir="/runs/r1",
         run_pid=4000,
         command=["python", "train.py"],
         up_s=3725.0,
         interval_s=1.0,
-        hang_after_s=60.0,
         processes=[ProcessView(4100, 0, None, [train, val, idle], batches_delivered=15)],
         incidents=1,
         shm_used_bytes=64 * MiB,
@@ -104,18 +103,19 @@ def snapshot_of_two_workers() -> TopSnapshot:
 def test_the_text_view_is_a_table_of_workers_per_loader() -> None:
     assert format_text(snapshot_of_two_workers()).splitlines() == [
         "loaderdoctor top: /runs/r1 (run pid 4000, up 1h02m) · 1 incident · /dev/shm 64.0 MiB "
-        "of 1.0 GiB · hung after 1m00s",
+        "of 1.0 GiB",
         "command: python train.py",
         "process 4100 (rank 0) · 15 batches delivered",
-        "  loader train.py:40 · 2 workers · 0.0 batches/s · 0.0 samples/s · 1 incident",
+        "  loader train.py:40 · 2 workers · 0.0 batches/s · 0.0 samples/s · 1 incident · hung "
+        "after 1m00s",
         "    worker  pid   state     sample  for    RSS        CPU %  batches/s",
         "    0       4242  waiting   -       1.2 s  170.0 MiB  0.0    0.0",
         "    1       4243  fetching  31      1m15s  171.0 MiB  0.5    0.0        HUNG (past 1m00s)",
-        "  loader train.py:41 · 1 worker · 0 incidents",
+        "  loader train.py:41 · 1 worker · 0 incidents · no hang watch",
         "    worker  pid   state     sample           for    RSS  CPU %  batches/s",
         "    0       5000  fetching  shard-3/item-17  4.5 s  -    -      -          "
         "SLOW (typical 0.2 s)",
-        "  loader train.py:42 · 4 workers · 0 incidents",
+        "  loader train.py:42 · 4 workers · 0 incidents · hung after 5m00s",
         "    no pool of workers running (between epochs, or not iterated)",
     ]
 
@@ -249,7 +249,7 @@ def test_json_shows_the_stuck_worker_slow_then_hung_with_its_sample(
         (stuck,) = [w for w in loader["workers"] if w["pid"] == stuck_pid]
         assert (stuck["state"], stuck["in_flight_index"]) == ("fetching", STUCK_INDEX)
         flags.append((stuck["flag"], stuck["state_for_s"]))
-    assert data["hang_after_s"] == HUNG_AFTER_S
+    assert loader["hang_after_s"] == HUNG_AFTER_S
     assert "slow" in [flag for flag, _ in flags]  # highlighted before it is hung
     # shown hung within 2 s of the threshold
     assert HUNG_AFTER_S <= flags[-1][1] < HUNG_AFTER_S + 2, flags

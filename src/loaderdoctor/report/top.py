@@ -43,6 +43,8 @@ def _sample(worker: WorkerView) -> str:
 
 
 def flag_text(worker: WorkerView, hang_after_s: float | None) -> str:
+    """``HUNG (past 1m00s)`` past the loader's hang threshold, ``SLOW (typical 0.2 s)`` far past
+    the worker's typical sample time; else nothing."""
     if worker.flag == "hung":
         return f"HUNG (past {_duration(hang_after_s or 0)})"
     if worker.flag == "slow":
@@ -70,10 +72,9 @@ def header_lines(snapshot: TopSnapshot) -> list[str]:
         used, total = format_bytes(snapshot.shm_used_bytes), format_bytes(snapshot.shm_total_bytes)
         shm = f" · /dev/shm {used} of {total}"
     incidents = f"{snapshot.incidents} incident{'' if snapshot.incidents == 1 else 's'}"
-    hang = "off" if snapshot.hang_after_s is None else _duration(snapshot.hang_after_s)
     return [
         f"loaderdoctor top: {snapshot.report_dir} (run pid {snapshot.run_pid}, up "
-        f"{_duration(snapshot.up_s)}) · {incidents}{shm} · hung after {hang}",
+        f"{_duration(snapshot.up_s)}) · {incidents}{shm}",
         f"command: {' '.join(snapshot.command)}",
     ]
 
@@ -94,7 +95,12 @@ def loader_line(loader: LoaderView) -> str:
         )
     workers = f"{loader.num_workers} worker{'' if loader.num_workers == 1 else 's'}"
     incidents = f"{loader.incidents} incident{'' if loader.incidents == 1 else 's'}"
-    return f"loader {loader.site} · {workers}{rates} · {incidents}"
+    hang = (
+        "no hang watch"
+        if loader.hang_after_s is None
+        else f"hung after {_duration(loader.hang_after_s)}"
+    )
+    return f"loader {loader.site} · {workers}{rates} · {incidents} · {hang}"
 
 
 def format_text(snapshot: TopSnapshot) -> str:
@@ -108,7 +114,7 @@ def format_text(snapshot: TopSnapshot) -> str:
                 lines.append("    no pool of workers running (between epochs, or not iterated)")
                 continue
             rows = [WORKER_HEADER] + [
-                worker_cells(worker, snapshot.hang_after_s) for worker in loader.workers
+                worker_cells(worker, loader.hang_after_s) for worker in loader.workers
             ]
             widths = [max(len(row[i]) for row in rows) for i in range(len(WORKER_HEADER))]
             for row in rows:
@@ -136,7 +142,7 @@ def renderable(snapshot: TopSnapshot) -> RenderableType:
                 table.add_column(name, no_wrap=True)
             for worker in loader.workers:
                 style = FLAG_STYLES.get(worker.flag or "")
-                table.add_row(*worker_cells(worker, snapshot.hang_after_s), style=style)
+                table.add_row(*worker_cells(worker, loader.hang_after_s), style=style)
             parts.append(table)
     parts.extend(Text(f"note: {note}", style="dim") for note in snapshot.notes)
     parts.append(Text("q or Ctrl-C: detach (the job carries on)", style="dim"))

@@ -29,9 +29,8 @@ _T = TypeVar("_T")
 class LiveIndex:
     """The index of one process: ``loaders`` is told of each supervised loader as it is built."""
 
-    def __init__(self, directory: str, hang_timeout: float | None, rank: int | None) -> None:
+    def __init__(self, directory: str, rank: int | None) -> None:
         self.directory = directory
-        self.hang_timeout = hang_timeout
         self.rank = rank
         self.pid = os.getpid()
         self.loaders: list[tuple[str, weakref.ref[Any]]] = []  # (site, its Supervision)
@@ -69,6 +68,7 @@ class LiveIndex:
                     "number": number,
                     "site": site,
                     "num_workers": supervision.base_settings[0],
+                    "hang_timeout": supervision.settings.hang_timeout,
                     "worker_pids": sorted(_copy(supervision.worker_pids)),
                 }
             )
@@ -76,7 +76,6 @@ class LiveIndex:
             "schema": protocol.LIVE_SCHEMA,
             "pid": self.pid,
             "rank": self.rank,
-            "hang_timeout": self.hang_timeout,
             "loaders": loaders,
             "tables": sorted(tables, key=lambda t: (t["fd"] or 0, t["inode"])),
         }

@@ -198,7 +198,7 @@ def _watch_loader(loader: Any) -> None:
         _records.append(record)
         _state["created"] += 1
         if _live is None:
-            _live = live.LiveIndex(incidents_dir(), HANG_TIMEOUT, current_rank())
+            _live = live.LiveIndex(incidents_dir(), current_rank())
         _live.watch(subclasses.building_site(), supervision)
     # The supervision holds the record (through this partial), never the reverse.
     supervision.watchers.append(functools.partial(_records_changed, record))

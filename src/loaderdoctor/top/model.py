@@ -40,6 +40,7 @@ class WorkerView:
 class LoaderView:
     site: str  # file:line that built it ("?" for a pool not matched to its loader yet)
     num_workers: int
+    hang_after_s: float | None = None  # a worker in one stage this long is "hung" (None: off)
     workers: list[WorkerView] = field(default_factory=list)
     batches_per_s: float | None = None
     samples_per_s: float | None = None
@@ -70,7 +71,6 @@ class TopSnapshot:
     command: list[str]
     up_s: float
     interval_s: float  # the rates are over this long (0: one look, no rates)
-    hang_after_s: float | None  # a worker in one stage this long is "hung"
     processes: list[ProcessView] = field(default_factory=list)
     incidents: int = 0
     shm_used_bytes: int | None = None

@@ -64,7 +64,6 @@ class _Look:
     monotonic: float
     wall: float
     processes: list[_ProcessLook] = field(default_factory=list)
-    hang_timeout: float | None = None
 
 
 class Watcher:
@@ -119,8 +118,6 @@ class Watcher:
                     tables.append(
                         _Table(location, [self._row(reader, w) for w in range(reader.rows)])
                     )
-                if index.get("hang_timeout"):
-                    look.hang_timeout = float(index["hang_timeout"])
                 look.processes.append(
                     _ProcessLook(
                         pid=pid,
@@ -169,14 +166,12 @@ class Watcher:
     def _build(self, look: _Look, last: _Look | None) -> TopSnapshot:
         interval = look.monotonic - last.monotonic if last is not None else 0.0
         before = _rows_by_pid(last) if last is not None else {}
-        hang_after = self.hang_after_s if self.hang_after_s is not None else look.hang_timeout
         snapshot = TopSnapshot(
             report_dir=str(self.job.report_dir),
             run_pid=self.job.run_pid,
             command=self.job.command,
             up_s=round(look.wall - self.job.started_wall, 1),
             interval_s=round(interval, 2),
-            hang_after_s=hang_after,
         )
         with contextlib.suppress(OSError):
             usage = shutil.disk_usage("/dev/shm")
@@ -185,7 +180,7 @@ class Watcher:
             view = ProcessView(
                 process.pid, process.rank, process.node, batches_delivered=process.batches_delivered
             )
-            view.loaders = self._loaders(process, before, interval, look.wall, hang_after)
+            view.loaders = self._loaders(process, before, interval, look.wall)
             snapshot.incidents += len(process.incident_pids)
             snapshot.processes.append(view)
         if not snapshot.processes:
@@ -198,11 +193,14 @@ class Watcher:
         before: dict[tuple[int, int], _Row],
         interval: float,
         now_wall: float,
-        hang_after: float | None,
     ) -> list[LoaderView]:
         published = process.index.get("loaders", [])
         loaders = [
-            LoaderView(str(entry.get("site", "?")), int(entry.get("num_workers", 0)))
+            LoaderView(
+                str(entry.get("site", "?")),
+                int(entry.get("num_workers", 0)),
+                self._hang_after(entry.get("hang_timeout")),
+            )
             for entry in published
         ]
         pids = [set(entry.get("worker_pids", [])) for entry in published]
@@ -217,12 +215,12 @@ class Watcher:
             elif len(loaders) == 1:
                 loader = loaders[0]  # its workers have not said their pids yet
             else:
-                loader = LoaderView("?", table.location.rows)
+                loader = LoaderView("?", table.location.rows, self._hang_after(None))
                 unmatched.append(loader)
             for worker_id, row in enumerate(table.rows):
                 previous = before.get((row.snapshot.pid, row.snapshot.generation))
                 loader.workers.append(
-                    self._worker(worker_id, row, previous, interval, now_wall, hang_after)
+                    self._worker(worker_id, row, previous, interval, now_wall, loader.hang_after_s)
                 )
         for loader in [*loaders, *unmatched]:
             if interval > 0 and loader.workers:
@@ -231,6 +229,12 @@ class Watcher:
                     sum(_samples_rate(w, before, interval) for w in loader.workers), 1
                 )
         return [*loaders, *unmatched]
+
+    def _hang_after(self, loaders_own: Any) -> float | None:
+        """``--hung-after`` where given, else the loader's own ``hang_timeout``."""
+        if self.hang_after_s is not None:
+            return self.hang_after_s
+        return float(loaders_own) if isinstance(loaders_own, (int, float)) else None
 
     def _worker(
         self,
