@@ -64,6 +64,7 @@ class _Look:
     monotonic: float
     wall: float
     processes: list[_ProcessLook] = field(default_factory=list)
+    incidents: int = 0  # of every process of the job, ended ones too
 
 
 class Watcher:
@@ -103,6 +104,7 @@ class Watcher:
             for record in protocol.read_incident_records(directory):
                 incident = record.get("incident") or {}
                 incident_pids.setdefault(int(record.get("pid", 0)), []).append(incident.get("pid"))
+                look.incidents += 1
             for index in protocol.read_live_indexes(directory):
                 pid = int(index["pid"])
                 if not _alive(pid):
@@ -171,6 +173,7 @@ class Watcher:
             run_pid=self.job.run_pid,
             command=self.job.command,
             up_s=round(look.wall - self.job.started_wall, 1),
+            incidents=look.incidents,
             interval_s=round(interval, 2),
         )
         with contextlib.suppress(OSError):
@@ -181,10 +184,12 @@ class Watcher:
                 process.pid, process.rank, process.node, batches_delivered=process.batches_delivered
             )
             view.loaders = self._loaders(process, before, interval, look.wall)
-            snapshot.incidents += len(process.incident_pids)
             snapshot.processes.append(view)
         if not snapshot.processes:
-            snapshot.notes.append("no process of the job has built a supervised DataLoader yet")
+            snapshot.notes.append(
+                "no process of the job holds a supervised DataLoader now (none built yet, or "
+                "those that did have ended)"
+            )
         return snapshot
 
     def _loaders(
