@@ -144,6 +144,72 @@ def test_the_json_view_says_every_field(capsys: pytest.CaptureFixture[str]) -> N
     }
 
 
+# --- the parts, alone ----------------------------------------------------------------------------
+def test_a_table_read_from_outside_is_the_recorders_own() -> None:
+    from loaderdoctor.recorder import FlightRecorder, TableReader
+
+    recorder = FlightRecorder(2)
+    for worker_id in range(2):
+        recorder.reset_slot(worker_id)
+    slot = recorder.attach(1)
+    slot.fetching(31)
+    slot.name_item(7, "item-7", "shard-0.tar")
+    location = recorder.location()
+    assert location is not None and location.fd is not None and location.path is None
+    reader = TableReader(os.getpid(), location)
+    try:
+        for worker_id in range(2):
+            ours, theirs = recorder.snapshot(worker_id), reader.snapshot(worker_id)
+            assert (ours.pid, ours.stage, ours.in_flight_index, ours.named_key) == (
+                theirs.pid,
+                theirs.stage,
+                theirs.in_flight_index,
+                theirs.named_key,
+            )
+        assert (theirs.pid, theirs.stage, theirs.in_flight_index) == (os.getpid(), "fetch", 31)
+        assert (theirs.named_position, theirs.named_url, theirs.generation) == (7, "shard-0.tar", 1)
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize(
+    ("state", "age", "typical", "hang_after", "flag"),
+    [
+        ("fetching", 0.9, 0.01, None, None),  # far past its typical time, but under a second
+        ("fetching", 1.0, 0.01, None, "slow"),
+        ("fetching", 4.9, 0.5, None, None),  # under ten times its typical time
+        ("collating", 5.0, 0.5, None, "slow"),
+        ("fetching", 60.0, 0.01, 60.0, "hung"),
+        ("starting", 60.0, None, 60.0, "hung"),  # stuck in its worker_init_fn
+        ("waiting", 600.0, 0.01, 60.0, None),  # waiting for an index is no hang
+        ("fetching", 5.0, None, None, None),  # nothing to compare with
+    ],
+)
+def test_a_sample_is_slow_far_past_its_workers_typical_time_and_hung_past_the_threshold(
+    state: str, age: float, typical: float | None, hang_after: float | None, flag: str | None
+) -> None:
+    from loaderdoctor.top.watch import _flag
+
+    worker = WorkerView(0, 4242, state, state_for_s=age, typical_sample_s=typical)
+    assert _flag(worker, hang_after) == flag
+
+
+def test_a_multi_node_job_is_found_by_its_folder_with_every_node(tmp_path: Path) -> None:
+    from loaderdoctor.top.find import find_job
+
+    for node in ("node0-a", "node1-b"):
+        incidents = tmp_path / node / ".incidents"
+        incidents.mkdir(parents=True)
+        record = {"pid": os.getpid(), "command": ["torchrun"], "started_wall": 1.0, "node": {}}
+        record["node"] = {"name": node}
+        (incidents / "run.json").write_text(json.dumps(record))
+    (tmp_path / "earlier").mkdir()
+    job = find_job(str(tmp_path))
+    assert (job.report_dir, job.run_pid, job.command) == (tmp_path, os.getpid(), ["torchrun"])
+    assert job.folders == [("node0-a", tmp_path / "node0-a"), ("node1-b", tmp_path / "node1-b")]
+    assert find_job(str(tmp_path / "node1-b")).folders == [(None, tmp_path / "node1-b")]
+
+
 # --- bad input: one line, exit 2 --------------------------------------------------------------
 def unused_pid() -> int:
     with open("/proc/sys/kernel/pid_max") as handle:
