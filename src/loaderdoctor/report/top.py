@@ -84,7 +84,8 @@ def process_line(process: ProcessView) -> str:
     if process.node is not None:
         where.insert(0, f"node {process.node}")
     said = f" ({', '.join(where)})" if where else ""
-    return f"process {process.pid}{said} · {process.batches_delivered} batches delivered"
+    batches = process.batches_delivered
+    return f"process {process.pid}{said} · {batches} batch{'' if batches == 1 else 'es'} delivered"
 
 
 def loader_line(loader: LoaderView) -> str:

@@ -65,6 +65,7 @@ class _Look:
     wall: float
     processes: list[_ProcessLook] = field(default_factory=list)
     incidents: int = 0  # of every process of the job, ended ones too
+    unreadable: dict[int, str] = field(default_factory=dict)  # pid -> why its tables are not
 
 
 class Watcher:
@@ -113,7 +114,7 @@ class Watcher:
                 for entry in index.get("tables", []):
                     location = TableLocation.from_dict(entry)
                     key = (pid, location.inode, location.fd)
-                    reader = self._reader(key, pid, location)
+                    reader = self._reader(key, pid, location, look)
                     if reader is None:
                         continue
                     seen.add(key)
@@ -136,13 +137,16 @@ class Watcher:
         return look
 
     def _reader(
-        self, key: tuple[int, int, int | None], pid: int, location: TableLocation
+        self, key: tuple[int, int, int | None], pid: int, location: TableLocation, look: _Look
     ) -> TableReader | None:
         reader = self._readers.get(key)
         if reader is None:
             try:
                 reader = TableReader(pid, location)
-            except OSError:  # the pool ended since the index was written, or not ours to read
+            except PermissionError as error:
+                look.unreadable[pid] = error.strerror or str(error)
+                return None
+            except OSError:  # the pool ended since the index was written
                 return None
             self._readers[key] = reader
         return reader
@@ -185,6 +189,11 @@ class Watcher:
             )
             view.loaders = self._loaders(process, before, interval, look.wall)
             snapshot.processes.append(view)
+        for pid, why in look.unreadable.items():
+            snapshot.notes.append(
+                f"the workers of process {pid} cannot be read ({why}): run top as the job's user, "
+                "or as root"
+            )
         if not snapshot.processes:
             snapshot.notes.append(
                 "no process of the job holds a supervised DataLoader now (none built yet, or "
