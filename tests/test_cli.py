@@ -14,7 +14,17 @@ def test_every_command_has_a_one_line_help_and_its_own_subparser() -> None:
     parser = cli.build_parser()
     (subcommands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     registry = cli.commands()
-    assert list(registry) == ["demo", "env", "lint", "run", "report", "explain", "scan", "tune"]
+    assert list(registry) == [
+        "demo",
+        "env",
+        "lint",
+        "run",
+        "top",
+        "report",
+        "explain",
+        "scan",
+        "tune",
+    ]
     assert list(subcommands.choices) == list(registry)
     for name, command in registry.items():
         doc = (command.__doc__ or "").strip().splitlines()

@@ -44,6 +44,7 @@ def test_top_level_help_says_what_the_exit_status_means(
         ("env", "Exit status: 0 every check passed (warnings allowed), 1 a check failed"),
         ("lint", "Exit status: 0 clean, 1 a finding at --fail-on or worse, 2 bad usage."),
         ("run", "Exit status: the command's own (128 + N after signal N); 2 for a usage error."),
+        ("top", "Exit status: 0 detached (q, Ctrl-C, or the job ended); 2 no running job"),
         ("report", "Exit status: 0 the run succeeded (healed or not)"),
         ("explain", "exit status:\n  0  a cause was named"),
         ("scan", "Exit status: 0 clean, 1 bad samples found, 2 usage error, 130 interrupted"),

@@ -300,7 +300,7 @@ def test_the_bootstrap_is_one_module_executed_once_and_the_command_sees_the_load
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == [
         "['loaderdoctor.runner', 'loaderdoctor.runner.bootstrap', 'loaderdoctor.runner.lifeline', "
-        "'loaderdoctor.runner.patch', 'loaderdoctor.runner.pdeathsig', 'loaderdoctor.runner.protocol', "
-        "'loaderdoctor.runner.subclasses']",
+        "'loaderdoctor.runner.live', 'loaderdoctor.runner.patch', 'loaderdoctor.runner.pdeathsig', "
+        "'loaderdoctor.runner.protocol', 'loaderdoctor.runner.subclasses']",
         "loaderdoctor.runner.patch RunDataLoader",
     ]

@@ -13,13 +13,13 @@ descriptor with the pickled dataset.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import time
+import weakref
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
-
-import torch
 
 from loaderdoctor.system.memory import own_rss_bytes
 
@@ -85,6 +85,7 @@ class WorkerSnapshot:
     named_position: int | None = None
     named_key: str | None = None
     named_url: str | None = None
+    generation: int = 0  # 1 for a slot's first worker, more once it was handed to a new one
 
     @property
     def reached_init(self) -> bool:
@@ -95,9 +96,13 @@ class FlightRecorder:
     """Owned by the parent; a picklable handle of it goes to every worker."""
 
     def __init__(self, num_workers: int) -> None:
+        # torch on first use: ``loaderdoctor top`` reads tables from outside without it
+        import torch
+
         self.num_workers = num_workers
         self.table = torch.zeros((num_workers, N_FIELDS), dtype=torch.int64).share_memory_()
         self._view: memoryview | None = None
+        LIVE_RECORDERS.add(self)  # the parent's tables only: a worker's copy is unpickled
 
     def __getstate__(self) -> dict[str, Any]:
         return {"num_workers": self.num_workers, "table": self.table}
@@ -137,41 +142,185 @@ class FlightRecorder:
         return sum(flat[row * N_FIELDS + field] for row in range(self.num_workers))
 
     def snapshot(self, worker_id: int) -> WorkerSnapshot:
-        base = worker_id * N_FIELDS
-        row = self.view[base : base + N_FIELDS].tolist()
-        index = row[Field.INDEX]
-        since = row[Field.STAGE_SINCE_NS]
-        age = (time.monotonic_ns() - since) / 1e9 if since else 0.0
-        return WorkerSnapshot(
-            worker_id=worker_id,
-            pid=row[Field.PID],
-            stage=STAGE_NAMES.get(Stage(row[Field.STAGE]), "unknown"),
-            in_flight_index=None if index == NO_INDEX else index,
-            samples_started=row[Field.SAMPLES_STARTED],
-            batches_done=row[Field.BATCHES_DONE],
-            stage_age_s=age,
-            rss_bytes=row[Field.RSS_BYTES],
-            errors=row[Field.ERRORS],
-            send_errors=row[Field.SEND_ERRORS],
-            events=row[Field.EVENTS],
-            **self._name(base, row),
-        )
+        return read_snapshot(self.view, worker_id)
 
-    def _name(self, base: int, row: list[int]) -> dict[str, Any]:
-        named = row[Field.NAMED_POSITION]
-        size = min(max(row[Field.NAME_BYTES], 0), NAME_WORDS * 8)
-        if not named or not size:
-            return {}
-        start = (base + Field.NAME_TEXT) * 8
-        text = bytes(self.view.cast("B")[start : start + size]).decode("utf-8", "replace")
-        key, _, url = text.partition(NAME_SEPARATOR)
-        return {"named_position": named - 1, "named_key": key, "named_url": url or None}
+    def location(self) -> TableLocation | None:
+        """Where another process of the same user finds this table (``loaderdoctor top``)."""
+        return locate_table(self.table.data_ptr(), self.num_workers)
 
     # --- worker side ---------------------------------------------------------------------
     def attach(self, worker_id: int) -> WorkerSlot:
         # A flat int64 memoryview: an item write costs ~0.1 µs, half of numpy's and a tiny
         # fraction of a tensor index, which matters on datasets of tiny samples.
         return WorkerSlot(self.view, worker_id * N_FIELDS)
+
+
+def read_snapshot(flat: memoryview, worker_id: int) -> WorkerSnapshot:
+    """One worker's row of a table (the parent's own, or one mapped by a reader outside)."""
+    base = worker_id * N_FIELDS
+    row = flat[base : base + N_FIELDS].tolist()
+    index = row[Field.INDEX]
+    since = row[Field.STAGE_SINCE_NS]
+    age = (time.monotonic_ns() - since) / 1e9 if since else 0.0
+    try:
+        stage = STAGE_NAMES[Stage(row[Field.STAGE])]
+    except ValueError:
+        stage = "unknown"
+    return WorkerSnapshot(
+        worker_id=worker_id,
+        pid=row[Field.PID],
+        stage=stage,
+        in_flight_index=None if index == NO_INDEX else index,
+        samples_started=row[Field.SAMPLES_STARTED],
+        batches_done=row[Field.BATCHES_DONE],
+        stage_age_s=age,
+        rss_bytes=row[Field.RSS_BYTES],
+        errors=row[Field.ERRORS],
+        send_errors=row[Field.SEND_ERRORS],
+        events=row[Field.EVENTS],
+        generation=row[Field.GENERATION],
+        **_name(flat, base, row),
+    )
+
+
+def _name(flat: memoryview, base: int, row: list[int]) -> dict[str, Any]:
+    named = row[Field.NAMED_POSITION]
+    size = min(max(row[Field.NAME_BYTES], 0), NAME_WORDS * 8)
+    if not named or not size:
+        return {}
+    start = (base + Field.NAME_TEXT) * 8
+    text = bytes(flat.cast("B")[start : start + size]).decode("utf-8", "replace")
+    key, _, url = text.partition(NAME_SEPARATOR)
+    return {"named_position": named - 1, "named_key": key, "named_url": url or None}
+
+
+# --- reading a table from another process ------------------------------------------------------
+# The parent's live tables, so that ``loaderdoctor run`` can say where they are without the
+# supervisor holding a list of its own (a table goes when its pool's iterator does).
+LIVE_RECORDERS: weakref.WeakSet[FlightRecorder] = weakref.WeakSet()
+
+
+@dataclass(frozen=True)
+class TableLocation:
+    """A table as another process opens it: torch's default sharing strategy unlinks the
+    /dev/shm file at once and keeps its descriptor (``fd``) open in the owner, which a process of
+    the same user reopens as ``/proc/<pid>/fd/<fd>``; the ``file_system`` strategy leaves a
+    ``path``. ``inode`` tells a reused descriptor from the table's."""
+
+    fd: int | None
+    path: str | None
+    inode: int
+    offset: int
+    rows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fd": self.fd,
+            "path": self.path,
+            "inode": self.inode,
+            "offset": self.offset,
+            "rows": self.rows,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TableLocation:
+        fd, path = data.get("fd"), data.get("path")
+        return cls(
+            fd=int(fd) if fd is not None else None,
+            path=str(path) if path is not None else None,
+            inode=int(data["inode"]),
+            offset=int(data["offset"]),
+            rows=int(data["rows"]),
+        )
+
+
+def locate_table(address: int, rows: int) -> TableLocation | None:
+    """The file mapped at ``address`` in this process and the descriptor that holds it open;
+    None where /proc says nothing (not Linux) or the memory is not a file's."""
+    try:
+        with open("/proc/self/maps") as handle:
+            maps = handle.readlines()
+    except OSError:
+        return None
+    for line in maps:
+        parts = line.split(maxsplit=5)
+        if len(parts) < 6:
+            continue
+        start, end = (int(value, 16) for value in parts[0].split("-"))
+        if not start <= address < end:
+            continue
+        inode = int(parts[4])
+        path = parts[5].strip()
+        if not inode:
+            return None
+        deleted = path.endswith(" (deleted)")
+        offset = int(parts[2], 16) + address - start
+        return TableLocation(
+            fd=_descriptor_of(inode),
+            path=None if deleted else path,
+            inode=inode,
+            offset=offset,
+            rows=rows,
+        )
+    return None
+
+
+def _descriptor_of(inode: int) -> int | None:
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for name in names:
+        try:
+            if os.stat(f"/proc/self/fd/{name}").st_ino == inode:
+                return int(name)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+class TableReader:
+    """A read-only mapping of another process's table: the reader writes nothing there."""
+
+    def __init__(self, pid: int, location: TableLocation) -> None:
+        candidates = []
+        if location.fd is not None:
+            candidates.append(f"/proc/{pid}/fd/{location.fd}")
+        if location.path is not None:
+            candidates.append(location.path)
+        error: OSError | None = None
+        for path in candidates:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError as failed:
+                error = failed
+                continue
+            try:
+                if os.fstat(fd).st_ino != location.inode:
+                    error = OSError(f"{path} is no longer the table (the pool ended)")
+                    continue
+                size = location.offset + location.rows * N_FIELDS * 8
+                page = mmap.ALLOCATIONGRANULARITY
+                start = location.offset - location.offset % page
+                self._map = mmap.mmap(
+                    fd, size - start, mmap.MAP_SHARED, mmap.PROT_READ, offset=start
+                )
+            finally:
+                os.close(fd)
+            self.rows = location.rows
+            skip = location.offset - start
+            self._bytes = memoryview(self._map)
+            self.flat = self._bytes[skip:].cast("q")
+            return
+        raise error or OSError("the table has no descriptor nor path to open")
+
+    def snapshot(self, worker_id: int) -> WorkerSnapshot:
+        return read_snapshot(self.flat, worker_id)
+
+    def close(self) -> None:
+        self.flat.release()
+        self._bytes.release()
+        self._map.close()
 
 
 # Plain ints for the hot path: IntEnum members cost an __index__ call per access.

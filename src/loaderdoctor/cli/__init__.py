@@ -42,13 +42,14 @@ class Command(Protocol):
 
 def commands() -> dict[str, Command]:
     """Every subcommand, in ``--help`` order. Add one by adding its module here."""
-    from loaderdoctor.cli import demo, env, explain, lint, report, run, scan, tune
+    from loaderdoctor.cli import demo, env, explain, lint, report, run, scan, top, tune
 
     return {
         "demo": demo,
         "env": env,
         "lint": lint,
         "run": run,
+        "top": top,
         "report": report,
         "explain": explain,
         "scan": scan,

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import torch.utils.data
 import torch.utils.data.dataloader
 
-from loaderdoctor.runner import lifeline, protocol, subclasses
+from loaderdoctor.runner import lifeline, live, protocol, subclasses
 from loaderdoctor.runner.protocol import (
     HANG_TIMEOUT_ENV,
     HEAL_ENV,
@@ -200,15 +200,20 @@ class LoaderRecord:
 
 
 _records: list[LoaderRecord] = []
+_live: live.LiveIndex | None = None  # made at the first loader
 
 
 def _watch_loader(loader: Any) -> None:
     """Every supervised loader of this process, built through torch's name or ours."""
+    global _live
     supervision = loader._ld
     record = LoaderRecord(loader)
     with _lock:
         _records.append(record)
         _state["created"] += 1
+        if _live is None:
+            _live = live.LiveIndex(incidents_dir(), current_rank())
+        _live.watch(subclasses.building_site(), supervision)
     # The supervision holds the record (through this partial), never the reverse.
     supervision.watchers.append(functools.partial(_records_changed, record))
     _flush_on_sigterm()

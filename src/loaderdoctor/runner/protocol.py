@@ -14,6 +14,9 @@ imports it at start-up (most of them never import torch, and must not pay for it
                                       one process image's loaders, delivered counts, quarantine
                                       (``n`` counts the images of one pid: ``os.execv`` keeps the
                                       pid, and the counts before the exec must not be overwritten)
+    DIR/.incidents/<pid>.live.json    where this process's live flight-recorder tables are and
+                                      which loader each serves (``loaderdoctor top`` reads it;
+                                      kept current while the process runs, removed at its exit)
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ INCIDENTS_DIRNAME = ".incidents"
 RUN_RECORD_NAME = "run.json"
 INCIDENTS_SUFFIX = ".jsonl"
 STATE_SUFFIX = ".state.json"
+LIVE_SUFFIX = ".live.json"
+LIVE_SCHEMA = 1
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 
 
@@ -64,6 +69,17 @@ def incidents_path(directory: str, pid: int) -> str:
 
 def state_path(directory: str, pid: int, image: int) -> str:
     return os.path.join(directory, f"{pid}-{image}{STATE_SUFFIX}")
+
+
+def live_path(directory: str, pid: int) -> str:
+    return os.path.join(directory, f"{pid}{LIVE_SUFFIX}")
+
+
+def read_live_indexes(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every running process's live index (``live_path``), in pid order."""
+    found = [read_json(os.path.join(directory, n)) for n in _names(directory, LIVE_SUFFIX)]
+    indexes = [d for d in found if d is not None and d.get("schema") == LIVE_SCHEMA]
+    return sorted(indexes, key=lambda d: int(d.get("pid", 0)))
 
 
 def next_image_number(directory: str, pid: int) -> int:

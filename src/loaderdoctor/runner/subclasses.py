@@ -28,7 +28,7 @@ def watch(loader: Any, on_unsupervised: Callable[[], None]) -> None:
     """Learn, at this process's next state write (``check_all``) or when the loader dies, whether
     it was supervised. Nothing here holds the loader (a weak reference, a finalizer);
     ``on_unsupervised`` is called when its death tells (the state must be written again)."""
-    check = SubclassCheck(loader, _building_site())
+    check = SubclassCheck(loader, building_site())
     with _lock:
         _checks[id(loader)] = check  # by id: a subclass may be unhashable
     weakref.finalize(loader, _died, id(loader), check, on_unsupervised)
@@ -119,12 +119,12 @@ def unsupervised_loaders() -> list[dict[str, Any]]:
         ]
 
 
-def _building_site() -> str:
+def building_site() -> str:
     """``file:line`` of the code that built the loader, and the user's own line where that differs
     (``accelerate/data_loader.py:1093 (from train.py:40)``)."""
     frame: Any = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
-        frame = frame.f_back  # past __new__ and this module
+    while frame is not None and frame.f_code.co_filename.startswith(_MACHINERY):
+        frame = frame.f_back  # past __new__, this module and the supervised loader's own
     if frame is None:
         return "?"
     caller = _frame_site(frame)
@@ -148,6 +148,8 @@ def _is_library_file(filename: str) -> bool:
 
 _STDLIB = os.path.dirname(os.__file__)
 _OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the loaderdoctor package
+# Ours that builds no loader of the user's: a loader built by our demo, scan or tune is theirs
+_MACHINERY = tuple(os.path.join(_OURS, part) + os.sep for part in ("runner", "supervise"))
 
 
 def _frame_site(frame: Any) -> str:
