@@ -7,8 +7,11 @@ names (``git show``) into a temporary folder, and each repository is linted as o
 
 A finding *hits* a ``want`` row when code, file and line match; it is *near* when code and file
 match and the line is within ``NEAR_LINES`` (the finding names the pitfall at another line of the
-same chain, such as the attribute assignment instead of the call that opened the handle). Every
-other finding at the default severity is a false alarm, a ``deny`` row hit among them.
+same chain, such as the attribute assignment instead of the call that opened the handle), or
+when it is reported where the chain starts and its message cites the wanted file (LD108 is
+reported at the Dataset's call and names the OpenCV call it reaches): then every finding that
+cites it is that pitfall, once per Dataset. Every other finding at the default severity is a
+false alarm, a ``deny`` row hit among them.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ def score_repo(entry: dict[str, object], folder: Path) -> RepoScore:
     deny = {_key(row) for row in entry.get("deny", [])}  # type: ignore[attr-defined]
     report = check_paths([folder])
     found = {(Path(f.path).relative_to(folder).as_posix(), f.line, f.code) for f in report.findings}
+    cites = {
+        (Path(f.path).relative_to(folder).as_posix(), f.line, f.code): f.message
+        for f in report.findings
+    }
     result = RepoScore(str(entry["name"]), want)
     used: set[Key] = set()
     for key in want:
@@ -82,9 +89,13 @@ def score_repo(entry: dict[str, object], folder: Path) -> RepoScore:
             for f in found - used
             if f[0] == key[0] and f[2] == key[2] and abs(f[1] - key[1]) <= NEAR_LINES
         ]
+        citing = [f for f in found if f[2] == key[2] and f"/{key[0]}:" in cites[f]]
         if close:
             result.near.append(key)
             used.add(min(close, key=lambda f: abs(f[1] - key[1])))
+        elif citing:
+            result.near.append(key)
+            used.update(citing)
         else:
             result.misses.append(key)
     result.false_alarms = sorted(found - used)

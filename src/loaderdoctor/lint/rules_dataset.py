@@ -574,9 +574,39 @@ def _first_opencv_use(
 def _opencv_call(model: ModuleModel, function: ast.AST) -> ast.Call | None:
     for node in ast.walk(function):
         if isinstance(node, ast.Call):
-            if (model.scopes.qualified(node.func) or "").startswith("cv2."):
+            name = model.scopes.qualified(node.func) or ""
+            if name.startswith("cv2.") and name not in OPENCV_WITHOUT_POOL:
                 return node
     return None
+
+
+# OpenCV calls measured to start no thread (scripts/opencv_threads.py: a fresh process per
+# call on a 1024x1024 image, threads counted in /proc/self/task before and after; OpenCV 5.1.0
+# headless, 2026-12-03): decoding and encoding files, splitting and merging channels, flipping,
+# padding, drawing, building a rotation matrix. cvtColor, resize, warpAffine, warpPerspective,
+# remap, GaussianBlur, filter2D, LUT, calcHist, equalizeHist, threshold, dilate, normalize and
+# addWeighted each started the pool. blur and medianBlur started none at 5x5 but take
+# OpenCV's parallel path at other sizes and types, so they stay flagged.
+OPENCV_WITHOUT_POOL = frozenset(
+    {
+        "cv2.imread",
+        "cv2.imdecode",
+        "cv2.imencode",
+        "cv2.imwrite",
+        "cv2.split",
+        "cv2.merge",
+        "cv2.flip",
+        "cv2.copyMakeBorder",
+        "cv2.rectangle",
+        "cv2.line",
+        "cv2.circle",
+        "cv2.putText",
+        "cv2.getRotationMatrix2D",
+        "cv2.setNumThreads",
+        "cv2.getNumThreads",
+        "cv2.ocl.setUseOpenCL",
+    }
+)
 
 
 # Libraries whose image transforms call OpenCV (resize, warp, blur, imread): calling one in a
