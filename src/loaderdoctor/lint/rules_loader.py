@@ -104,6 +104,44 @@ def _class_reason(model: ModuleModel, cls: ast.ClassDef, article: str) -> str | 
     attribute = lambda_attribute(model, cls)
     if attribute is not None:
         return f"{article} `{cls.name}`, which holds a lambda in `self.{attribute}`"
+    held = unpicklable_attribute(model, cls)
+    if held is not None:
+        return f"{article} `{cls.name}`, which holds {held[1]} in `self.{held[0]}`"
+    return None
+
+
+# Objects that run fine in forked workers but cannot be pickled into spawned ones. Measured
+# (torch 2.13, Python 3.11, 2026-12-03): a Dataset holding `multiprocessing.Manager()` fails
+# under spawn with "cannot pickle 'weakref.ReferenceType' object"; one holding only a proxy
+# the manager made (`manager.dict()`) pickles and works, as both do under fork.
+_UNPICKLABLE_OBJECTS = {
+    "multiprocessing.Manager": "a `multiprocessing.Manager()` (its server process handle)",
+    "torch.multiprocessing.Manager": "a `multiprocessing.Manager()` (its server process handle)",
+    "multiprocessing.managers.SyncManager": "a `SyncManager` (its server process handle)",
+}
+
+
+def unpicklable_attribute(model: ModuleModel, cls: ast.ClassDef) -> tuple[str, str] | None:
+    """(attribute, what) for a ``self.x`` that ``__init__`` sets to an object of
+    ``_UNPICKLABLE_OBJECTS``, built there or held by a local first."""
+    for statement in cls.body:
+        if not (isinstance(statement, _FUNCTIONS) and statement.name == "__init__"):
+            continue
+        for node in walk_local(statement):
+            if not isinstance(node, ast.Assign):
+                continue
+            value: ast.AST | None = node.value
+            if isinstance(value, ast.Name):
+                value = model.scopes.single_binding(value.id, value)
+            if not isinstance(value, ast.Call):
+                continue
+            what = _UNPICKLABLE_OBJECTS.get(model.scopes.qualified(value.func) or "")
+            if what is None:
+                continue
+            for target in node.targets:
+                if is_self_attribute(target):
+                    assert isinstance(target, ast.Attribute)
+                    return target.attr, what
     return None
 
 
@@ -151,6 +189,11 @@ def dataset_constructions(model: ModuleModel, dataset: ast.AST, depth: int = 0) 
         for binding in model.scopes.reaching(dataset.id, dataset)[:8]:
             if isinstance(binding, ast.expr):
                 found.extend(dataset_constructions(model, binding, depth + 1))
+            elif isinstance(binding, (ast.For, ast.comprehension)) and isinstance(
+                binding.iter, (ast.List, ast.Tuple)
+            ):  # for dataset in (Train(...), Val(...)): each element in turn
+                for element in binding.iter.elts:
+                    found.extend(dataset_constructions(model, element, depth + 1))
         return found
     if isinstance(dataset, ast.Subscript):
         container: ast.AST = dataset.value

@@ -160,6 +160,17 @@ _NUMBER_RECORDS = _Kind(
     "per-record lists of numbers parsed from text (a list and a Python int or float per value)",
     "int/float",
 )
+# A list of the rows of one array ([table[i] for i in range(len(table))], list(table)): each
+# row is a numpy view, a Python object of its own that reading writes the refcount of.
+_ROW_VIEWS = _Kind(
+    _BIG,
+    "a list of per-row numpy views (one array object per row; what grows per worker is those "
+    "objects, not the array data)",
+    "numpy",
+)
+# One record's values parsed from text ([v == "1" for v in fields], label.append(int(v))): a
+# list of Python objects that alone is small; kept once per record it is a table of them.
+_PARSED_LIST = _Kind(_NEUTRAL, "a list of values parsed from text")
 _FILE = _Kind(_NEUTRAL, "an open file")
 _FRAME = _Kind(_NEUTRAL, "a pandas DataFrame")
 _SAFE = _Kind(_NONE, "safe")
@@ -459,6 +470,12 @@ class _Flow:
         """What a container holds once ``value`` is put in it, once per record."""
         if _parsed_numbers(value):
             return _NUMBER_RECORDS  # truth[name].append([int(float(v)) for v in box.split(",")])
+        if _parsed_value(value):
+            return _PARSED_LIST  # label.append(values[idx] == "1")
+        if isinstance(value, (ast.List, ast.Tuple)) and any(
+            self.kind(element) is _PARSED_LIST for element in value.elts
+        ):
+            return _NUMBER_RECORDS  # records.append([file_name, label]), label parsed per line
         kind = self.kind(value)
         if kind.level >= _ROW:
             return _records(kind.source)
@@ -546,6 +563,9 @@ class _Flow:
             isinstance(node.func, ast.Attribute) and node.func.attr == "astype"
         ):
             return _ARRAY
+        if name in ("list", "builtins.list") and len(node.args) == 1:
+            if self.kind(node.args[0], depth + 1) is _ARRAY:
+                return _ROW_VIEWS  # list(table): one view per row
         if name in _PASS_THROUGH and node.args:
             return self.kind(node.args[-1], depth + 1)
         func = node.func
@@ -650,6 +670,10 @@ class _Flow:
                 self._bind_turn(generator.target, generator.iter, self._item(iterable))
                 source = source.stronger(iterable)
             element: ast.AST = node.value if isinstance(node, ast.DictComp) else node.elt
+            if self._row_of_array(node, element, depth):
+                return _ROW_VIEWS
+            if isinstance(node, ast.ListComp) and _parsed_value(element):
+                return _PARSED_LIST  # [value == "1" for value in values]
             if self._looked_up(element, depth):
                 # [class_to_idx[name] for name in names]: one value per turn, often a small int;
                 # a flat list of them is not a table of Python records.
@@ -669,6 +693,53 @@ class _Flow:
             return source if source.level == _INFO else NONE
         finally:
             self.env = saved
+
+    def _row_of_array(
+        self,
+        node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp,
+        element: ast.AST,
+        depth: int,
+    ) -> bool:
+        """``[table[i] for i in range(len(table))]`` or ``[row for row in table]`` of a numpy
+        array: one view per row, not the rows of a few big arrays picked by key."""
+        if len(node.generators) != 1:
+            return False
+        generator = node.generators[0]
+        target = generator.target
+        if not isinstance(target, ast.Name):
+            return False
+        if isinstance(element, ast.Name) and element.id == target.id:
+            return self.kind(generator.iter, depth + 1) is _ARRAY
+        if not (
+            isinstance(element, ast.Subscript)
+            and isinstance(element.slice, ast.Name)
+            and element.slice.id == target.id
+        ):
+            return False
+        table = element.value
+        counted = generator.iter
+        if not (
+            isinstance(counted, ast.Call)
+            and isinstance(counted.func, ast.Name)
+            and counted.func.id == "range"
+            and len(counted.args) == 1
+        ):
+            return False
+        size = counted.args[0]
+        spelled = ast.dump(table)
+        over_rows = (  # range(len(table)) or range(table.shape[0])
+            isinstance(size, ast.Call)
+            and isinstance(size.func, ast.Name)
+            and size.func.id == "len"
+            and size.args
+            and ast.dump(size.args[0]) == spelled
+        ) or (
+            isinstance(size, ast.Subscript)
+            and isinstance(size.value, ast.Attribute)
+            and size.value.attr == "shape"
+            and ast.dump(size.value.value) == spelled
+        )
+        return bool(over_rows) and self.kind(table, depth + 1) is _ARRAY
 
 
 _COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)
@@ -695,6 +766,22 @@ def _parsed_numbers(node: ast.AST) -> bool:
     return all(
         isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("int", "float")
         for e in elements
+    )
+
+
+def _parsed_value(node: ast.AST) -> bool:
+    """``int(v)``, ``float(v)`` or a comparison of a field (``value == "1"``): one value
+    parsed from text."""
+    if isinstance(node, ast.Compare):
+        return True
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id
+        in (
+            "int",
+            "float",
+        )
     )
 
 
