@@ -10,7 +10,7 @@ pitfall behind one more hop than a direct call:
   are fine.
 - ``handed_values``: a lambda reached through a package ``__init__`` that star-imports its
   module, handed over as ``DataLoader(dataset=splits["train"])``; a ``defaultdict(lambda)``
-  kept by a Dataset; a lambda a DataLoader subclass passes to its own ``super().__init__``;
+  kept by a Dataset, filled with one tuple key per record (OGB's count table); a lambda a DataLoader subclass passes to its own ``super().__init__``;
   OpenCV behind a transform object, behind a dict of functions, and behind objects built by
   ``getattr(module, name)`` and held in a list; ``cv2.imdecode`` alone starts no thread.
 - ``branch_bindings``: one name bound to two Datasets in the two branches of an ``if``,

@@ -171,6 +171,13 @@ _ROW_VIEWS = _Kind(
 # One record's values parsed from text ([v == "1" for v in fields], label.append(int(v))): a
 # list of Python objects that alone is small; kept once per record it is a table of them.
 _PARSED_LIST = _Kind(_NEUTRAL, "a list of values parsed from text")
+# counts[(head, relation, kind)] += 1 in a loop over the records: a dict with a tuple key
+# (a tuple and its items, each a Python object) per record.
+_TUPLE_KEYS = _Kind(
+    _BIG,
+    "a dict keyed by per-record tuples (a tuple and its items per key, filled in a loop)",
+    "tuple keys",
+)
 _FILE = _Kind(_NEUTRAL, "an open file")
 _FRAME = _Kind(_NEUTRAL, "a pandas DataFrame")
 _SAFE = _Kind(_NONE, "safe")
@@ -330,6 +337,7 @@ class _Flow:
         self.arrays: set[str] = set()  # self.x filled with numpy arrays (x[i] = np.loadtxt(...))
         self.returns = NONE
         self.until: int | None = None  # stop before the statement holding this line (a call)
+        self.loops = 0  # how many loops the statement being read is in
 
     def run(self, function: ast.AST) -> None:
         body = getattr(function, "body", [])
@@ -362,7 +370,9 @@ class _Flow:
             self._fill_call(node.value)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             self._bind_turn(node.target, node.iter, self._item(self.kind(node.iter)))
+            self.loops += 1
             self._block(node.body)
+            self.loops -= 1
             self._block(node.orelse)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
@@ -402,6 +412,9 @@ class _Flow:
             if kind is _ARRAY and is_self_attribute(target.value):
                 assert isinstance(target.value, ast.Attribute)
                 self.arrays.add(target.value.attr)
+            if self.loops and isinstance(target.slice, ast.Tuple) and len(target.slice.elts) > 1:
+                self._fill(target.value, _TUPLE_KEYS, value)
+                return
             self._fill(target.value, self._element(value), value)
 
     def _looked_up(self, node: ast.AST, depth: int) -> bool:
