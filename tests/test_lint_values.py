@@ -20,7 +20,9 @@ pitfall behind one more hop than a direct call:
   is None`` (its ``close()`` clears it, but nothing calls that before the workers start; the
   subclass that does is fine); a ``multiprocessing.Manager`` held by the Dataset (spawn cannot
   pickle it); per-record objects built by helper functions (CSV rows, JSON items), a list of
-  per-row numpy views, and per-line label lists appended by a helper method.
+  per-row numpy views, per-line label lists appended by a helper method, one tensor of parsed
+  boxes per line of a list file, and a vocabulary unpickled by the training script and handed
+  to the Dataset through a ``get_loader`` factory.
 """
 
 from __future__ import annotations

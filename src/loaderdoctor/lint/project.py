@@ -317,9 +317,10 @@ class Project:
         return None
 
     def constructions(
-        self, module: ModuleModel, cls: ast.ClassDef
+        self, module: ModuleModel, cls: ast.ClassDef | FunctionNode
     ) -> list[tuple[ModuleModel, ast.Call]]:
-        """Every call in a linted module that builds an instance of ``cls`` (argument flow)."""
+        """Every call in a linted module that builds an instance of ``cls``, or calls the
+        function ``cls`` (argument flow)."""
         if self._calls_by_name is None:
             self._calls_by_name = {}
             self._index_calls(self.modules)

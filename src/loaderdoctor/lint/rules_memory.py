@@ -98,6 +98,7 @@ _PASS_THROUGH = frozenset(
 _SAME_KIND_METHODS = frozenset({"items", "values", "keys", "get", "copy", "pop", "setdefault"})
 _ROW_METHODS = frozenset({"iterrows", "itertuples", "to_dict", "to_records"})
 _MAX_DEPTH = 3
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _PATH_BUILDERS = frozenset(
     {
         "os.path.join",
@@ -178,6 +179,26 @@ _TUPLE_KEYS = _Kind(
     "a dict keyed by per-record tuples (a tuple and its items per key, filled in a loop)",
     "tuple keys",
 )
+# torch.Tensor(boxes) or np.array(boxes) of one record's numbers parsed from text, kept per
+# record: a tensor or array object (and its own small buffer) per record.
+_PARSED_ARRAYS = _Kind(
+    _BIG,
+    "per-record tensors or arrays of numbers parsed from text (an object and a small buffer "
+    "per record)",
+    "int/float",
+)
+_ARRAY_BUILDERS = frozenset(
+    {
+        "torch.Tensor",
+        "torch.tensor",
+        "torch.as_tensor",
+        "torch.FloatTensor",
+        "torch.LongTensor",
+        "torch.IntTensor",
+        "numpy.array",
+        "numpy.asarray",
+    }
+)
 _FILE = _Kind(_NEUTRAL, "an open file")
 _FRAME = _Kind(_NEUTRAL, "a pandas DataFrame")
 _SAFE = _Kind(_NONE, "safe")
@@ -250,14 +271,30 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
 def _passed_in(project: Project, dataset: DatasetClass, init: FunctionNode) -> dict[str, _Kind]:
     """What the project's constructions of the Dataset pass to ``__init__``: a roidb loaded
     from a pickle cache by the training script and handed in (argument flow, across modules)."""
+    return _passed_to(project, dataset.module, dataset.node, init, method=True, depth=0)
+
+
+def _passed_to(
+    project: Project,
+    module: ModuleModel,
+    definition: ast.ClassDef | FunctionNode,
+    function: FunctionNode,
+    method: bool,
+    depth: int,
+) -> dict[str, _Kind]:
+    """What the project's calls of ``definition`` pass to ``function``'s parameters, each
+    argument read where its call is made; a call inside a project function (a ``get_loader``
+    factory) reads that function's own parameters from its callers in turn, once more."""
     passed: dict[str, _Kind] = {}
-    for module, call in project.constructions(dataset.module, dataset.node):
-        scope = module.scopes.scope_of(call)
-        caller = _Flow(project, module, None, 1)
+    for caller_module, call in project.constructions(module, definition):
+        scope = caller_module.scopes.scope_of(call)
+        caller = _Flow(project, caller_module, None, 1)
         caller.until = call.lineno  # what the arguments hold when the call is made
+        if isinstance(scope, _FUNCTIONS) and depth < 1:
+            caller.seed(_passed_to(project, caller_module, scope, scope, False, depth + 1))
         if not isinstance(scope, ast.Lambda):
             caller.run(scope)
-        for name, value in bind_arguments(call, init, method=True).items():
+        for name, value in bind_arguments(call, function, method=method).items():
             kind = caller.kind(value)
             if kind.level:
                 passed[name] = passed.get(name, NONE).stronger(kind)
@@ -485,6 +522,15 @@ class _Flow:
             return _NUMBER_RECORDS  # truth[name].append([int(float(v)) for v in box.split(",")])
         if _parsed_value(value):
             return _PARSED_LIST  # label.append(values[idx] == "1")
+        if (
+            isinstance(value, ast.Call)
+            and value.args
+            and (self.model.scopes.qualified(value.func) or "") in _ARRAY_BUILDERS
+            and self.kind(value.args[0]) in (_PARSED_LIST, _NUMBER_RECORDS)
+        ):
+            # self.boxes.append(torch.Tensor(box)), box parsed per line: a kind of its own per
+            # append, so that boxes and labels are two tables, not one object said once
+            return _Kind(_PARSED_ARRAYS.level, _PARSED_ARRAYS.what, _PARSED_ARRAYS.source)
         if isinstance(value, (ast.List, ast.Tuple)) and any(
             self.kind(element) is _PARSED_LIST for element in value.elts
         ):

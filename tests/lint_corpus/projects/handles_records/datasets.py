@@ -2,6 +2,7 @@ import multiprocessing
 import zipfile
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset
 
 from records import load_items, load_records, row_views
@@ -106,3 +107,38 @@ class Attributes(Dataset):
 
     def __getitem__(self, index):
         return self.train[index]
+
+
+class BoxList(Dataset):
+    def __init__(self, list_file):
+        self.names, self.boxes, self.labels = [], [], []
+        with open(list_file) as handle:
+            lines = handle.readlines()
+        for line in lines:
+            fields = line.split()
+            self.names.append(fields[0])
+            box, label = [], []
+            for i in range((len(fields) - 1) // 5):
+                box.append([float(v) for v in fields[1 + 5 * i : 5 + 5 * i]])
+                label.append(int(fields[5 + 5 * i]))
+            self.boxes.append(torch.Tensor(box))
+            self.labels.append(torch.LongTensor(label))
+
+    def __len__(self):
+        return len(self.names)
+
+    def __getitem__(self, index):
+        return self.names[index], self.boxes[index], self.labels[index]
+
+
+class Captions(Dataset):
+    def __init__(self, captions, vocab):
+        self.captions = captions
+        self.vocab = vocab
+
+    def __len__(self):
+        return len(self.captions)
+
+    def __getitem__(self, index):
+        words = self.captions[index].split()
+        return torch.tensor([self.vocab.get(word, 0) for word in words])
