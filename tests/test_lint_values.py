@@ -11,8 +11,9 @@ pitfall behind one more hop than a direct call:
 - ``handed_values``: a lambda reached through a package ``__init__`` that star-imports its
   module, handed over as ``DataLoader(dataset=splits["train"])``; a ``defaultdict(lambda)``
   kept by a Dataset, filled with one tuple key per record (OGB's count table); a lambda a DataLoader subclass passes to its own ``super().__init__``;
-  OpenCV behind a transform object, behind a dict of functions, and behind objects built by
-  ``getattr(module, name)`` and held in a list; ``cv2.imdecode`` alone starts no thread.
+  OpenCV behind a transform object, behind a dict of functions, behind objects built by
+  ``getattr(module, name)`` and held in a list, and behind an imgaug augmenter that a subclass
+  sets for the ``__call__`` it inherits; ``cv2.imdecode`` alone starts no thread.
 - ``branch_bindings``: one name bound to two Datasets in the two branches of an ``if``,
   each handed to its own DataLoader (only the one with workers is judged), and a Dataset
   built with a lambda in one branch only.
@@ -70,7 +71,7 @@ def messages_of(root: Path, code: str) -> list[str]:
 def test_a_lambda_through_a_star_import_names_where_it_is_defined() -> None:
     found = messages_of(PROJECTS / "handed_values", "LD102")
     assert found[1].startswith(
-        "train.py:12 `scale_to_unit`, a lambda (augment/ops.py:4), passed to `Frames(...)` is "
+        "train.py:13 `scale_to_unit`, a lambda (augment/ops.py:4), passed to `Frames(...)` is "
         "kept by the Dataset, which is pickled into every worker"
     )
 
@@ -82,6 +83,37 @@ def test_a_call_through_a_module_attribute_names_the_factory_default() -> None:
         "with num_workers=num_workers (a parameter of `build_loader()`: possibly > 0) (line 18 "
         "of pipeline/data.py)"
     )
+
+
+def test_a_package_linted_from_inside_resolves_its_absolute_imports(tmp_path: Path) -> None:
+    # `from detector.utils.data import Frames` while the folder given is detector/ itself:
+    # its modules are named utils.data, train, as seen from inside.
+    package = tmp_path / "detector"
+    (package / "utils").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "utils" / "__init__.py").write_text("")
+    (package / "utils" / "data.py").write_text(
+        "from torch.utils.data import Dataset\n\n\n"
+        "class Frames(Dataset):\n"
+        "    def __init__(self, paths, transform):\n"
+        "        self.paths, self.transform = paths, transform\n\n"
+        "    def __len__(self):\n"
+        "        return len(self.paths)\n\n"
+        "    def __getitem__(self, index):\n"
+        "        return self.transform(self.paths[index])\n"
+    )
+    (package / "train.py").write_text(
+        "from torch.utils.data import DataLoader\n\n"
+        "from detector.utils.data import Frames\n\n"
+        "if __name__ == '__main__':\n"
+        "    frames = Frames(['a'], transform=lambda path: path.upper())\n"
+        "    for batch in DataLoader(frames, num_workers=2):\n"
+        "        print(batch)\n"
+    )
+    report = check_paths([package])
+    assert [(Path(f.path).name, f.line, f.code) for f in report.findings] == [
+        ("train.py", 6, "LD102")
+    ]
 
 
 def test_a_folder_run_names_each_file_it_could_not_parse(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ class ProjectIndex(Protocol):
     ) -> tuple[ModuleModel, ast.ClassDef] | None: ...
 
     def constructions(
-        self, module: ModuleModel, cls: ast.ClassDef
+        self, module: ModuleModel, cls: ast.ClassDef | FunctionNode
     ) -> list[tuple[ModuleModel, ast.Call]]: ...
 
     def dataset_of(self, node: ast.ClassDef) -> DatasetClass | None: ...
@@ -69,6 +69,9 @@ class Caller:
     function: FunctionNode
     cls: ast.ClassDef | None = None
     dataset: DatasetClass | None = None  # for dispatch from the most derived Dataset class
+    # The class of the object the method runs on, when it inherits the method: its own
+    # __init__ says what self.x holds (DefaultAug(ImgAug) sets the augmenters ImgAug calls).
+    instance: tuple[ModuleModel, ast.ClassDef] | None = None
 
     @property
     def name(self) -> str:
@@ -311,19 +314,27 @@ class CallGraph:
         return None
 
     def method(
-        self, module: ModuleModel, cls: ast.ClassDef, name: str, depth: int = 0
+        self,
+        module: ModuleModel,
+        cls: ast.ClassDef,
+        name: str,
+        depth: int = 0,
+        instance: tuple[ModuleModel, ast.ClassDef] | None = None,
     ) -> Caller | None:
         """``cls.name`` looked up through the project's base classes."""
         for statement in cls.body:
             if isinstance(statement, _FUNCTIONS) and statement.name == name:
-                return Caller(module, statement, cls, self.project.dataset_of(cls))
+                inherited = instance if instance is not None and instance[1] is not cls else None
+                return Caller(module, statement, cls, self.project.dataset_of(cls), inherited)
         if depth > 8:
             return None
         for base in cls.bases:
             resolved = self.project.resolve(module, base)
             if resolved is not None and isinstance(resolved[1], ast.ClassDef):
                 if resolved[1] is not cls:
-                    found = self.method(resolved[0], resolved[1], name, depth + 1)
+                    found = self.method(
+                        resolved[0], resolved[1], name, depth + 1, instance or (module, cls)
+                    )
                     if found is not None:
                         return found
         return None
@@ -335,7 +346,8 @@ class CallGraph:
         arguments every project call of the class passes (the caller's module with each)."""
         if caller.cls is None:
             return []
-        key = (id(caller.cls), attr)
+        owner = caller.instance[1] if caller.instance is not None else caller.cls
+        key = (id(owner), attr)
         found = self._values.get(key)
         if found is None:
             found = self._values[key] = list(self._attribute_values(caller, attr))
@@ -345,7 +357,8 @@ class CallGraph:
         self, caller: Caller, attr: str
     ) -> Iterator[tuple[ModuleModel, ast.expr]]:
         assert caller.cls is not None
-        init = self.method(caller.module, caller.cls, "__init__")
+        module, cls = caller.instance or (caller.module, caller.cls)
+        init = self.method(module, cls, "__init__")
         if init is None:
             return
         parameters = _parameters(init.function)
@@ -357,10 +370,10 @@ class CallGraph:
             value = node.value
             if isinstance(value, ast.Name) and value.id in parameters:
                 position = parameters.index(value.id)
-                for module, call in self.project.constructions(init.module, caller.cls):
+                for where, call in self.project.constructions(module, cls):
                     argument = _argument(call, value.id, position)
                     if argument is not None:
-                        yield module, argument
+                        yield where, argument
             else:
                 yield init.module, value
 

@@ -104,6 +104,12 @@ class Project:
                 package = package[: len(package) - (level - 1)] if level - 1 <= len(package) else []
             dotted = ".".join([*package, *([dotted] if dotted else [])])
         candidates = self._by_name.get(dotted, [])
+        parts = dotted.split(".")
+        while not candidates and not level and len(parts) > 2:
+            # `from pkg.utils.datasets import X` while the folder linted is pkg itself: its
+            # modules are named from inside it (utils.datasets)
+            parts = parts[1:]
+            candidates = self._by_name.get(".".join(parts), [])
         if not candidates:
             return None
         if len(candidates) > 1:  # prefer the module nearest to the importer (a sibling script)

@@ -547,7 +547,19 @@ def check_opencv_threads(project: Project) -> Iterator[Hit]:
             continue
         method, owner, use, path, library = found
         where = f"`{owner.name}.{method.name}`"
-        if library:
+        if library and path.edges:
+            end = path.end
+            assert end is not None
+            yield Hit(
+                owner.module,
+                path.edges[0].call,
+                "LD108",
+                f"OpenCV (`{end.module.segment(use.func)}`, which holds `{library}`, "
+                f"{end.module.path}:{getattr(use, 'lineno', 0)}) is reached from {where} through "
+                f"{path.describe()}, but no module of the project calls `cv2.setNumThreads(0)`: "
+                "every worker starts a thread per core, num_workers x cores threads in all",
+            )
+        elif library:
             yield Hit(
                 owner.module,
                 use,
@@ -603,6 +615,9 @@ def _first_opencv_use(
             use = _opencv_call(reached.module, reached.function)
             if use is not None:
                 return method, owner, use, path, ""
+            held = library_opencv_call(project, reached) if reached.cls is not None else None
+            if held is not None:  # an imgaug augmenter that self.x holds, said by its path
+                return method, owner, held[0], path, held[1]
     return None
 
 

@@ -55,3 +55,18 @@ class ListLoader(DataLoader):
         super().__init__(
             dataset, batch_size=batch_size, num_workers=4, collate_fn=lambda batch: list(batch)
         )
+
+
+class Augmented(Dataset):
+    def __init__(self, paths, transforms):
+        self.paths = paths
+        self.transforms = transforms
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, index):
+        image = np.load(self.paths[index])
+        for transform in self.transforms:
+            image = transform(image)
+        return image

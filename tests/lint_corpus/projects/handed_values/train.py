@@ -4,8 +4,9 @@ from collections import defaultdict
 from torch.utils.data import DataLoader
 
 from augment import *
+from augment.imgaug_ops import TRAIN_TRANSFORMS
 from augment.policy import RandomPolicy
-from datasets import Frames, ListLoader, Pipeline, Triples
+from datasets import Augmented, Frames, ListLoader, Pipeline, Triples
 
 
 def main(paths, heads, tails):
@@ -28,6 +29,9 @@ def main(paths, heads, tails):
 
     for batch in ListLoader(Frames(paths, transform=Resize(64)), batch_size=8):
         len(batch)
+
+    for batch in DataLoader(Augmented(paths, TRAIN_TRANSFORMS), batch_size=8, num_workers=4):
+        batch.sum()
 
 
 if __name__ == "__main__":
