@@ -57,6 +57,9 @@ class Project:
         self.modules = list(modules)
         self.platform = platform
         self._loaded: list[ModuleModel] = []  # modules parsed on demand, in that order
+        # Answers a rule computes once per project: (the rule's question, id of the node) ->
+        # answer (what a factory function's callers pass it, asked for each Dataset it builds).
+        self.memo: dict[tuple[str, int], object] = {}
         self._indexed = 0  # how many of them the calls index holds
         self._by_name: dict[str, list[ModuleModel | PendingModule]] = {}
         for module in self.modules:
@@ -457,13 +460,18 @@ class Project:
         return known
 
     def _judge_workers(self, dataset: DatasetClass) -> bool:
-        loaders = self._loaders_with_classes()
-        family = {id(cls.node) for cls in self._dataset_table().values() if _derives(cls, dataset)}
-        own = [loader for loader, _, cls in loaders if cls is not None and id(cls) in family]
-        relevant = own or [loader for loader, _, _ in loaders]
+        relevant = self.loaders_of(dataset)
         if not relevant:
             return True
         return any(loader.may_start_workers for loader in relevant)
+
+    def loaders_of(self, dataset: DatasetClass) -> list[LoaderCall]:
+        """The DataLoaders given this Dataset (or a subclass); every DataLoader of the project
+        when none can be tied to it."""
+        loaders = self._loaders_with_classes()
+        family = {id(cls.node) for cls in self._dataset_table().values() if _derives(cls, dataset)}
+        own = [loader for loader, _, cls in loaders if cls is not None and id(cls) in family]
+        return own or [loader for loader, _, _ in loaders]
 
     def spawns(self, loader: LoaderCall) -> bool:
         """Whether this loader pickles what it hands to workers on some target platform."""

@@ -291,7 +291,10 @@ def _passed_to(
         caller = _Flow(project, caller_module, None, 1)
         caller.until = call.lineno  # what the arguments hold when the call is made
         if isinstance(scope, _FUNCTIONS) and depth < 1:
-            caller.seed(_passed_to(project, caller_module, scope, scope, False, depth + 1))
+            key = ("LD107 passed to", id(scope))
+            if key not in project.memo:
+                project.memo[key] = _passed_to(project, caller_module, scope, scope, False, 1)
+            caller.seed(project.memo[key])  # type: ignore[arg-type]
         if not isinstance(scope, ast.Lambda):
             caller.run(scope)
         for name, value in bind_arguments(call, function, method=method).items():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from loaderdoctor.lint.model import Hit, ModuleModel
+from loaderdoctor.lint.model import Hit, LoaderCall, ModuleModel
 from loaderdoctor.lint.project import Project
 
 # Functions that seed a generator from one integer (imgaug's global seed included).
@@ -67,10 +67,10 @@ def worker_id_reseeds(project: Project) -> Iterator[tuple[ModuleModel, ast.Call,
     """Seeding calls in a Dataset's worker methods from the worker's id alone
     (``torch.manual_seed(get_worker_info().id)`` on a worker's first item, RAFT's shape): a
     worker that is not persistent starts again each epoch from the same seed. Skipped when a
-    DataLoader of the project keeps its workers (``persistent_workers=True``)."""
-    if _keeps_workers(project):
-        return
+    DataLoader given the Dataset keeps its workers (``persistent_workers=True``)."""
     for dataset in project.worker_datasets():
+        if _keeps_workers(project.loaders_of(dataset)):
+            continue
         for function, owner in dataset.worker_methods():
             model = owner.module
             infos = _worker_info_names(model, function)
@@ -85,12 +85,11 @@ def worker_id_reseeds(project: Project) -> Iterator[tuple[ModuleModel, ast.Call,
                     break
 
 
-def _keeps_workers(project: Project) -> bool:
-    for model in project.modules:
-        for loader in model.loaders:
-            kept = loader.arguments.get("persistent_workers")
-            if not (isinstance(kept, ast.Constant) and kept.value is False) and kept is not None:
-                return True
+def _keeps_workers(loaders: list[LoaderCall]) -> bool:
+    for loader in loaders:
+        kept = loader.arguments.get("persistent_workers")
+        if not (isinstance(kept, ast.Constant) and kept.value is False) and kept is not None:
+            return True
     return False
 
 
