@@ -72,7 +72,7 @@ def test_roidb_passed_in_is_judged_only_with_the_code_that_passes_it() -> None:
 
 
 OPENCV = (
-    "data/dataset.py:14:16 LD108 OpenCV (`cv2.imread`, utils/image.py:5) is reached from "
+    "data/dataset.py:14:16 LD108 OpenCV (`cv2.resize`, utils/image.py:6) is reached from "
     "`Detection.__getitem__` through `Detection.load()` -> `prepare()` -> `resize_to()`, but "
     "no module of the project calls `cv2.setNumThreads(0)`: every worker starts a thread per "
     "core, num_workers x cores threads in all"

@@ -274,7 +274,7 @@ def test_opencv_silenced_by_set_num_threads_in_worker_init() -> None:
             def __len__(self):
                 return 1
             def __getitem__(self, index):
-                return cv2.imread("x.png")
+                return cv2.resize(cv2.imread("x.png"), (8, 8))
         def worker_init_fn(worker_id):
             cv2.setNumThreads(0)
         """

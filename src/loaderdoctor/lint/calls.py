@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from loaderdoctor.lint.model import _FUNCTIONS, DatasetClass, FunctionNode, ModuleModel
-from loaderdoctor.lint.scope import is_self_attribute, walk_local
+from loaderdoctor.lint.scope import dotted_name, is_self_attribute, walk_local
 
 
 class ProjectIndex(Protocol):
@@ -43,13 +43,22 @@ class ProjectIndex(Protocol):
     ) -> tuple[ModuleModel, ast.ClassDef] | None: ...
 
     def constructions(
-        self, module: ModuleModel, cls: ast.ClassDef
+        self, module: ModuleModel, cls: ast.ClassDef | FunctionNode
     ) -> list[tuple[ModuleModel, ast.Call]]: ...
 
     def dataset_of(self, node: ast.ClassDef) -> DatasetClass | None: ...
 
+    def values_of(
+        self, module: ModuleModel, node: ast.Name, depth: int = 0
+    ) -> list[tuple[ModuleModel, ast.AST]]: ...
+
+    def module_classes(
+        self, module: ModuleModel, node: ast.AST
+    ) -> list[tuple[ModuleModel, ast.ClassDef]]: ...
+
 
 MAX_DEPTH = 5
+_FAN_OUT = 16  # callees followed from one call: enough for a dict of augmentations
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,6 +69,9 @@ class Caller:
     function: FunctionNode
     cls: ast.ClassDef | None = None
     dataset: DatasetClass | None = None  # for dispatch from the most derived Dataset class
+    # The class of the object the method runs on, when it inherits the method: its own
+    # __init__ says what self.x holds (DefaultAug(ImgAug) sets the augmenters ImgAug calls).
+    instance: tuple[ModuleModel, ast.ClassDef] | None = None
 
     @property
     def name(self) -> str:
@@ -127,9 +139,137 @@ class CallGraph:
     def _resolve_calls(self, caller: Caller) -> Iterator[Edge]:
         for node in walk_local(caller.function):
             if isinstance(node, ast.Call):
-                callee = self._callee(caller, node.func)
-                if callee is not None:
+                for callee in self._callees(caller, node.func):
                     yield Edge(node, callee)
+
+    def _callees(self, caller: Caller, func: ast.expr) -> list[Caller]:
+        """Every project function a call may run: one per class ``self.attr`` may hold (each
+        construction of the owner passes its own), one per function a dict or list of them
+        holds (``OPERATIONS[name](image)``), one per object a loop walks over (``for step in
+        self.steps: step(image)``)."""
+        if is_self_attribute(func) or (
+            isinstance(func, ast.Attribute) and is_self_attribute(func.value)
+        ):
+            assert isinstance(func, ast.Attribute)
+            own = self._callee(caller, func) if is_self_attribute(func) else None
+            if own is not None:  # self.load(index): a method of the class
+                return [own]
+            attr, method = (
+                (func.attr, "__call__") if is_self_attribute(func) else (func.value.attr, func.attr)  # type: ignore[attr-defined]
+            )
+            found = [
+                self.method(module, cls, method)
+                for module, cls in self.attribute_classes(caller, attr)
+            ]
+            callees = [callee for callee in found if callee is not None]
+            if not callees and method == "__call__":  # self.transform = Compose([...])
+                for module, value in self.attribute_values(caller, attr):
+                    holder = Caller(module, caller.function, caller.cls, caller.dataset)
+                    callees.extend(self._held_callees(holder, value, 1))
+            return callees[:_FAN_OUT]
+        if isinstance(func, ast.Subscript) or (
+            isinstance(func, ast.Name) and not self._is_definition(caller, func)
+        ):
+            return self._held_callees(caller, func, 0)[:_FAN_OUT]
+        callee = self._callee(caller, func)
+        return [callee] if callee is not None else []
+
+    def _is_definition(self, caller: Caller, func: ast.Name) -> bool:
+        return self.project.resolve(caller.module, func) is not None
+
+    def _held_callees(self, caller: Caller, node: ast.AST, depth: int) -> list[Caller]:
+        """The project functions and callable objects ``node`` may be, followed through the
+        values of names, the entries of dict and list literals, loop variables and the
+        elements of what the loop walks, and ``getattr(module, name)`` of a project module."""
+        if depth > 4:
+            return []
+        module = caller.module
+        found: list[Caller] = []
+        if isinstance(node, ast.Name):
+            if node.id == "self":
+                return []
+            for owner, value in self.project.values_of(module, node):
+                if isinstance(value, _FUNCTIONS):
+                    found.append(Caller(owner, value))
+                elif isinstance(value, ast.ClassDef):
+                    init = self.method(owner, value, "__init__")
+                    found.extend([init] if init else [])
+                elif isinstance(value, (ast.For, ast.comprehension)):
+                    walked = Caller(owner, caller.function, caller.cls, caller.dataset)
+                    found.extend(self._element_callees(walked, value.iter, depth + 1))
+                elif isinstance(value, ast.expr) and owner is module:
+                    found.extend(self._held_callees(caller, value, depth + 1))
+                elif isinstance(value, ast.expr):
+                    found.extend(
+                        self._held_callees(Caller(owner, caller.function), value, depth + 1)
+                    )
+        elif isinstance(node, ast.Subscript):
+            found.extend(self._element_callees(caller, node.value, depth + 1))
+        elif isinstance(node, ast.Call) and _composes(module, node):
+            found.extend(self._element_callees(caller, node.args[0], depth + 1))
+        elif isinstance(node, ast.Call):  # an instance: its __call__
+            for owner, cls in self._instance_classes(caller, node):
+                method = self.method(owner, cls, "__call__")
+                found.extend([method] if method else [])
+        elif isinstance(node, ast.Attribute):
+            callee = self._callee(caller, node)
+            found.extend([callee] if callee else [])
+        return found
+
+    def _element_callees(self, caller: Caller, container: ast.AST, depth: int) -> list[Caller]:
+        """What calling an element of ``container`` may run."""
+        if depth > 4:
+            return []
+        elements: list[ast.AST] = []
+        if isinstance(container, ast.Dict):
+            elements = [value for value in container.values if value is not None]
+        elif isinstance(container, (ast.List, ast.Tuple, ast.Set)):
+            elements = list(container.elts)
+        elif isinstance(container, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+            elements = [container.elt]
+        elif isinstance(container, ast.DictComp):
+            elements = [container.value]
+        elif isinstance(container, ast.Name):
+            for owner, value in self.project.values_of(caller.module, container):
+                if isinstance(value, ast.expr):
+                    found = self._element_callees(
+                        Caller(owner, caller.function, caller.cls, caller.dataset), value, depth + 1
+                    )
+                    if found:
+                        return found
+            return []
+        elif is_self_attribute(container):
+            assert isinstance(container, ast.Attribute)
+            found = []
+            for owner, value in self.attribute_values(caller, container.attr):
+                found.extend(
+                    self._element_callees(
+                        Caller(owner, caller.function, caller.cls, caller.dataset), value, depth + 1
+                    )
+                )
+            return found
+        callees: list[Caller] = []
+        for element in elements:
+            callees.extend(self._held_callees(caller, element, depth + 1))
+        return callees
+
+    def _instance_classes(
+        self, caller: Caller, node: ast.Call
+    ) -> list[tuple[ModuleModel, ast.ClassDef]]:
+        """The project classes a call builds, ``getattr(module, name)(...)`` of a project
+        module giving every class defined (or star-imported) there."""
+        found = self.project.class_of_instance(caller.module, node)
+        if found is not None:
+            return [found]
+        inner = node.func
+        if (
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Name)
+            and inner.func.id == "getattr"
+            and inner.args
+        ):
+            return self.project.module_classes(caller.module, inner.args[0])
+        return []
 
     def _callee(self, caller: Caller, func: ast.expr) -> Caller | None:
         if isinstance(func, ast.Attribute):
@@ -138,16 +278,6 @@ class CallGraph:
                 return self._method_of_self(caller, func.attr)
             if isinstance(receiver, ast.Call) and _is_super(receiver):
                 return self._method_of_bases(caller, func.attr)
-            if is_self_attribute(receiver):
-                assert isinstance(receiver, ast.Attribute)
-                for module, cls in self.attribute_classes(caller, receiver.attr):
-                    return self.method(module, cls, func.attr)
-                return None
-        if is_self_attribute(func):  # self.preproc(image): the instance's __call__
-            assert isinstance(func, ast.Attribute)
-            for module, cls in self.attribute_classes(caller, func.attr):
-                return self.method(module, cls, "__call__")
-            return None
         found = self.project.resolve(caller.module, func)
         if found is None:
             return None
@@ -184,19 +314,27 @@ class CallGraph:
         return None
 
     def method(
-        self, module: ModuleModel, cls: ast.ClassDef, name: str, depth: int = 0
+        self,
+        module: ModuleModel,
+        cls: ast.ClassDef,
+        name: str,
+        depth: int = 0,
+        instance: tuple[ModuleModel, ast.ClassDef] | None = None,
     ) -> Caller | None:
         """``cls.name`` looked up through the project's base classes."""
         for statement in cls.body:
             if isinstance(statement, _FUNCTIONS) and statement.name == name:
-                return Caller(module, statement, cls, self.project.dataset_of(cls))
+                inherited = instance if instance is not None and instance[1] is not cls else None
+                return Caller(module, statement, cls, self.project.dataset_of(cls), inherited)
         if depth > 8:
             return None
         for base in cls.bases:
             resolved = self.project.resolve(module, base)
             if resolved is not None and isinstance(resolved[1], ast.ClassDef):
                 if resolved[1] is not cls:
-                    found = self.method(resolved[0], resolved[1], name, depth + 1)
+                    found = self.method(
+                        resolved[0], resolved[1], name, depth + 1, instance or (module, cls)
+                    )
                     if found is not None:
                         return found
         return None
@@ -208,7 +346,8 @@ class CallGraph:
         arguments every project call of the class passes (the caller's module with each)."""
         if caller.cls is None:
             return []
-        key = (id(caller.cls), attr)
+        owner = caller.instance[1] if caller.instance is not None else caller.cls
+        key = (id(owner), attr)
         found = self._values.get(key)
         if found is None:
             found = self._values[key] = list(self._attribute_values(caller, attr))
@@ -218,7 +357,8 @@ class CallGraph:
         self, caller: Caller, attr: str
     ) -> Iterator[tuple[ModuleModel, ast.expr]]:
         assert caller.cls is not None
-        init = self.method(caller.module, caller.cls, "__init__")
+        module, cls = caller.instance or (caller.module, caller.cls)
+        init = self.method(module, cls, "__init__")
         if init is None:
             return
         parameters = _parameters(init.function)
@@ -230,10 +370,10 @@ class CallGraph:
             value = node.value
             if isinstance(value, ast.Name) and value.id in parameters:
                 position = parameters.index(value.id)
-                for module, call in self.project.constructions(init.module, caller.cls):
+                for where, call in self.project.constructions(module, cls):
                     argument = _argument(call, value.id, position)
                     if argument is not None:
-                        yield module, argument
+                        yield where, argument
             else:
                 yield init.module, value
 
@@ -247,6 +387,16 @@ class CallGraph:
             if found is not None and id(found[1]) not in seen:
                 seen.add(id(found[1]))
                 yield found
+
+
+# Library transforms that call, in turn, the transforms they are given as their first
+# argument (torchvision's and albumentations' Compose, nn.Sequential, RandomApply...).
+_COMPOSERS = frozenset({"Compose", "Sequential", "RandomApply", "RandomChoice", "RandomOrder"})
+
+
+def _composes(module: ModuleModel, call: ast.Call) -> bool:
+    name = (module.scopes.qualified(call.func) or dotted_name(call.func) or "").split(".")[-1]
+    return name in _COMPOSERS and bool(call.args)
 
 
 def _is_super(node: ast.Call) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from loaderdoctor.lint import rules_dataset, rules_guard, rules_loader, rules_memory, rules_seed
 from loaderdoctor.lint.catalog import RULES, SEVERITIES
-from loaderdoctor.lint.findings import LintFinding, LintReport
+from loaderdoctor.lint.findings import LintFinding, LintReport, Unparsed
 from loaderdoctor.lint.model import Hit, ModuleModel
 from loaderdoctor.lint.project import PLATFORMS, PendingModule, Project
 
@@ -110,6 +110,18 @@ def check_source(
     report = LintReport()
     _check_project(files, options, report)
     return report.findings
+
+
+def _check_syntax(file: _File, report: LintReport) -> None:
+    """Compile a file that no rule needs yet, so that a folder run names every file it could
+    not read as Python instead of passing over it in silence. The tree is not kept: holding
+    every module's tree made the run slower than parsing the few a rule reaches into twice."""
+    try:
+        compile(file.source.text, file.path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError) as error:
+        line = getattr(error, "lineno", None) or 1
+        message = getattr(error, "msg", None) or str(error)
+        report.unparsed.append(Unparsed(file.path, file.source.place(line)[0], message))
 
 
 def _checked_platform(platform: str) -> str:
@@ -452,6 +464,8 @@ def check_paths(
         file = _File(name, module_name, source, notebook, wanted)
         if wanted:  # parse while the next files are read: the first finding comes sooner
             file.model, file.parsed = _parse(file, options, report), True
+        else:
+            _check_syntax(file, report)
         projects.setdefault(project, []).append(file)
     for files in projects.values():
         _mark_subclass_modules(files)
@@ -468,17 +482,32 @@ _TOP_LEVEL_CALL = re.compile(r"^(?:[A-Za-z_][\w.]*[ \t]*=[ \t]*)?[A-Za-z_][\w.]*
 
 
 def _mark_importers(files: list[_File]) -> None:
-    """A script that imports a relevant module and calls something at import time is relevant:
-    the function it calls may start DataLoader workers (LD101 through imported functions)."""
-    wanted = {file.module_name.rpartition(".")[2] for file in files if file.wanted}
+    """A script that calls something at import time and imports a relevant module, directly or
+    through modules that import one (``import pipeline.steps as pipe`` where steps imports the
+    module that builds the DataLoader), is relevant: the function it calls may start DataLoader
+    workers (LD101 through imported functions). The modules in between stay unparsed until a
+    name resolves into them."""
+    imports = {
+        id(file): {
+            (match.group(1) or match.group(2) or "").rpartition(".")[2]
+            for match in _IMPORTED.finditer(file.source.text)
+        }
+        for file in files
+    }
+    leading = {file.module_name.rpartition(".")[2] for file in files if file.wanted}
+    changed = True
+    while changed:  # names of modules that reach a relevant module by their imports
+        changed = False
+        for file in files:
+            name = file.module_name.rpartition(".")[2]
+            if name not in leading and imports[id(file)] & leading:
+                leading.add(name)
+                changed = True
     for file in files:
         if file.wanted or not _TOP_LEVEL_CALL.search(file.source.text):
             continue
-        for match in _IMPORTED.finditer(file.source.text):
-            name = (match.group(1) or match.group(2) or "").rpartition(".")[2]
-            if name in wanted:
-                file.wanted = True
-                break
+        if imports[id(file)] & leading:
+            file.wanted = True
 
 
 def _mark_subclass_modules(files: list[_File]) -> None:

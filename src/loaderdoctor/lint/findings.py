@@ -78,6 +78,23 @@ class FixRecord:
         )
 
 
+@dataclass(frozen=True, order=True)
+class Unparsed:
+    """A file of a folder run that is not Python this interpreter can parse (Python 2, a
+    template, a merge conflict), so no rule looked at it; one line of the report names it."""
+
+    path: str
+    line: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Unparsed:
+        return cls(path=str(data["path"]), line=int(data["line"]), message=str(data["message"]))
+
+
 @dataclass
 class LintReport:
     """The result of linting some paths: findings sorted by place, and any fixes applied."""
@@ -88,6 +105,7 @@ class LintReport:
     fixed: list[FixRecord] = field(default_factory=list)
     unfixed: list[FixRecord] = field(default_factory=list)  # --fix declined, and why
     hidden: int = 0  # findings below the severity asked for (info, by default)
+    unparsed: list[Unparsed] = field(default_factory=list)  # files no rule could look at
     seconds: float = 0.0  # how long the lint took, reading files included
 
     def count(self, severity: str) -> int:
@@ -123,6 +141,8 @@ class LintReport:
             data["fixed"] = [record.to_dict() for record in self.fixed]
         if self.unfixed:
             data["unfixed"] = [record.to_dict() for record in self.unfixed]
+        if self.unparsed:
+            data["unparsed"] = [item.to_dict() for item in self.unparsed]
         return data
 
     @classmethod
@@ -134,6 +154,7 @@ class LintReport:
             findings=[LintFinding.from_dict(item) for item in data.get("findings", [])],
             fixed=[FixRecord.from_dict(item) for item in data.get("fixed", [])],
             unfixed=[FixRecord.from_dict(item) for item in data.get("unfixed", [])],
+            unparsed=[Unparsed.from_dict(item) for item in data.get("unparsed", [])],
             files_checked=int(data.get("files_checked", 0)),
             lines_checked=int(data.get("lines_checked", 0)),
             hidden=int(data.get("hidden", 0)),

@@ -56,6 +56,11 @@ class Project:
     ) -> None:
         self.modules = list(modules)
         self.platform = platform
+        self._loaded: list[ModuleModel] = []  # modules parsed on demand, in that order
+        # Answers a rule computes once per project: (the rule's question, id of the node) ->
+        # answer (what a factory function's callers pass it, asked for each Dataset it builds).
+        self.memo: dict[tuple[str, int], object] = {}
+        self._indexed = 0  # how many of them the calls index holds
         self._by_name: dict[str, list[ModuleModel | PendingModule]] = {}
         for module in self.modules:
             self._adopt(module)
@@ -102,6 +107,12 @@ class Project:
                 package = package[: len(package) - (level - 1)] if level - 1 <= len(package) else []
             dotted = ".".join([*package, *([dotted] if dotted else [])])
         candidates = self._by_name.get(dotted, [])
+        parts = dotted.split(".")
+        while not candidates and not level and len(parts) > 2:
+            # `from pkg.utils.datasets import X` while the folder linted is pkg itself: its
+            # modules are named from inside it (utils.datasets)
+            parts = parts[1:]
+            candidates = self._by_name.get(".".join(parts), [])
         if not candidates:
             return None
         if len(candidates) > 1:  # prefer the module nearest to the importer (a sibling script)
@@ -118,6 +129,8 @@ class Project:
 
     def _load(self, entry: PendingModule) -> ModuleModel | None:
         module = entry.load()
+        if module is not None:
+            self._loaded.append(module)
         for names in self._by_name.values():
             for index, other in enumerate(names):
                 if other is entry:
@@ -186,6 +199,92 @@ class Project:
             return self.resolve(module, ast.Name(id=name, ctx=ast.Load()), depth + 1)
         return None
 
+    def values_of(
+        self, module: ModuleModel, node: ast.Name, depth: int = 0
+    ) -> list[tuple[ModuleModel, ast.AST]]:
+        """What a name may hold where it is read, each with the module it is written in: the
+        bindings that reach it in its own module (one ``if`` branch does not reach the other),
+        else the top-level binding of the module it is imported from, by name or by a
+        ``from package import *`` (through a package ``__init__`` that star-imports its own
+        modules). Definitions are given as themselves, assignments as the assigned value."""
+        found: list[tuple[ModuleModel, ast.AST]] = []
+        bindings = module.scopes.reaching(node.id, node)
+        for binding in bindings:
+            if isinstance(binding, (ast.Import, ast.ImportFrom)):
+                found.extend(self._imported_values(module, node.id, depth + 1))
+            else:
+                found.append((module, binding))
+        if not bindings:
+            found.extend(self._star_values(module, node.id, depth + 1))
+        return found
+
+    def _top_level_values(
+        self, module: ModuleModel, name: str, depth: int
+    ) -> list[tuple[ModuleModel, ast.AST]]:
+        if depth > _MAX_DEPTH:
+            return []
+        bindings = module.scopes.bindings(module.tree).get(name)
+        if not bindings:
+            return self._star_values(module, name, depth + 1)
+        found: list[tuple[ModuleModel, ast.AST]] = []
+        for binding in bindings:
+            if isinstance(binding, (ast.Import, ast.ImportFrom)):
+                found.extend(self._imported_values(module, name, depth + 1))
+            else:
+                found.append((module, binding))
+        return found
+
+    def _imported_values(
+        self, module: ModuleModel, name: str, depth: int
+    ) -> list[tuple[ModuleModel, ast.AST]]:
+        """What ``from x import name`` (as ``name``) in ``module`` brings: x's binding of it."""
+        source = module.scopes.import_sources.get(name)
+        if source is None or source[1] is None or depth > _MAX_DEPTH:
+            return []
+        target = self.find_module(module, source[0], source[2])
+        if target is None or target is module:
+            return []
+        return self._top_level_values(target, source[1], depth + 1)
+
+    def _star_values(
+        self, module: ModuleModel, name: str, depth: int
+    ) -> list[tuple[ModuleModel, ast.AST]]:
+        if depth > _MAX_DEPTH:
+            return []
+        for written, level in module.scopes.star_imports:
+            target = self.find_module(module, written, level)
+            if target is not None and target is not module:
+                found = self._top_level_values(target, name, depth + 1)
+                if found:
+                    return found
+        return []
+
+    def module_classes(
+        self, module: ModuleModel, node: ast.AST
+    ) -> list[tuple[ModuleModel, ast.ClassDef]]:
+        """The classes a project module named by ``node`` defines or star-imports: what
+        ``getattr(module, name)`` may give when ``name`` is only known at run time."""
+        dotted = dotted_name(node)
+        source = module.scopes.import_sources.get(dotted or "")
+        if dotted is None or source is None:
+            return []
+        written, name, level = source
+        target = self.find_module(module, f"{written}.{name}" if name else written, level)
+        found: list[tuple[ModuleModel, ast.ClassDef]] = []
+        seen: set[int] = set()
+        pending = [target] if target is not None else []
+        while pending and len(seen) < 8:
+            current = pending.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            found.extend((current, c) for c in current.tree.body if isinstance(c, ast.ClassDef))
+            for star, star_level in current.scopes.star_imports:
+                starred = self.find_module(current, star, star_level)
+                if starred is not None:
+                    pending.append(starred)
+        return found
+
     def class_of_instance(
         self, module: ModuleModel, node: ast.AST | None, depth: int = 0
     ) -> tuple[ModuleModel, ast.ClassDef] | None:
@@ -198,7 +297,8 @@ class Project:
                 return found[0], found[1]
             return None
         if isinstance(node, ast.Name):
-            binding = module.scopes.single_binding(node.id, node)
+            reaching = module.scopes.reaching(node.id, node)
+            binding = reaching[0] if len(reaching) == 1 else None
             if isinstance(binding, ast.expr):
                 return self.class_of_instance(module, binding, depth + 1)
         return None
@@ -209,7 +309,7 @@ class Project:
         """Every project class ``node`` may be an instance of: a name bound in each branch of
         an ``if``/``elif`` (``train_set = VOC(...)`` or ``COCO(...)``) may hold any of them."""
         if isinstance(node, ast.Name):
-            bindings = module.scopes.lookup(node.id, node)
+            bindings = module.scopes.reaching(node.id, node)
             if len(bindings) > 1:
                 found = [self.class_of_instance(module, b) for b in bindings[:16]]
                 unique = {id(f[1]): f for f in found if f is not None}
@@ -226,23 +326,30 @@ class Project:
         return None
 
     def constructions(
-        self, module: ModuleModel, cls: ast.ClassDef
+        self, module: ModuleModel, cls: ast.ClassDef | FunctionNode
     ) -> list[tuple[ModuleModel, ast.Call]]:
-        """Every call in a linted module that builds an instance of ``cls`` (argument flow)."""
+        """Every call in a linted module that builds an instance of ``cls``, or calls the
+        function ``cls`` (argument flow)."""
         if self._calls_by_name is None:
-            index: dict[str, list[tuple[ModuleModel, ast.Call]]] = {}
-            for model in self.modules:
-                for call in model.calls:
-                    func = call.func
-                    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                    index.setdefault(name, []).append((model, call))
-            self._calls_by_name = index
+            self._calls_by_name = {}
+            self._index_calls(self.modules)
+        if self._indexed < len(self._loaded):  # a helper module parsed on demand builds it too
+            self._index_calls(self._loaded[self._indexed :])
+            self._indexed = len(self._loaded)
         found = []
         for model, call in self._calls_by_name.get(cls.name, ()):
             resolved = self.resolve(model, call.func)
             if resolved is not None and resolved[1] is cls:
                 found.append((model, call))
         return found
+
+    def _index_calls(self, modules: list[ModuleModel]) -> None:
+        assert self._calls_by_name is not None
+        for model in modules:
+            for call in model.calls:
+                func = call.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                self._calls_by_name.setdefault(name, []).append((model, call))
 
     # -- Dataset classes ---------------------------------------------------------------------
 
@@ -353,13 +460,18 @@ class Project:
         return known
 
     def _judge_workers(self, dataset: DatasetClass) -> bool:
-        loaders = self._loaders_with_classes()
-        family = {id(cls.node) for cls in self._dataset_table().values() if _derives(cls, dataset)}
-        own = [loader for loader, _, cls in loaders if cls is not None and id(cls) in family]
-        relevant = own or [loader for loader, _, _ in loaders]
+        relevant = self.loaders_of(dataset)
         if not relevant:
             return True
         return any(loader.may_start_workers for loader in relevant)
+
+    def loaders_of(self, dataset: DatasetClass) -> list[LoaderCall]:
+        """The DataLoaders given this Dataset (or a subclass); every DataLoader of the project
+        when none can be tied to it."""
+        loaders = self._loaders_with_classes()
+        family = {id(cls.node) for cls in self._dataset_table().values() if _derives(cls, dataset)}
+        own = [loader for loader, _, cls in loaders if cls is not None and id(cls) in family]
+        return own or [loader for loader, _, _ in loaders]
 
     def spawns(self, loader: LoaderCall) -> bool:
         """Whether this loader pickles what it hands to workers on some target platform."""
@@ -439,6 +551,9 @@ def _adopt_loader_subclasses(project: Project) -> None:
                     break
     if not found:
         return
+    for module, node in candidates:
+        if id(node) in found and not _passes_through(node):
+            _adopt_own_init(module, node)
     names = {node.name for node in found.values()}
     for module in project.modules:
         known = {id(loader.node) for loader in module.loaders}
@@ -454,6 +569,25 @@ def _adopt_loader_subclasses(project: Project) -> None:
             assert isinstance(cls, ast.ClassDef)
             if _passes_through(cls) or "num_workers" in {k.arg for k in call.keywords}:
                 module.loaders.append(module._loader(call))
+
+
+def _adopt_own_init(module: ModuleModel, cls: ast.ClassDef) -> None:
+    """``super().__init__(dataset, num_workers=4, collate_fn=lambda b: b)`` in a DataLoader
+    subclass's own ``__init__`` builds the DataLoader: what it passes (a lambda collate_fn) is
+    pickled into every worker as if the user had written it (ultralytics' InfiniteDataLoader
+    shape; a lambda there is the spawn crash its Windows users report)."""
+    known = {id(loader.node) for loader in module.loaders}
+    for statement in cls.body:
+        if not (isinstance(statement, _FUNCTIONS) and statement.name == "__init__"):
+            continue
+        for node in ast.walk(statement):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            receiver = node.func.value
+            if node.func.attr != "__init__" or id(node) in known:
+                continue
+            if isinstance(receiver, ast.Call) and dotted_name(receiver.func) == "super":
+                module.loaders.append(module._loader(node))
 
 
 def _passes_through(cls: ast.ClassDef) -> bool:

@@ -93,12 +93,20 @@ def uses_self_attribute(methods: list[tuple[FunctionNode, DatasetClass]], attr: 
 
 
 def stored_elsewhere(
-    project: Project, dataset: DatasetClass, attr: str, reopens: bool = True
+    project: Project,
+    dataset: DatasetClass,
+    attr: str,
+    reopens: bool = True,
+    lazy_guards: bool = True,
 ) -> bool:
     """Whether ``.attr`` is (re)assigned outside ``__init__``: lazily, or by worker_init_fn.
 
     With ``reopens=False`` a store right after ``self.attr.close()`` does not count: reopening
     a handle at the end of a file leaves every worker starting from the one ``__init__`` opened.
+    With ``lazy_guards=False`` neither does ``self.attr = None`` (a ``close()`` method) nor a
+    store under ``if self.attr is None:``: ``__init__`` left the handle open, so a forked worker
+    finds it set and never opens its own (the zip reader whose ``close()`` cleared it: 118 of
+    4,000 reads failed with 4 forked workers sharing it).
     """
     init_nodes: set[ast.AST] = set()
     for function, _ in dataset.init_methods():
@@ -109,11 +117,38 @@ def stored_elsewhere(
             if isinstance(node.ctx, ast.Store) and node not in init_nodes:
                 if not reopens and _reopened(module, node):
                     continue
+                if not lazy_guards and (
+                    _stores_none(module, node) or _under_none_guard(module, node, attr)
+                ):
+                    continue
                 if is_self_attribute(node):
                     owner = module.scopes.enclosing(node, (ast.ClassDef,))
                     if owner is not None and id(owner) not in family:
                         continue  # another class's own attribute of the same name
                 return True
+    return False
+
+
+def _stores_none(module: ModuleModel, target: ast.Attribute) -> bool:
+    statement = module.scopes.parents.get(target)
+    value = getattr(statement, "value", None)
+    return isinstance(value, ast.Constant) and value.value is None
+
+
+def _under_none_guard(module: ModuleModel, target: ast.Attribute, attr: str) -> bool:
+    """Inside ``if self.attr is None:`` or ``if not self.attr:`` (the lazy-open idiom)."""
+    child: ast.AST = target
+    parent = module.scopes.parents.get(target)
+    while parent is not None and not isinstance(parent, (*_FUNCTIONS, ast.Module)):
+        if isinstance(parent, ast.If) and any(child is item for item in parent.body):
+            for test in ast.walk(parent.test):
+                if isinstance(test, ast.Compare) and is_self_attribute(test.left, attr):
+                    if any(isinstance(op, ast.Is) for op in test.ops):
+                        return True
+                if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                    if is_self_attribute(test.operand, attr):
+                        return True
+        child, parent = parent, module.scopes.parents.get(parent)
     return False
 
 
@@ -266,7 +301,7 @@ def check_shared_handles(project: Project) -> Iterator[Hit]:
             opener = _handle_opener(project, owner.module, value, owner, 0)
             if opener is None or _closed_in(dataset, attr):
                 continue
-            if stored_elsewhere(project, dataset, attr, reopens=False):
+            if stored_elsewhere(project, dataset, attr, reopens=False, lazy_guards=False):
                 continue
             # self.file = h5py.File(p); self.images = self.file["images"]: one handle, two names
             family = [attr] + [
@@ -512,7 +547,19 @@ def check_opencv_threads(project: Project) -> Iterator[Hit]:
             continue
         method, owner, use, path, library = found
         where = f"`{owner.name}.{method.name}`"
-        if library:
+        if library and path.edges:
+            end = path.end
+            assert end is not None
+            yield Hit(
+                owner.module,
+                path.edges[0].call,
+                "LD108",
+                f"OpenCV (`{end.module.segment(use.func)}`, which holds `{library}`, "
+                f"{end.module.path}:{getattr(use, 'lineno', 0)}) is reached from {where} through "
+                f"{path.describe()}, but no module of the project calls `cv2.setNumThreads(0)`: "
+                "every worker starts a thread per core, num_workers x cores threads in all",
+            )
+        elif library:
             yield Hit(
                 owner.module,
                 use,
@@ -568,15 +615,48 @@ def _first_opencv_use(
             use = _opencv_call(reached.module, reached.function)
             if use is not None:
                 return method, owner, use, path, ""
+            held = library_opencv_call(project, reached) if reached.cls is not None else None
+            if held is not None:  # an imgaug augmenter that self.x holds, said by its path
+                return method, owner, held[0], path, held[1]
     return None
 
 
 def _opencv_call(model: ModuleModel, function: ast.AST) -> ast.Call | None:
     for node in ast.walk(function):
         if isinstance(node, ast.Call):
-            if (model.scopes.qualified(node.func) or "").startswith("cv2."):
+            name = model.scopes.qualified(node.func) or ""
+            if name.startswith("cv2.") and name not in OPENCV_WITHOUT_POOL:
                 return node
     return None
+
+
+# OpenCV calls measured to start no thread (scripts/opencv_threads.py: a fresh process per
+# call on a 1024x1024 image, threads counted in /proc/self/task before and after; OpenCV 5.1.0
+# headless, 2026-12-03): decoding and encoding files, splitting and merging channels, flipping,
+# padding, drawing, building a rotation matrix. cvtColor, resize, warpAffine, warpPerspective,
+# remap, GaussianBlur, filter2D, LUT, calcHist, equalizeHist, threshold, dilate, normalize and
+# addWeighted each started the pool. blur and medianBlur started none at 5x5 but take
+# OpenCV's parallel path at other sizes and types, so they stay flagged.
+OPENCV_WITHOUT_POOL = frozenset(
+    {
+        "cv2.imread",
+        "cv2.imdecode",
+        "cv2.imencode",
+        "cv2.imwrite",
+        "cv2.split",
+        "cv2.merge",
+        "cv2.flip",
+        "cv2.copyMakeBorder",
+        "cv2.rectangle",
+        "cv2.line",
+        "cv2.circle",
+        "cv2.putText",
+        "cv2.getRotationMatrix2D",
+        "cv2.setNumThreads",
+        "cv2.getNumThreads",
+        "cv2.ocl.setUseOpenCL",
+    }
+)
 
 
 # Libraries whose image transforms call OpenCV (resize, warp, blur, imread): calling one in a

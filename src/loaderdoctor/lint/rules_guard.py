@@ -145,9 +145,16 @@ def _method_starts_workers(
     for node in ast.walk(cls):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = dotted_name(node.targets[0]) or ""
-            for inner in ast.walk(node.value) if target.startswith("self.") else ():
+            if not target.startswith("self."):
+                continue
+            for inner in ast.walk(node.value):
                 if id(inner) in loaders:
                     stored.setdefault(target, loaders[id(inner)])
+            if target not in stored and isinstance(node.value, ast.Call):
+                # self.train_loader = build_loader(cfg): a project factory's DataLoader
+                found = returned_loader(project, where, node.value, 1)
+                if found is not None:
+                    stored[target] = found[0]
     for node in walk_local(function):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             loader = stored.get(dotted_name(node) or "")
@@ -397,6 +404,8 @@ def _starts_workers(
                     found = holders[node.id], model
                     break
     if found is None:
+        found = _factory_loader_consumed(project, model, function, depth)
+    if found is None:
         for edge in project.graph.callees(Caller(model, function)):
             if edge.callee.cls is None:
                 found = _starts_workers(
@@ -406,6 +415,35 @@ def _starts_workers(
                     break
     cache[id(function)] = found
     return found
+
+
+def _factory_loader_consumed(
+    project: Project,
+    model: ModuleModel,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    depth: int,
+) -> tuple[LoaderCall, ModuleModel] | None:
+    """``loader = build_loader(cfg)`` in the function, then iterated there: the DataLoader a
+    project factory returns, with the workers its defaults give (``num_workers=8``)."""
+    for node in walk_local(function):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+        if not names:
+            continue
+        consumed = any(
+            isinstance(use, ast.Name)
+            and use.id in names
+            and isinstance(use.ctx, ast.Load)
+            and use.lineno >= node.lineno
+            and _consumes(model, use)
+            for use in walk_local(function)
+        )
+        if consumed:
+            found = returned_loader(project, model, node.value, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _is_consumed_in(model: ModuleModel, loader: LoaderCall, function: ast.AST) -> bool:

@@ -104,6 +104,44 @@ def _class_reason(model: ModuleModel, cls: ast.ClassDef, article: str) -> str | 
     attribute = lambda_attribute(model, cls)
     if attribute is not None:
         return f"{article} `{cls.name}`, which holds a lambda in `self.{attribute}`"
+    held = unpicklable_attribute(model, cls)
+    if held is not None:
+        return f"{article} `{cls.name}`, which holds {held[1]} in `self.{held[0]}`"
+    return None
+
+
+# Objects that run fine in forked workers but cannot be pickled into spawned ones. Measured
+# (torch 2.13, Python 3.11, 2026-12-03): a Dataset holding `multiprocessing.Manager()` fails
+# under spawn with "cannot pickle 'weakref.ReferenceType' object"; one holding only a proxy
+# the manager made (`manager.dict()`) pickles and works, as both do under fork.
+_UNPICKLABLE_OBJECTS = {
+    "multiprocessing.Manager": "a `multiprocessing.Manager()` (its server process handle)",
+    "torch.multiprocessing.Manager": "a `multiprocessing.Manager()` (its server process handle)",
+    "multiprocessing.managers.SyncManager": "a `SyncManager` (its server process handle)",
+}
+
+
+def unpicklable_attribute(model: ModuleModel, cls: ast.ClassDef) -> tuple[str, str] | None:
+    """(attribute, what) for a ``self.x`` that ``__init__`` sets to an object of
+    ``_UNPICKLABLE_OBJECTS``, built there or held by a local first."""
+    for statement in cls.body:
+        if not (isinstance(statement, _FUNCTIONS) and statement.name == "__init__"):
+            continue
+        for node in walk_local(statement):
+            if not isinstance(node, ast.Assign):
+                continue
+            value: ast.AST | None = node.value
+            if isinstance(value, ast.Name):
+                value = model.scopes.single_binding(value.id, value)
+            if not isinstance(value, ast.Call):
+                continue
+            what = _UNPICKLABLE_OBJECTS.get(model.scopes.qualified(value.func) or "")
+            if what is None:
+                continue
+            for target in node.targets:
+                if is_self_attribute(target):
+                    assert isinstance(target, ast.Attribute)
+                    return target.attr, what
     return None
 
 
@@ -132,11 +170,58 @@ def _local_class_of_instance(
 
 def _dataset_hits(project: Project, model: ModuleModel, loader: LoaderCall) -> Iterator[Hit]:
     dataset = loader.arguments.get("dataset")
-    construction: ast.AST | None = dataset
-    if isinstance(dataset, ast.Name):
-        construction = model.scopes.single_binding(dataset.id, dataset)
-    if dataset is None or not isinstance(construction, ast.Call):
+    if dataset is None:
         return
+    for construction in dataset_constructions(model, dataset):
+        yield from _construction_hits(project, model, loader, dataset, construction)
+
+
+def dataset_constructions(model: ModuleModel, dataset: ast.AST, depth: int = 0) -> list[ast.Call]:
+    """The calls that may have built the Dataset a DataLoader is given: the call itself, each
+    binding of a name that reaches the DataLoader (one per ``if`` branch), or the entry of a
+    dict or list the DataLoader is given an item of (``DataLoader(dataset=splits["train"])``)."""
+    if depth > 4:
+        return []
+    if isinstance(dataset, ast.Call):
+        return [dataset]
+    if isinstance(dataset, ast.Name):
+        found: list[ast.Call] = []
+        for binding in model.scopes.reaching(dataset.id, dataset)[:8]:
+            if isinstance(binding, ast.expr):
+                found.extend(dataset_constructions(model, binding, depth + 1))
+            elif isinstance(binding, (ast.For, ast.comprehension)) and isinstance(
+                binding.iter, (ast.List, ast.Tuple)
+            ):  # for dataset in (Train(...), Val(...)): each element in turn
+                for element in binding.iter.elts:
+                    found.extend(dataset_constructions(model, element, depth + 1))
+        return found
+    if isinstance(dataset, ast.Subscript):
+        container: ast.AST = dataset.value
+        if isinstance(container, ast.Name):
+            bindings = model.scopes.reaching(container.id, container)
+            container = bindings[0] if len(bindings) == 1 else container
+        entries: list[ast.expr] = []
+        if isinstance(container, ast.Dict):
+            key = dataset.slice
+            entries = [
+                value
+                for k, value in zip(container.keys, container.values)
+                if not (isinstance(key, ast.Constant) and isinstance(k, ast.Constant))
+                or k.value == key.value
+            ]
+        elif isinstance(container, (ast.List, ast.Tuple)):
+            entries = list(container.elts)
+        return [c for entry in entries for c in dataset_constructions(model, entry, depth + 1)]
+    return []
+
+
+def _construction_hits(
+    project: Project,
+    model: ModuleModel,
+    loader: LoaderCall,
+    dataset: ast.AST,
+    construction: ast.Call,
+) -> Iterator[Hit]:
     found = project.class_of_instance(model, construction)
     if found is not None:
         reason = _class_reason(found[0], found[1], "an instance of")
@@ -206,8 +291,19 @@ def _looks_like_dataset_constructor(name: str) -> bool:
     )
 
 
+# Callables that keep the callables they are given, and are pickled with them: a
+# defaultdict keeps its default_factory (``defaultdict(lambda: 4)`` cannot be pickled).
 _WRAPPERS = frozenset(
-    {"Lambda", "Compose", "Sequential", "RandomApply", "RandomChoice", "RandomOrder", "partial"}
+    {
+        "Lambda",
+        "Compose",
+        "Sequential",
+        "RandomApply",
+        "RandomChoice",
+        "RandomOrder",
+        "partial",
+        "defaultdict",
+    }
 )
 
 
@@ -228,8 +324,19 @@ def _held_callables(
         for element in node.elts:
             yield from _held_callables(model, element, depth + 1, project)
     elif isinstance(node, ast.Name):
-        for binding in model.scopes.lookup(node.id, node):
-            if isinstance(binding, _FUNCTIONS):
+        values = (
+            project.values_of(model, node)
+            if project is not None
+            else [(model, b) for b in model.scopes.lookup(node.id, node)]
+        )
+        for owner, binding in values:
+            if owner is not model:  # imported, by name or by a star-import
+                inner = next(_held_callables(owner, binding, depth + 1, project), None)
+                if inner is not None:
+                    line = getattr(inner[0], "lineno", 0)
+                    yield node, f"`{node.id}`, {inner[1]} ({owner.path}:{line}),"
+                    return
+            elif isinstance(binding, _FUNCTIONS):
                 outer = model.scopes.enclosing(binding, _FUNCTIONS)
                 if isinstance(outer, _FUNCTIONS):
                     yield node, f"`{node.id}`, a function defined inside `{outer.name}()`,"

@@ -98,6 +98,7 @@ _PASS_THROUGH = frozenset(
 _SAME_KIND_METHODS = frozenset({"items", "values", "keys", "get", "copy", "pop", "setdefault"})
 _ROW_METHODS = frozenset({"iterrows", "itertuples", "to_dict", "to_records"})
 _MAX_DEPTH = 3
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _PATH_BUILDERS = frozenset(
     {
         "os.path.join",
@@ -159,6 +160,44 @@ _NUMBER_RECORDS = _Kind(
     _BIG,
     "per-record lists of numbers parsed from text (a list and a Python int or float per value)",
     "int/float",
+)
+# A list of the rows of one array ([table[i] for i in range(len(table))], list(table)): each
+# row is a numpy view, a Python object of its own that reading writes the refcount of.
+_ROW_VIEWS = _Kind(
+    _BIG,
+    "a list of per-row numpy views (one array object per row; what grows per worker is those "
+    "objects, not the array data)",
+    "numpy",
+)
+# One record's values parsed from text ([v == "1" for v in fields], label.append(int(v))): a
+# list of Python objects that alone is small; kept once per record it is a table of them.
+_PARSED_LIST = _Kind(_NEUTRAL, "a list of values parsed from text")
+# counts[(head, relation, kind)] += 1 in a loop over the records: a dict with a tuple key
+# (a tuple and its items, each a Python object) per record.
+_TUPLE_KEYS = _Kind(
+    _BIG,
+    "a dict keyed by per-record tuples (a tuple and its items per key, filled in a loop)",
+    "tuple keys",
+)
+# torch.Tensor(boxes) or np.array(boxes) of one record's numbers parsed from text, kept per
+# record: a tensor or array object (and its own small buffer) per record.
+_PARSED_ARRAYS = _Kind(
+    _BIG,
+    "per-record tensors or arrays of numbers parsed from text (an object and a small buffer "
+    "per record)",
+    "int/float",
+)
+_ARRAY_BUILDERS = frozenset(
+    {
+        "torch.Tensor",
+        "torch.tensor",
+        "torch.as_tensor",
+        "torch.FloatTensor",
+        "torch.LongTensor",
+        "torch.IntTensor",
+        "numpy.array",
+        "numpy.asarray",
+    }
 )
 _FILE = _Kind(_NEUTRAL, "an open file")
 _FRAME = _Kind(_NEUTRAL, "a pandas DataFrame")
@@ -232,14 +271,33 @@ def check_python_object_tables(project: Project) -> Iterator[Hit]:
 def _passed_in(project: Project, dataset: DatasetClass, init: FunctionNode) -> dict[str, _Kind]:
     """What the project's constructions of the Dataset pass to ``__init__``: a roidb loaded
     from a pickle cache by the training script and handed in (argument flow, across modules)."""
+    return _passed_to(project, dataset.module, dataset.node, init, method=True, depth=0)
+
+
+def _passed_to(
+    project: Project,
+    module: ModuleModel,
+    definition: ast.ClassDef | FunctionNode,
+    function: FunctionNode,
+    method: bool,
+    depth: int,
+) -> dict[str, _Kind]:
+    """What the project's calls of ``definition`` pass to ``function``'s parameters, each
+    argument read where its call is made; a call inside a project function (a ``get_loader``
+    factory) reads that function's own parameters from its callers in turn, once more."""
     passed: dict[str, _Kind] = {}
-    for module, call in project.constructions(dataset.module, dataset.node):
-        scope = module.scopes.scope_of(call)
-        caller = _Flow(project, module, None, 1)
+    for caller_module, call in project.constructions(module, definition):
+        scope = caller_module.scopes.scope_of(call)
+        caller = _Flow(project, caller_module, None, 1)
         caller.until = call.lineno  # what the arguments hold when the call is made
+        if isinstance(scope, _FUNCTIONS) and depth < 1:
+            key = ("LD107 passed to", id(scope))
+            if key not in project.memo:
+                project.memo[key] = _passed_to(project, caller_module, scope, scope, False, 1)
+            caller.seed(project.memo[key])  # type: ignore[arg-type]
         if not isinstance(scope, ast.Lambda):
             caller.run(scope)
-        for name, value in bind_arguments(call, init, method=True).items():
+        for name, value in bind_arguments(call, function, method=method).items():
             kind = caller.kind(value)
             if kind.level:
                 passed[name] = passed.get(name, NONE).stronger(kind)
@@ -319,6 +377,7 @@ class _Flow:
         self.arrays: set[str] = set()  # self.x filled with numpy arrays (x[i] = np.loadtxt(...))
         self.returns = NONE
         self.until: int | None = None  # stop before the statement holding this line (a call)
+        self.loops = 0  # how many loops the statement being read is in
 
     def run(self, function: ast.AST) -> None:
         body = getattr(function, "body", [])
@@ -351,7 +410,9 @@ class _Flow:
             self._fill_call(node.value)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             self._bind_turn(node.target, node.iter, self._item(self.kind(node.iter)))
+            self.loops += 1
             self._block(node.body)
+            self.loops -= 1
             self._block(node.orelse)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
@@ -391,6 +452,9 @@ class _Flow:
             if kind is _ARRAY and is_self_attribute(target.value):
                 assert isinstance(target.value, ast.Attribute)
                 self.arrays.add(target.value.attr)
+            if self.loops and isinstance(target.slice, ast.Tuple) and len(target.slice.elts) > 1:
+                self._fill(target.value, _TUPLE_KEYS, value)
+                return
             self._fill(target.value, self._element(value), value)
 
     def _looked_up(self, node: ast.AST, depth: int) -> bool:
@@ -459,6 +523,21 @@ class _Flow:
         """What a container holds once ``value`` is put in it, once per record."""
         if _parsed_numbers(value):
             return _NUMBER_RECORDS  # truth[name].append([int(float(v)) for v in box.split(",")])
+        if _parsed_value(value):
+            return _PARSED_LIST  # label.append(values[idx] == "1")
+        if (
+            isinstance(value, ast.Call)
+            and value.args
+            and (self.model.scopes.qualified(value.func) or "") in _ARRAY_BUILDERS
+            and self.kind(value.args[0]) in (_PARSED_LIST, _NUMBER_RECORDS)
+        ):
+            # self.boxes.append(torch.Tensor(box)), box parsed per line: a kind of its own per
+            # append, so that boxes and labels are two tables, not one object said once
+            return _Kind(_PARSED_ARRAYS.level, _PARSED_ARRAYS.what, _PARSED_ARRAYS.source)
+        if isinstance(value, (ast.List, ast.Tuple)) and any(
+            self.kind(element) is _PARSED_LIST for element in value.elts
+        ):
+            return _NUMBER_RECORDS  # records.append([file_name, label]), label parsed per line
         kind = self.kind(value)
         if kind.level >= _ROW:
             return _records(kind.source)
@@ -546,6 +625,9 @@ class _Flow:
             isinstance(node.func, ast.Attribute) and node.func.attr == "astype"
         ):
             return _ARRAY
+        if name in ("list", "builtins.list") and len(node.args) == 1:
+            if self.kind(node.args[0], depth + 1) is _ARRAY:
+                return _ROW_VIEWS  # list(table): one view per row
         if name in _PASS_THROUGH and node.args:
             return self.kind(node.args[-1], depth + 1)
         func = node.func
@@ -650,6 +732,10 @@ class _Flow:
                 self._bind_turn(generator.target, generator.iter, self._item(iterable))
                 source = source.stronger(iterable)
             element: ast.AST = node.value if isinstance(node, ast.DictComp) else node.elt
+            if self._row_of_array(node, element, depth):
+                return _ROW_VIEWS
+            if isinstance(node, ast.ListComp) and _parsed_value(element):
+                return _PARSED_LIST  # [value == "1" for value in values]
             if self._looked_up(element, depth):
                 # [class_to_idx[name] for name in names]: one value per turn, often a small int;
                 # a flat list of them is not a table of Python records.
@@ -669,6 +755,53 @@ class _Flow:
             return source if source.level == _INFO else NONE
         finally:
             self.env = saved
+
+    def _row_of_array(
+        self,
+        node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp,
+        element: ast.AST,
+        depth: int,
+    ) -> bool:
+        """``[table[i] for i in range(len(table))]`` or ``[row for row in table]`` of a numpy
+        array: one view per row, not the rows of a few big arrays picked by key."""
+        if len(node.generators) != 1:
+            return False
+        generator = node.generators[0]
+        target = generator.target
+        if not isinstance(target, ast.Name):
+            return False
+        if isinstance(element, ast.Name) and element.id == target.id:
+            return self.kind(generator.iter, depth + 1) is _ARRAY
+        if not (
+            isinstance(element, ast.Subscript)
+            and isinstance(element.slice, ast.Name)
+            and element.slice.id == target.id
+        ):
+            return False
+        table = element.value
+        counted = generator.iter
+        if not (
+            isinstance(counted, ast.Call)
+            and isinstance(counted.func, ast.Name)
+            and counted.func.id == "range"
+            and len(counted.args) == 1
+        ):
+            return False
+        size = counted.args[0]
+        spelled = ast.dump(table)
+        over_rows = (  # range(len(table)) or range(table.shape[0])
+            isinstance(size, ast.Call)
+            and isinstance(size.func, ast.Name)
+            and size.func.id == "len"
+            and size.args
+            and ast.dump(size.args[0]) == spelled
+        ) or (
+            isinstance(size, ast.Subscript)
+            and isinstance(size.value, ast.Attribute)
+            and size.value.attr == "shape"
+            and ast.dump(size.value.value) == spelled
+        )
+        return bool(over_rows) and self.kind(table, depth + 1) is _ARRAY
 
 
 _COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)
@@ -695,6 +828,22 @@ def _parsed_numbers(node: ast.AST) -> bool:
     return all(
         isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("int", "float")
         for e in elements
+    )
+
+
+def _parsed_value(node: ast.AST) -> bool:
+    """``int(v)``, ``float(v)`` or a comparison of a field (``value == "1"``): one value
+    parsed from text."""
+    if isinstance(node, ast.Compare):
+        return True
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id
+        in (
+            "int",
+            "float",
+        )
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from loaderdoctor.lint.model import Hit, ModuleModel
+from loaderdoctor.lint.model import Hit, LoaderCall, ModuleModel
 from loaderdoctor.lint.project import Project
 
 # Functions that seed a generator from one integer (imgaug's global seed included).
@@ -52,6 +52,72 @@ def check_reseed_from_state(project: Project) -> Iterator[Hit]:
             "each worker from a number that is the same in every epoch (and every run): each "
             "epoch repeats the last one's random augmentations",
         )
+    for model, call, argument in worker_id_reseeds(project):
+        yield Hit(
+            model,
+            call,
+            "LD110",
+            f"`{model.segment(call.func)}({model.segment(argument)})` seeds each worker from its "
+            "worker id alone, and the workers are not persistent: every epoch starts them again "
+            "from the same seeds, so each epoch repeats the last one's random augmentations",
+        )
+
+
+def worker_id_reseeds(project: Project) -> Iterator[tuple[ModuleModel, ast.Call, ast.expr]]:
+    """Seeding calls in a Dataset's worker methods from the worker's id alone
+    (``torch.manual_seed(get_worker_info().id)`` on a worker's first item, RAFT's shape): a
+    worker that is not persistent starts again each epoch from the same seed. Skipped when a
+    DataLoader given the Dataset keeps its workers (``persistent_workers=True``)."""
+    for dataset in project.worker_datasets():
+        if _keeps_workers(project.loaders_of(dataset)):
+            continue
+        for function, owner in dataset.worker_methods():
+            model = owner.module
+            infos = _worker_info_names(model, function)
+            if not infos:
+                continue
+            calls = [node for node in ast.walk(function) if isinstance(node, ast.Call)]
+            calls.sort(key=lambda node: (node.lineno, node.col_offset))
+            for node in calls:  # the first: random, numpy and torch are usually seeded together
+                name = model.scopes.qualified(node.func) or ""
+                if name in SEEDERS and len(node.args) == 1 and _from_worker_id(node.args[0], infos):
+                    yield model, node, node.args[0]
+                    break
+
+
+def _keeps_workers(loaders: list[LoaderCall]) -> bool:
+    for loader in loaders:
+        kept = loader.arguments.get("persistent_workers")
+        if not (isinstance(kept, ast.Constant) and kept.value is False) and kept is not None:
+            return True
+    return False
+
+
+def _worker_info_names(model: ModuleModel, function: ast.AST) -> set[str]:
+    """Locals bound to ``torch.utils.data.get_worker_info()`` in ``function``."""
+    names: set[str] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            called = model.scopes.qualified(node.value.func) or ""
+            if called.endswith("get_worker_info"):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def _from_worker_id(value: ast.AST, infos: set[str]) -> bool:
+    """``info.id``, ``info.id + 1``, ``seed + info.id``: the id, with constants only."""
+    uses_id = False
+    for node in ast.walk(value):
+        if isinstance(node, ast.Attribute):
+            if node.attr == "id" and isinstance(node.value, ast.Name) and node.value.id in infos:
+                uses_id = True
+            else:
+                return False
+        elif isinstance(node, ast.Call):
+            return False
+        elif isinstance(node, ast.Name) and node.id not in infos:
+            return False
+    return uses_id
 
 
 def fixed_reseeds(project: Project) -> Iterator[tuple[ModuleModel, ast.Call, ast.expr]]:

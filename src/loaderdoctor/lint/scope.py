@@ -110,6 +110,7 @@ class Scopes:
         self.argparse_defaults: dict[str, ast.expr | None] = {}
         self.nodes: list[ast.AST] = _walk(tree, self.parents)
         self.attributes: dict[str, list[ast.Attribute]] = {}
+        self.star_imports: list[tuple[str, int]] = []  # from <level dots><module> import *
         for node in self.nodes:
             if isinstance(node, ast.Attribute):
                 self.attributes.setdefault(node.attr, []).append(node)
@@ -123,6 +124,9 @@ class Scopes:
                         self.imports[head] = head
                         self.import_sources[head] = (head, None, 0)
             elif isinstance(node, ast.ImportFrom):
+                if any(alias.name == "*" for alias in node.names):
+                    self.star_imports.append((node.module or "", node.level))
+                    continue
                 for alias in node.names:
                     local = alias.asname or alias.name
                     self.import_sources[local] = (node.module or "", alias.name, node.level)
@@ -200,6 +204,13 @@ class Scopes:
                 for target in node.targets:
                     if isinstance(target, ast.Name):
                         table.setdefault(target.id, []).append(node.value)
+                    elif pairs := _unpacked_pairs(target, node.value):
+                        # a, b = x(), y(): each name holds its own element
+                        for element, value in pairs:
+                            if isinstance(element, ast.Name):
+                                table.setdefault(element.id, []).append(value)
+                            else:
+                                self._bind_other(element, node, table)
                     else:
                         self._bind_other(target, node, table)
                 stack.append(node.value)
@@ -238,6 +249,35 @@ class Scopes:
                 return []
             scope = self.scope_of(scope)
         return []
+
+    def reaching(self, name: str, at: ast.AST) -> list[ast.AST]:
+        """The bindings of ``name`` that may hold its value at ``at``: one bound in the other
+        branch of an ``if`` that ``at`` is in cannot (``dataset = A()`` in the body and
+        ``dataset = B()`` in the ``else``, each handed to its own DataLoader there)."""
+        found = self.lookup(name, at)
+        if len(found) < 2:
+            return found
+        branches = self._branches(at)
+        kept = [
+            binding
+            for binding in found
+            if not any(branches.get(id(node), side) != side for node, side in self._sides(binding))
+        ]
+        return kept or found
+
+    def _sides(self, node: ast.AST) -> Iterator[tuple[ast.AST, str]]:
+        """Each ``if`` above ``node``, with the branch (body or orelse) that holds it."""
+        child, parent = node, self.parents.get(node)
+        while parent is not None and not isinstance(parent, ast.Module):
+            if isinstance(parent, ast.If):
+                if any(child is statement for statement in parent.body):
+                    yield parent, "body"
+                elif any(child is statement for statement in parent.orelse):
+                    yield parent, "orelse"
+            child, parent = parent, self.parents.get(parent)
+
+    def _branches(self, node: ast.AST) -> dict[int, str]:
+        return {id(statement): side for statement, side in self._sides(node)}
 
     def single_binding(self, name: str, at: ast.AST) -> ast.AST | None:
         found = self.lookup(name, at)
@@ -342,6 +382,17 @@ class Scopes:
             if name == "max" and any(_is_positive(value) for value in values):
                 return POSITIVE
         return UNKNOWN
+
+
+def _unpacked_pairs(target: ast.AST, value: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
+    """(name, value) pairs of ``a, b = x, y``; empty when the shapes differ or star."""
+    if not (isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List))):
+        return []
+    if len(target.elts) != len(value.elts):
+        return []
+    if any(isinstance(e, ast.Starred) for e in (*target.elts, *value.elts)):
+        return []
+    return list(zip(target.elts, value.elts))
 
 
 def _is_positive(value: object) -> bool:

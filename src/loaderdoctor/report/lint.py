@@ -9,7 +9,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from loaderdoctor.lint.catalog import Rule
-from loaderdoctor.lint.findings import FixRecord, LintFinding, LintReport
+from loaderdoctor.lint.findings import FixRecord, LintFinding, LintReport, Unparsed
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
@@ -36,6 +36,7 @@ def format_text(report: LintReport, show_fixes: bool = True, summary: bool = Tru
     """
     lines = [f"fixed {format_fix(record)}" for record in report.fixed]
     lines += [f"not fixed {format_fix(record)}" for record in report.unfixed]
+    lines += [format_unparsed(item) for item in report.unparsed]
     for finding in report.findings:
         lines.append(format_finding(finding))
         if show_fixes and finding.fix:
@@ -72,6 +73,10 @@ def _plural(count: int, noun: str) -> str:
     if noun == "info":
         return f"{count} info"
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def format_unparsed(item: Unparsed) -> str:
+    return f"not parsed {item.path}:{item.line}: {item.message}"
 
 
 def format_fix(record: FixRecord) -> str:

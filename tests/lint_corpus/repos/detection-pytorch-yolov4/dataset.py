@@ -24,5 +24,6 @@ class Yolo_dataset(Dataset):
     def __getitem__(self, index):
         img_path = self.imgs[index]
         bboxes = self.truth.get(img_path)
-        img = cv2.imread(os.path.join(self.cfg.dataset_dir, img_path))  # want: LD108
+        img = cv2.imread(os.path.join(self.cfg.dataset_dir, img_path))
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)  # want: LD108
         return img, bboxes

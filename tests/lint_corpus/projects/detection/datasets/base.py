@@ -24,7 +24,7 @@ class BaseDetection(Dataset):
 
     def __getitem__(self, index):
         record = self.annotations[index]
-        image = cv2.imread(f"{self.root}/{record['file']}")
+        image = cv2.cvtColor(cv2.imread(f"{self.root}/{record['file']}"), cv2.COLOR_BGR2RGB)
         return self.transform(image), record["boxes"]
 
     def transform(self, image):

@@ -14,7 +14,7 @@ class COCODetection(data.Dataset):
         self.transform = transform
 
     def __getitem__(self, index):
-        im, gt, h, w = self.pull_item(index)
+        im, gt, h, w = self.pull_item(index)  # want: LD108
         return im, gt
 
     def __len__(self):
@@ -24,6 +24,8 @@ class COCODetection(data.Dataset):
         img_id = self.ids[index]
         target = self.coco.loadAnns(self.coco.getAnnIds(imgIds=img_id))
         path = osp.join(self.root, self.coco.loadImgs(img_id)[0]["file_name"])
-        img = cv2.imread(osp.join(self.root, path))  # want: LD108
+        img = cv2.imread(osp.join(self.root, path))
         height, width, _ = img.shape
+        if self.transform is not None:
+            img, boxes, labels = self.transform(img, target[:, :4], target[:, 4])
         return img, target, height, width

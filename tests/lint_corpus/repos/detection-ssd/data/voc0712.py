@@ -5,8 +5,9 @@ import torch.utils.data as data
 
 
 class VOCDetection(data.Dataset):
-    def __init__(self, root, image_sets=(("2007", "trainval"),)):
+    def __init__(self, root, image_sets=(("2007", "trainval"),), transform=None):
         self.root = root
+        self.transform = transform
         self.ids = []
         for year, name in image_sets:
             rootpath = osp.join(self.root, "VOC" + year)
@@ -14,12 +15,14 @@ class VOCDetection(data.Dataset):
                 self.ids.append((rootpath, line.strip()))
 
     def __getitem__(self, index):
-        return self.pull_item(index)
+        return self.pull_item(index)  # want: LD108
 
     def __len__(self):
         return len(self.ids)
 
     def pull_item(self, index):
         img_id = self.ids[index]
-        img = cv2.imread(osp.join(img_id[0], "JPEGImages", img_id[1] + ".jpg"))  # want: LD108
+        img = cv2.imread(osp.join(img_id[0], "JPEGImages", img_id[1] + ".jpg"))
+        if self.transform is not None:
+            img, boxes, labels = self.transform(img, None, None)
         return img

@@ -1,0 +1,3 @@
+import pipeline.steps as pipe
+
+pipe.fit(epochs=2)

@@ -1,0 +1,1 @@
+from .augmentations import SSDAugmentation
