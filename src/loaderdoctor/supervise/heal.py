@@ -62,6 +62,16 @@ def user_stacklevel() -> int:
 SAMPLE_WARNINGS = 10
 
 
+def warn_healed(title: str, cause: str, outcome: str) -> None:
+    """The HealWarning of a failure healing carried on from (``outcome``: what it did, and to
+    what), at the user's line."""
+    warnings.warn(
+        f"loaderdoctor healed: {title} [{cause}] -> {outcome}",
+        HealWarning,
+        stacklevel=user_stacklevel(),
+    )
+
+
 def warn_sample_action(
     title: str, cause: str, action: str, event: dict[str, Any], seen: int
 ) -> None:
@@ -85,9 +95,11 @@ def warn_sample_action(
             what = f"sample {event.get('index')!r}"
         if action == "replaced":
             what += f", replaced by sample {event.get('substitute')!r}"
-        message = f"loaderdoctor healed: {title} [{cause}] -> {action} ({what})"
+        outcome = f"{action} ({what})"
         if event.get("note"):
-            message += f"; {event['note']}"
+            outcome += f"; {event['note']}"
+        warn_healed(title, cause, outcome)
+        return
     warnings.warn(message, HealWarning, stacklevel=user_stacklevel())
 
 

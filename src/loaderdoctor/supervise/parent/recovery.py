@@ -43,7 +43,13 @@ from loaderdoctor.supervise.errors import (
     WorkerHangError,
     attach,
 )
-from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of, user_stacklevel
+from loaderdoctor.supervise.heal import (
+    HealWarning,
+    ResumeSampler,
+    length_of,
+    user_stacklevel,
+    warn_healed,
+)
 from loaderdoctor.supervise.heal_policy import (
     POLICY,
     Action,
@@ -274,11 +280,7 @@ class Recovery:
             f"worker {ev.worker_id} died while the pool started: a new pool starts over"
         )
         self.sup.record(diagnosis, "respawned")
-        warnings.warn(
-            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> respawned",
-            HealWarning,
-            stacklevel=user_stacklevel(),
-        )
+        warn_healed(diagnosis.title, diagnosis.cause, "respawned")
         self.stop(beside=ev.worker_id)
         self.ledger.clear()
         plan = Successor(
@@ -312,11 +314,7 @@ class Recovery:
             "the next epoch"
         )
         self.sup.record(diagnosis, "respawned")
-        warnings.warn(
-            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> respawned",
-            HealWarning,
-            stacklevel=user_stacklevel(),
-        )
+        warn_healed(diagnosis.title, diagnosis.cause, "respawned")
         return True
 
     def _count_death(self, at: Situation, action: Action) -> None:
@@ -528,12 +526,7 @@ class Recovery:
                 stacklevel=user_stacklevel(),
             )
         else:
-            warnings.warn(
-                f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> "
-                f"{recorded_as}{detail}",
-                HealWarning,
-                stacklevel=user_stacklevel(),
-            )
+            warn_healed(diagnosis.title, diagnosis.cause, f"{recorded_as}{detail}")
         if alone:
             return Resumed()
         return self.hand_over(
@@ -816,11 +809,7 @@ class Recovery:
         )
         self.sup.record(diagnosis, recorded_as)
         detail = f" (sample {ev.in_flight_index!r})" if ev.in_flight_index is not None else ""
-        warnings.warn(
-            f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> {recorded_as}{detail}",
-            HealWarning,
-            stacklevel=user_stacklevel(),
-        )
+        warn_healed(diagnosis.title, diagnosis.cause, f"{recorded_as}{detail}")
 
     # --- streams (IterableDataset) ----------------------------------------------------------------
     def _stream_culprit(self, ev: Evidence, diagnosis: Diagnosis) -> tuple[str, str]:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import errno
 import multiprocessing
 import sys
-import warnings
 from typing import Any
 
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.origin import format_traceback
 from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise.errors import WorkerStartError, attach
-from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
+from loaderdoctor.supervise.heal import warn_healed
 from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, Situation
 from loaderdoctor.supervise.pickle_path import unpicklable_path
 from loaderdoctor.system.process_limits import process_limits
@@ -84,11 +83,7 @@ def loads_in_process(
         )
     else:
         where = "loading in the main process (num_workers=0)"
-    warnings.warn(
-        f"loaderdoctor healed: {diagnosis.title} [{diagnosis.cause}] -> {where}",
-        HealWarning,
-        stacklevel=user_stacklevel(),
-    )
+    warn_healed(diagnosis.title, diagnosis.cause, where)
     return True
 
 
