@@ -84,3 +84,32 @@ def test_a_bad_sample_is_blamed_with_the_control_that_cleared_the_rest() -> None
         "control: sample *, delivered earlier, loaded fine alone the same way",
     )
     assert len(controls) == 1
+
+
+class Slow(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, index: int) -> int:
+        if index == 6:
+            import time
+
+            time.sleep(8)
+        return index
+
+
+def test_the_users_timeout_holds_in_the_re_try_alone() -> None:
+    # timeout=2 and a sample of 8 s: re-tried alone without the user's timeout it loaded "fine",
+    # and healing looped on it; under the same timeout it fails again, and the control clears
+    # the rest
+    loader = loaderdoctor.DataLoader(Slow(), batch_size=3, num_workers=1, timeout=2, heal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        delivered = sorted(int(v) for batch in loader for v in batch)
+    assert delivered == [i for i in range(12) if i != 6]
+    (incident,) = loader.incidents
+    assert (incident.diagnosis.cause, incident.action, incident.diagnosis.indices) == (
+        "worker-hang",
+        "quarantined",
+        [6],
+    )

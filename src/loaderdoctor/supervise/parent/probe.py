@@ -73,10 +73,15 @@ def probe_batch(
 
 
 def probe_timeout(snapshot: LoaderSnapshot) -> float:
-    """How long a re-try alone may stay on one sample: the loader's own hang_timeout where it
-    is shorter (longer, the sample would hang the loader too)."""
-    loader_timeout = snapshot.__dict__.get("hang_timeout")
-    return min(loader_timeout or PROBE_TIMEOUT_S, PROBE_TIMEOUT_S)
+    """How long a re-try alone may stay on one sample: the loader's own hang_timeout, or the
+    user's ``timeout``, where shorter (longer, the sample would fail the loader too: a re-try
+    without the user's timeout found a slow sample "fine" and healing looped on it)."""
+    limits = [PROBE_TIMEOUT_S]
+    for name in ("hang_timeout", "timeout"):
+        value = snapshot.__dict__.get(name)
+        if isinstance(value, int | float) and value > 0:
+            limits.append(float(value))
+    return min(limits)
 
 
 def _fails_at(diagnosis: Diagnosis, index: Any) -> bool:
