@@ -69,6 +69,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         "earlier run's report there moves to DIR/earlier/DATE-TIME/",
     )
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="raise instead of warning when a loader delivers wrong data without an error "
+        "(a duplicated stream, the same shuffle every epoch, stale persistent workers, cloned "
+        "random generators): for CI jobs",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="print report.json to stderr instead of the summary"
     )
     parser.add_argument(
@@ -104,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         node=node,
         heal=args.heal,
         max_skipped=args.max_skipped,
+        strict=args.strict,
         hang_timeout_s=args.hang_timeout,
         memory_interval_s=max(args.memory_interval, 0.05),
     )

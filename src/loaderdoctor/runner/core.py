@@ -74,6 +74,7 @@ class RunSettings:
     heal: bool = False
     hang_timeout_s: float = DEFAULT_HANG_TIMEOUT_S  # 0 disables the watchdog
     max_skipped: str | None = None  # a count or a fraction, as --max-skipped gave it
+    strict: bool = False  # silent data bugs raise instead of warning
     memory_interval_s: float = 0.5
     node: NodeInfo | None = None  # one node of a multi-node job: report_dir is its own folder
 
@@ -140,6 +141,8 @@ def child_environment(settings: RunSettings, report_dir: Path) -> dict[str, str]
     else:
         env.pop(MAX_SKIPPED_ENV, None)
     env[SUPERVISOR_ENV] = str(os.getpid())
+    if settings.strict:
+        env[protocol.STRICT_DATA_ENV] = "1"
     return env
 
 
@@ -401,6 +404,7 @@ def merge(
         report_dir=str(report_dir),
         notes=run_notes(states, ranks, unsupervised_loaders, exit_code),
         unsupervised_loaders=unsupervised_loaders,
+        data_findings=data_findings_of(states),
         oom_protection=protocol.weakest_protection(
             [
                 (f"process {r.pid}" + (f" (rank {r.rank})" if r.rank is not None else ""), line)
@@ -409,6 +413,16 @@ def merge(
             ]
         ),
     )
+
+
+def data_findings_of(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every process's silent data findings, each told once (ranks repeat the same bug)."""
+    findings: list[dict[str, Any]] = []
+    for state in states:
+        for finding in state.get("data_findings", []):
+            if isinstance(finding, dict) and finding not in findings:
+                findings.append(finding)
+    return findings
 
 
 def run_notes(

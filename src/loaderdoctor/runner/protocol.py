@@ -31,6 +31,8 @@ MAX_SKIPPED_ENV = "LOADERDOCTOR_RUN_MAX_SKIPPED"  # --max-skipped as given; unse
 # The pid of the ``loaderdoctor run`` process: its direct child watches it (``lifeline``), and
 # a ``loaderdoctor run`` started under it sees that it is already supervised.
 SUPERVISOR_ENV = "LOADERDOCTOR_RUN_SUPERVISOR"
+# --strict: wrong data delivered without an error raises (``supervise.parent.detectors`` reads it)
+STRICT_DATA_ENV = "LOADERDOCTOR_STRICT_DATA"
 
 
 def numeric_order(value: Any) -> tuple[int, Any]:

@@ -66,6 +66,11 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             between and no sample to blame, healing replaces before it stops and raises
             ``HealingStoppedError`` (default 8). A sample that kills its worker again alone is
             quarantined instead, and counts against ``max_skipped``.
+        strict_data: raise ``DataError`` instead of warning ``DataWarning`` when the loader
+            delivers wrong data without an error (a stream duplicated in every worker, the same
+            shuffle every epoch, persistent workers with stale dataset attributes, random
+            generators cloned into every worker). Default: the ``LOADERDOCTOR_STRICT_DATA``
+            environment variable (``loaderdoctor run --strict`` sets it).
 
     Any other keyword reaches torch unchanged.
     """
@@ -94,6 +99,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         allow_in_process: bool = False,
         max_skipped: int | float | None = None,
         max_deaths_in_a_row: int = MAX_DEATHS_IN_A_ROW,
+        strict_data: bool | None = None,
         **torch_keywords: Any,
     ) -> None:
         settings = Settings.from_keywords(
@@ -133,6 +139,8 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         self.max_skipped = max_skipped
         self.max_deaths_in_a_row = max_deaths_in_a_row
         self._ld = Supervision.of(self, settings)
+        if strict_data is not None:
+            self._ld.data.strict = strict_data
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
         self._ld_unsupervised = _unsupervised_reason(unknown)
         for hook in list(LOADER_HOOKS):
@@ -196,6 +204,11 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             # Persistent workers died with the last epoch, healing moved loading elsewhere, or
             # the loader climbs back up: start afresh, never resume such an iterator (stock
             # torch would hang or lose the dead worker's batches).
+            sup.data.persistent_restarted(
+                "the loader climbs back up after a back-off"
+                if climbed
+                else "the last epoch's pool failed or handed its loading over (healing)"
+            )
             self.ld_iterator = None
             torch_compat.shut_down(current)
         workers = sup.backoff.num_workers if sup.backoff is not None else self.num_workers
