@@ -152,6 +152,8 @@ def simple_attributes(dataset: Any, depth: int = ATTRIBUTE_DEPTH) -> dict[str, s
             except TypeError:
                 continue
             for name, value in items[:64]:
+                if name.startswith("_") and path != "self":
+                    continue  # the private state of what the dataset holds (a lock's flags)
                 where = f"{path}.{name}"
                 if isinstance(value, _SCALARS) or (
                     isinstance(value, tuple)
