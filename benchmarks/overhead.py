@@ -141,6 +141,49 @@ def per_sample_ms(dataset: Dataset, n: int = 200) -> float:
     return (time.perf_counter() - started) / n * 1000
 
 
+def detector_costs(repeats: int = 2000) -> dict[str, float]:
+    """µs of each silent-data detector's step, alone: what a supervised loader adds per batch
+    (inside the first batches of an epoch that are looked at, and after them), per epoch start
+    and per worker start. The epoch figures above include them."""
+    from loaderdoctor.supervise.parent.detectors import DataWatch
+    from loaderdoctor.supervise.worker import rng_states
+
+    def per_call(step: Callable[[], object], n: int = repeats) -> float:
+        started = time.perf_counter()
+        for _ in range(n):
+            step()
+        return (time.perf_counter() - started) / n * 1e6
+
+    images = torch.rand(32, 3, 224, 224)
+    stream = loaderdoctor.DataLoader(TinyStream(64), batch_size=32, num_workers=4)
+    shuffled = loaderdoctor.DataLoader(TinyDataset(64), batch_size=32, shuffle=True)
+    indices = list(range(32))
+    watch = DataWatch(stream.dataset, lambda: stream)
+    shuffle_watch = DataWatch(shuffled.dataset, lambda: shuffled)
+    shuffle_watch.epoch_started(0)
+
+    def stream_batch() -> None:
+        watch.epoch_started(0)  # re-opens the window: every call fingerprints
+        watch.delivered(None, images)
+
+    def shuffled_batch() -> None:
+        shuffle_watch._watching = 8  # inside the window: the indices are kept
+        shuffle_watch.delivered(indices, images)
+        shuffle_watch._order.clear()
+
+    decode = DecodeDataset(n=8, side=32)
+    after = DataWatch(stream.dataset, lambda: stream)
+    return {
+        "stream batch in the window (32x3x224x224 fingerprint)": per_call(stream_batch),
+        "shuffled batch in the window (32 indices)": per_call(shuffled_batch),
+        "batch after the window": per_call(lambda: after.delivered(None, images), 100_000),
+        "epoch start (attributes of a dataset)": per_call(lambda: shuffle_watch.epoch_started(1)),
+        "worker start (random states, in each worker)": per_call(
+            lambda: rng_states.event(decode), 200
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=11)
@@ -187,6 +230,10 @@ def main() -> None:
             f"{row['steady_supervised_ratio']:>8.3f}{row['epoch_control_ratio']:>9.3f}"
             f"{f'{c_low:.3f}-{c_high:.3f}':>14}"
         )
+
+    print("\nsilent-data detectors, each step alone:")
+    for step, micros in detector_costs().items():
+        print(f"  {step:<56}{micros:>9.1f} µs")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ import loaderdoctor
 EXPECTED = {
     "CAUSES",
     "Cause",
+    "DataError",
     "DataLoader",
+    "DataWarning",
     "Diagnosis",
     "Evidence",
     "HealingStoppedError",
@@ -34,6 +36,7 @@ def test_all_is_exactly_the_public_surface() -> None:
 
 def test_errors_are_runtime_errors() -> None:
     errors = (
+        "DataError",
         "HealingStoppedError",
         "LoaderError",
         "WorkerDiedError",

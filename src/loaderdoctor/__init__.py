@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 
     from loaderdoctor.forensics import CAUSES, Cause, Diagnosis, Evidence, diagnose
     from loaderdoctor.supervise import (
+        DataError,
         DataLoader,
+        DataWarning,
         HealingStoppedError,
         Incident,
         LoaderError,
@@ -27,7 +29,9 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "DataError": "loaderdoctor.supervise",
     "DataLoader": "loaderdoctor.supervise",
+    "DataWarning": "loaderdoctor.supervise",
     "HealingStoppedError": "loaderdoctor.supervise",
     "Incident": "loaderdoctor.supervise",
     "LoaderError": "loaderdoctor.supervise",
@@ -45,7 +49,9 @@ _EXPORTS = {
 __all__ = [
     "CAUSES",
     "Cause",
+    "DataError",
     "DataLoader",
+    "DataWarning",
     "Diagnosis",
     "Evidence",
     "HealingStoppedError",

@@ -51,10 +51,7 @@ def _deaths(text: str) -> int:
     return count
 
 
-def register(parser: argparse.ArgumentParser) -> None:
-    parser.usage = (
-        "loaderdoctor run [OPTIONS] -- COMMAND [ARGS...] | run [OPTIONS] SCRIPT.py [ARGS...]"
-    )
+def _healing_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--heal", action="store_true", help="skip or replace bad samples and respawn dead workers"
     )
@@ -74,6 +71,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="with --heal: stop and raise once this many workers die one after another with no "
         "batch delivered between and no sample to blame (default 8)",
     )
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.usage = (
+        "loaderdoctor run [OPTIONS] -- COMMAND [ARGS...] | run [OPTIONS] SCRIPT.py [ARGS...]"
+    )
+    _healing_arguments(parser)
     parser.add_argument(
         "--hang-timeout",
         type=_seconds,
@@ -88,6 +92,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where report.json and report.html go (default ./loaderdoctor-report); an "
         "earlier run's report there moves to DIR/earlier/DATE-TIME/",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="raise instead of warning when a loader delivers wrong data without an error "
+        "(a duplicated stream, the same shuffle every epoch, stale persistent workers, cloned "
+        "random generators): for CI jobs",
     )
     parser.add_argument(
         "--json", action="store_true", help="print report.json to stderr instead of the summary"
@@ -159,6 +170,7 @@ def _run_held(
         heal=args.heal,
         max_skipped=args.max_skipped,
         max_deaths_in_a_row=args.max_deaths_in_a_row,
+        strict=args.strict,
         hang_timeout_s=args.hang_timeout,
         memory_interval_s=max(args.memory_interval, 0.05),
     )

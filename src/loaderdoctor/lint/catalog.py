@@ -194,6 +194,44 @@ _ROWS: tuple[Rule, ...] = (
         severity="warning",
         fixable=True,
     ),
+    Rule(
+        code="LD111",
+        title="DistributedSampler shuffles but set_epoch is never called",
+        why=(
+            "DistributedSampler seeds its shuffle with seed + epoch, and its epoch changes only "
+            "through set_epoch(): without the call every epoch, on every rank, draws the same "
+            "order. Nothing fails; the model sees the data in one fixed order."
+        ),
+        fix="Call `sampler.set_epoch(epoch)` at the start of each epoch, before iterating.",
+    ),
+    Rule(
+        code="LD112",
+        title="IterableDataset stream not split between DataLoader workers",
+        why=(
+            "Each worker gets its own copy of an IterableDataset and runs its __iter__ whole: "
+            "unless __iter__ takes only its share (by torch.utils.data.get_worker_info()), "
+            "every item arrives once per worker, duplicated silently."
+        ),
+        fix=(
+            "In __iter__: `info = torch.utils.data.get_worker_info()` and, when it is not None, "
+            "yield only this worker's share (`itertools.islice(stream, info.id, None, "
+            "info.num_workers)`, or its own files)."
+        ),
+    ),
+    Rule(
+        code="LD113",
+        title="dataset attribute changed in the training loop under persistent workers",
+        why=(
+            "persistent_workers=True keeps each worker's copy of the dataset from the first "
+            "epoch on: a value the training loop assigns to the dataset afterwards (a "
+            "curriculum's difficulty, an image size) stays in the main process, and the workers "
+            "go on loading with the old one."
+        ),
+        fix=(
+            "Pass the value through shared memory (a multiprocessing.Value or a shared tensor "
+            "read in __getitem__), or set persistent_workers=False."
+        ),
+    ),
 )
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _ROWS}

@@ -12,7 +12,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loaderdoctor.lint import rules_dataset, rules_guard, rules_loader, rules_memory, rules_seed
+from loaderdoctor.lint import (
+    rules_dataset,
+    rules_guard,
+    rules_loader,
+    rules_memory,
+    rules_seed,
+    rules_silent,
+)
 from loaderdoctor.lint.catalog import RULES, SEVERITIES
 from loaderdoctor.lint.findings import LintFinding, LintReport, Unparsed
 from loaderdoctor.lint.model import Hit, ModuleModel
@@ -31,6 +38,9 @@ CHECKS: dict[str, Check] = {
     "LD108": rules_dataset.check_opencv_threads,
     "LD109": rules_dataset.check_copied_generators,
     "LD110": rules_seed.check_reseed_from_state,
+    "LD111": rules_silent.check_distributed_without_set_epoch,
+    "LD112": rules_silent.check_unsplit_streams,
+    "LD113": rules_silent.check_stale_persistent_attributes,
 }
 SYNTAX_ERROR = "LD000"
 _CODE = re.compile(r"^LD\d{0,3}$")

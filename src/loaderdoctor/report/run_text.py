@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from loaderdoctor.forensics.catalog import page_command
 from loaderdoctor.forensics.verdict_text import crashing_thread_first
@@ -164,6 +164,15 @@ def format_memory(report: RunReport) -> list[str]:
     return lines
 
 
+def format_data_finding(finding: dict[str, Any]) -> str:
+    """One silent data bug: its title, first evidence line and fix."""
+    evidence = finding.get("evidence") or [""]
+    return (
+        f"wrong data [{finding.get('kind')}]: {finding.get('title')}; {evidence[0]}; "
+        f"fix: {finding.get('fix')}"
+    )
+
+
 def _incident_table(report: RunReport) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
@@ -270,6 +279,10 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
     parts.extend(_memory_lines(report))
     if report.oom_protection is not None:
         parts.append(Text(f"  OOM protection: {report.oom_protection}"))
+    parts.extend(
+        Text(f"  {format_data_finding(finding)}", style="yellow")
+        for finding in report.data_findings
+    )
     parts.extend(Text(f"  note: {note}", style="dim") for note in report.notes)
     written = (
         [] if "report.json" in report.unwritten else [str(Path(report.report_dir) / "report.json")]

@@ -77,6 +77,7 @@ class RunSettings:
     hang_timeout_s: float = DEFAULT_HANG_TIMEOUT_S  # 0 disables the watchdog
     max_skipped: str | None = None  # a count or a fraction, as --max-skipped gave it
     max_deaths_in_a_row: int | None = None  # --max-deaths-in-a-row; None: the loader's default
+    strict: bool = False  # silent data bugs raise instead of warning
     memory_interval_s: float = 0.5
     node: NodeInfo | None = None  # one node of a multi-node job: report_dir is its own folder
 
@@ -147,6 +148,8 @@ def child_environment(settings: RunSettings, report_dir: Path) -> dict[str, str]
     else:
         env.pop(MAX_DEATHS_ENV, None)
     env[SUPERVISOR_ENV] = str(os.getpid())
+    if settings.strict:
+        env[protocol.STRICT_DATA_ENV] = "1"
     return env
 
 
@@ -522,6 +525,7 @@ def merge(
         report_dir=str(report_dir),
         notes=run_notes(states, ranks, unsupervised_loaders, exit_code),
         unsupervised_loaders=unsupervised_loaders,
+        data_findings=data_findings_of(states),
         oom_protection=protocol.weakest_protection(
             [
                 (f"process {r.pid}" + (f" (rank {r.rank})" if r.rank is not None else ""), line)
@@ -530,6 +534,16 @@ def merge(
             ]
         ),
     )
+
+
+def data_findings_of(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every process's silent data findings, each told once (ranks repeat the same bug)."""
+    findings: list[dict[str, Any]] = []
+    for state in states:
+        for finding in state.get("data_findings", []):
+            if isinstance(finding, dict) and finding not in findings:
+                findings.append(finding)
+    return findings
 
 
 def run_notes(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,7 @@ def merge_job(directory: Path) -> RunReport:
         notes=[f"{_node(r).name}: {note}" for _, r in nodes for note in _node_notes(r)],
         supervisor="died" if any(r.supervisor == "died" for _, r in nodes) else "finished",
         unsupervised_loaders=[u for _, r in nodes for u in r.unsupervised_loaders],
+        data_findings=_each_once(f for _, r in nodes for f in r.data_findings),
         oom_protection=protocol.weakest_protection(
             [(_node(r).name, r.oom_protection) for _, r in nodes if r.oom_protection is not None]
         ),
@@ -233,3 +235,12 @@ def ended_by_of(nodes: list[tuple[Path, RunReport]], incidents: list[RunIncident
     ranks = [rank.rank for rank in report.ranks]
     rank = ranks[0] if len(ranks) == 1 else None
     return EndedBy(_node(report).name, _node(report).rank, rank, None, report.exit_code)
+
+
+def _each_once(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Silent data findings, each once: the nodes of a job run the same code."""
+    kept: list[dict[str, Any]] = []
+    for finding in findings:
+        if finding not in kept:
+            kept.append(finding)
+    return kept

@@ -251,6 +251,9 @@ class RunReport:
     # printed and the HTML page say so where report.json itself could not
     unwritten: list[str] = field(default_factory=list)
     unsupervised_loaders: list[UnsupervisedLoader] = field(default_factory=list)
+    # Wrong data delivered without an error (a duplicated stream, a frozen shuffle, stale
+    # persistent workers, cloned random generators): kind, title, epoch, evidence, fix
+    data_findings: list[dict[str, Any]] = field(default_factory=list)
     # Whether the workers and the samples re-tried alone go before the training process(es) when
     # memory runs out, as the loader report says it; None when no worker ran.
     oom_protection: str | None = None

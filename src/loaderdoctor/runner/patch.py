@@ -179,6 +179,7 @@ class LoaderRecord:
         self.worker_pids: set[int] = set()
         self.quarantine: list[Any] = []
         self.oom_protection: str | None = None
+        self.data_findings: list[dict[str, Any]] = []
         self.read(supervision)
 
     def read(self, supervision: Any, *, quarantine: bool = True) -> None:
@@ -189,6 +190,8 @@ class LoaderRecord:
             self.quarantine = list(supervision.quarantine)
         if quarantine or self.oom_protection is None:  # per batch only until workers ran
             self.oom_protection = supervision.oom_protection()
+        if len(supervision.data.findings) != len(self.data_findings):
+            self.data_findings = [finding.to_dict() for finding in supervision.data.findings]
 
     def refresh(self) -> None:
         loader = self.loader()
@@ -350,6 +353,7 @@ def _write_state(force: bool) -> None:
             "started": _started,
             "rank": current_rank(),
             "worker_pids": sorted(worker_pids),
+            "data_findings": [f for record in _records for f in record.data_findings],
             "oom_protection": protocol.weakest_protection(
                 [("", r.oom_protection) for r in _records if r.oom_protection is not None]
             ),

@@ -38,6 +38,8 @@ MAX_DEATHS_ENV = "LOADERDOCTOR_RUN_MAX_DEATHS_IN_A_ROW"
 # The pid of the ``loaderdoctor run`` process: its direct child watches it (``lifeline``), and
 # a ``loaderdoctor run`` started under it sees that it is already supervised.
 SUPERVISOR_ENV = "LOADERDOCTOR_RUN_SUPERVISOR"
+# --strict: wrong data delivered without an error raises (``supervise.parent.detectors`` reads it)
+STRICT_DATA_ENV = "LOADERDOCTOR_STRICT_DATA"
 
 
 def numeric_order(value: Any) -> tuple[int, Any]:

@@ -10,9 +10,12 @@ from loaderdoctor.supervise.errors import (
     WorkerStartError,
 )
 from loaderdoctor.supervise.loader import DataLoader, Incident
+from loaderdoctor.supervise.parent.detectors import DataError, DataWarning
 
 __all__ = [
+    "DataError",
     "DataLoader",
+    "DataWarning",
     "HealingStoppedError",
     "Incident",
     "LoaderError",

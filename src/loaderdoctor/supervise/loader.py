@@ -66,6 +66,11 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             between and no sample to blame, healing replaces before it stops and raises
             ``HealingStoppedError`` (default 8). A sample that kills its worker again alone is
             quarantined instead, and counts against ``max_skipped``.
+        strict_data: raise ``DataError`` instead of warning ``DataWarning`` when the loader
+            delivers wrong data without an error (a stream duplicated in every worker, the same
+            shuffle every epoch, persistent workers with stale dataset attributes, random
+            generators cloned into every worker). Default: the ``LOADERDOCTOR_STRICT_DATA``
+            environment variable (``loaderdoctor run --strict`` sets it).
 
     Any other keyword reaches torch unchanged.
     """
@@ -94,6 +99,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         allow_in_process: bool = False,
         max_skipped: int | float | None = None,
         max_deaths_in_a_row: int = MAX_DEATHS_IN_A_ROW,
+        strict_data: bool | None = None,
         **torch_keywords: Any,
     ) -> None:
         settings = Settings.from_keywords(
@@ -124,8 +130,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             generator,
             **torch_keywords,
         )
-        keep_extras(self, settings, max_skipped)
-        self._ld = Supervision.of(self, settings)
+        self._ld = supervision_of_new(self, settings, max_skipped, strict_data)
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
         self._ld_unsupervised = _unsupervised_reason(unknown)
         for hook in list(LOADER_HOOKS):
@@ -189,6 +194,11 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             # Persistent workers died with the last epoch, healing moved loading elsewhere, or
             # the loader climbs back up: start afresh, never resume such an iterator (stock
             # torch would hang or lose the dead worker's batches).
+            sup.data.persistent_restarted(
+                "the loader climbs back up after a back-off"
+                if climbed
+                else "the last epoch's pool failed or handed its loading over (healing)"
+            )
             self.ld_iterator = None
             torch_compat.shut_down(current)
         workers = sup.backoff.num_workers if sup.backoff is not None else self.num_workers
@@ -208,9 +218,12 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         return self._ld.report()
 
 
-def keep_extras(loader: Any, settings: Settings, max_skipped: int | float | None) -> None:
-    """The keyword-only extras as the loader's attributes, as given (a probe reads its
-    ``hang_timeout``); the same on ``DataLoader`` and ``StatefulDataLoader``."""
+def supervision_of_new(
+    loader: Any, settings: Settings, max_skipped: int | float | None, strict_data: bool | None
+) -> Supervision:
+    """The supervision of a loader just built, ``DataLoader`` or ``StatefulDataLoader`` alike;
+    its keyword-only extras become its attributes, as given (a probe reads its
+    ``hang_timeout``)."""
     loader.hang_timeout = settings.hang_timeout
     loader.heal = settings.heal
     loader.on_error = settings.on_error
@@ -219,6 +232,10 @@ def keep_extras(loader: Any, settings: Settings, max_skipped: int | float | None
     loader.allow_in_process = settings.allow_in_process
     loader.max_skipped = max_skipped
     loader.max_deaths_in_a_row = settings.max_deaths_in_a_row
+    supervision = Supervision.of(loader, settings)
+    if strict_data is not None:
+        supervision.data.strict = strict_data
+    return supervision
 
 
 def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:

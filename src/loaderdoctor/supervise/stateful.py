@@ -25,7 +25,7 @@ from loaderdoctor.supervise.loader import (
     _announce,
     _T_co,
     _warn_once,
-    keep_extras,
+    supervision_of_new,
 )
 from loaderdoctor.supervise.parent.iterator import probe_alone
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
@@ -60,6 +60,7 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
         allow_in_process: bool = False,
         max_skipped: int | float | None = None,
         max_deaths_in_a_row: int = MAX_DEATHS_IN_A_ROW,
+        strict_data: bool | None = None,
         **kwargs: Any,
     ) -> None:
         settings = Settings.from_keywords(
@@ -74,8 +75,7 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
         )
         super().__init__(*args, **kwargs)
         loader: Any = self
-        keep_extras(loader, settings, max_skipped)
-        loader._ld = Supervision.of(loader, settings)
+        loader._ld = supervision_of_new(loader, settings, max_skipped, strict_data)
         loader._ld_unsupervised = plain_reason(loader)
         for hook in list(LOADER_HOOKS):
             hook(self)

@@ -175,6 +175,10 @@ class LoaderReport:
     # Whether workers and probes go before the training process when memory runs out
     # (``system.oom_priority``); None when no worker ran.
     oom_protection: str | None = None
+    # Wrong data delivered without an error (``detectors.DataFinding.to_dict``), and each time
+    # persistent workers were started anew, with why (``detectors.PersistentRestart``)
+    data_findings: list[dict[str, Any]] = field(default_factory=list)
+    persistent_restarts: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self, indent: int | None = 2) -> str:
         """The report as JSON text; ``to_dict()`` gives the dict."""
@@ -190,6 +194,8 @@ class LoaderReport:
             "counts": dict(self.counts),
             "backoff": [step.to_dict() for step in self.backoff],
             "oom_protection": self.oom_protection,
+            "data_findings": list(self.data_findings),
+            "persistent_restarts": list(self.persistent_restarts),
         }
 
 

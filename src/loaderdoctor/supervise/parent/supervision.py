@@ -23,6 +23,7 @@ from loaderdoctor.supervise.batch_count import samples_delivered
 from loaderdoctor.supervise.heal import user_stacklevel, warn_sample_action
 from loaderdoctor.supervise.heal_policy import MAX_DEATHS_IN_A_ROW, Backoff
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
+from loaderdoctor.supervise.parent.detectors import DataWatch
 from loaderdoctor.supervise.parent.incidents import (
     BackoffStep,
     IncidentLog,
@@ -43,7 +44,7 @@ from loaderdoctor.supervise.shared_failure import (
     SharedFailures,
     stop_diagnosis,
 )
-from loaderdoctor.supervise.worker import shared_handles
+from loaderdoctor.supervise.worker import rng_states, shared_handles
 from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SamplePolicy
 from loaderdoctor.system.oom_priority import (
     PROBE_OOM_SCORE_ADJ,
@@ -222,6 +223,8 @@ class Supervision:
         # "delivered" (a batch), "epoch-end", "stopped" (its workers shut down, an epoch left
         # early included). ``loaderdoctor run`` saves its counts from them.
         self.watchers: list[Callable[[Supervision, str], None]] = []
+        # Silent data bugs (duplicated streams, frozen shuffles, stale workers, cloned randomness)
+        self.data = DataWatch(dataset, owner)
 
     @classmethod
     def of(cls, loader: Any, settings: Settings) -> Supervision:
@@ -244,6 +247,7 @@ class Supervision:
     def epoch_started(self) -> BackoffStep | None:
         """The loader's ``__iter__``: one more epoch; the back-off step it climbs, if any."""
         self.epoch += 1
+        self.data.epoch_started(self.epoch)
         self.tell_watchers("iter")
         return None if self.plain_torch else self.climb_at_epoch_start()
 
@@ -252,6 +256,7 @@ class Supervision:
         order could not be set where it could not."""
         self.worker_pids |= pids
         self.oom_notes.extend(oom_notes)
+        self.data.workers_started()
 
     def starts_workers_instead(self, start_method: str | None) -> None:
         """Workers cannot start as the loader asks, and healing is on: fork them instead
@@ -275,6 +280,7 @@ class Supervision:
         self.counts.samples += count
         if self.shared is not None:
             self.shared.delivered(count)
+        self.data.delivered(indices, batch)
         self.tell_watchers("delivered")
 
     def delivered_batch(self, indices: Any, data: Any) -> Any:
@@ -361,6 +367,9 @@ class Supervision:
 
         if event.get("kind") == shared_handles.EVENT_KIND:
             self.warn_shared_handles(event)
+            return
+        if event.get("kind") == rng_states.EVENT_KIND:
+            self.data.worker_random_states(event)
             return
         action = event.get("action", "skipped")
         counts = self.counts
@@ -502,6 +511,8 @@ class Supervision:
     def report(self) -> LoaderReport:
         report = build_report(self.log, sorted(self.quarantine), self.counts)
         report.oom_protection = self.oom_protection()
+        report.data_findings = [finding.to_dict() for finding in self.data.findings]
+        report.persistent_restarts = [restart.to_dict() for restart in self.data.restarts]
         return report
 
     def oom_protection(self) -> str | None:

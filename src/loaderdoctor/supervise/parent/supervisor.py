@@ -34,6 +34,7 @@ from loaderdoctor.supervise.errors import HealingStoppedError, LoaderError
 from loaderdoctor.supervise.heal_policy import owed_again
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.collect import EventReader
+from loaderdoctor.supervise.parent.detectors import DataError
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.recovery import HandOver, Outcome, Raise, Recovery, Successor
@@ -321,7 +322,9 @@ class Supervisor:
         except StopIteration:
             raise
         except Exception as error:  # broad on purpose: ours become internal-error
-            deliberate = error is self.raising or isinstance(error, HealingStoppedError)
+            deliberate = error is self.raising or isinstance(
+                error, (HealingStoppedError, DataError)
+            )
             self.raising = None  # holding it would be a cycle through its frames
             if deliberate or origin_of(error) is None:
                 raise  # the user's (or torch's) exception, with its verdict

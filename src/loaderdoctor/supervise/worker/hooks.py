@@ -24,7 +24,7 @@ from loaderdoctor.recorder import FlightRecorder, Stage
 from loaderdoctor.supervise import files, sharing
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, LiveQuarantine
 from loaderdoctor.supervise.pickle_path import unpicklable_path
-from loaderdoctor.supervise.worker import shared_handles, sharer_guard
+from loaderdoctor.supervise.worker import rng_states, shared_handles, sharer_guard
 from loaderdoctor.supervise.worker.context import WorkerContext
 from loaderdoctor.supervise.worker.exception_tags import tag_exception
 from loaderdoctor.supervise.worker.loader_view import attach_context
@@ -144,6 +144,9 @@ class SupervisedWorkerInit:
                 tag_exception(error, worker_id, index=None, stage="init")
                 raise
         _tell_inherited_handles(context, self.dataset, handles_before)
+        # After the user's init, where a per-worker seed belongs; the main process compares
+        context.outbox.record(rng_states.event(self.dataset))
+        context.outbox.flush()
         slot.stage(Stage.IDLE)
 
     def _arm_stack_dump(self, worker_id: int, stack_log: Any) -> None:
