@@ -87,6 +87,18 @@ def format_verdict(report: RunReport) -> str:
         if report.status == "healed-with-loss":
             return f"verdict: {count} healed, with healthy samples lost ({causes})"
         return f"verdict: {count} healed ({causes})"
+    # A loader that ran unsupervised may have lost a worker that nothing of ours saw (torch's own
+    # "DataLoader worker ... exited unexpectedly", above the summary): only the supervised ones
+    # are vouched for, and the failure is not called the command's own.
+    unsupervised = sum(u.count for u in report.unsupervised_loaders)
+    if unsupervised:
+        died = f"no supervised DataLoader worker died ({unsupervised} ran unsupervised"
+        if report.exit_code != 0 and not (report.interrupted or report.signal == "SIGINT"):
+            return (
+                f"verdict: {died}: a worker death there is torch's own error, above); "
+                "the command failed"
+            )
+        return f"verdict: {died})"
     if report.exit_code != 0 and not (report.interrupted or report.signal == "SIGINT"):
         ended = report.job.ended_by if report.job is not None else None
         if ended is not None:

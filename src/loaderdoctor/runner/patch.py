@@ -160,6 +160,12 @@ class LoaderRecord:
         # Why the loader runs as plain torch (its own words, the reason its warning gives), or
         # None while it is supervised: the loader decides, run only reports it.
         self.unsupervised: str | None = loader._ld_unsupervised
+        # A class with an iterator of its own (litdata's StreamingDataLoader) is named with its
+        # site among the unsupervised loaders, as a subclass that never reached torch's __init__
+        self.own_iterator = supervised.own_iterator_reason(type(loader)) is not None
+        self.name = type(loader).__qualname__
+        self.site = subclasses.building_site()
+        self.features_off: dict[str, str] = {}
         self.iterated = False
         self.counts: dict[str, int] = {}
         self.worker_pids: set[int] = set()
@@ -171,6 +177,7 @@ class LoaderRecord:
         self.iterated = self.iterated or supervision.epoch >= 0
         self.counts = supervision.counts.as_dict()
         self.worker_pids = set(supervision.worker_pids)
+        self.features_off = dict(supervision.features_off)
         if quarantine:  # not per batch: it may hold thousands of samples
             self.quarantine = list(supervision.quarantine)
         if quarantine or self.oom_protection is None:  # per batch only until workers ran
@@ -268,8 +275,14 @@ def _write_state(force: bool) -> None:
             quarantine.update(record.quarantine)
             worker_pids |= record.worker_pids
         reasons: dict[str, int] = {}
+        own_iterators: dict[tuple[str, str, str], int] = {}
         for record in _records:
-            if record.unsupervised is not None:
+            if record.unsupervised is None:
+                continue
+            if record.own_iterator:
+                key = (record.name, record.site, record.unsupervised)
+                own_iterators[key] = own_iterators.get(key, 0) + 1
+            else:
                 reasons[record.unsupervised] = reasons.get(record.unsupervised, 0) + 1
         state = {
             **_state,
@@ -293,7 +306,16 @@ def _write_state(force: bool) -> None:
                 for sequence, incident, written in _sunk_incidents
                 if (now := incident.to_dict()) != written
             },
-            "unsupervised_loaders": subclasses.unsupervised_loaders(),
+            "features_off": [
+                {"loader": record.name, "site": record.site, "feature": f, "reason": why}
+                for record in _records
+                for f, why in record.features_off.items()
+            ],
+            "unsupervised_loaders": subclasses.unsupervised_loaders()
+            + [
+                {"loader": name, "site": site, "reason": reason, "count": count}
+                for (name, site, reason), count in own_iterators.items()
+            ],
         }
     try:
         protocol.write_json(protocol.state_path(incidents_dir(), os.getpid(), _image), state)

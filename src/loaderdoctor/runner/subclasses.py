@@ -28,7 +28,7 @@ def watch(loader: Any, on_unsupervised: Callable[[], None]) -> None:
     """Learn, at this process's next state write (``check_all``) or when the loader dies, whether
     it was supervised. Nothing here holds the loader (a weak reference, a finalizer);
     ``on_unsupervised`` is called when its death tells (the state must be written again)."""
-    check = SubclassCheck(loader, _building_site())
+    check = SubclassCheck(loader, building_site())
     with _lock:
         _checks[id(loader)] = check  # by id: a subclass may be unhashable
     weakref.finalize(loader, _died, id(loader), check, on_unsupervised)
@@ -119,7 +119,7 @@ def unsupervised_loaders() -> list[dict[str, Any]]:
         ]
 
 
-def _building_site() -> str:
+def building_site() -> str:
     """``file:line`` of the code that built the loader, and the user's own line where that differs
     (``accelerate/data_loader.py:1093 (from train.py:40)``)."""
     frame: Any = sys._getframe(1)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch.utils.data
 
 from loaderdoctor import torch_compat, torch_signature
+from loaderdoctor.supervise.heal import user_stacklevel
 from loaderdoctor.supervise.parent.incidents import (
     INCIDENT_SINKS,
     Incident,
@@ -120,7 +121,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         self.max_skipped = max_skipped
         self._ld = Supervision.of(self, settings)
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
-        self._ld_unsupervised = _unsupervised_reason(unknown)
+        self._ld_unsupervised = _unsupervised_reason(unknown) or own_iterator_reason(type(self))
         for hook in list(LOADER_HOOKS):
             hook(self)
 
@@ -171,6 +172,8 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         sup = self._ld
         step = sup.epoch_started()
         if self._ld_unsupervised is not None or sup.plain_torch:
+            if self._ld_unsupervised is not None:
+                _warn_once(self, self._ld_unsupervised, stacklevel=user_stacklevel())
             return super().__iter__()
         climbed = _announce(step)
         current = self.ld_iterator
@@ -231,6 +234,21 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
         loads_in_process(sup, fileless_main_diagnosis(fileless, method), method)
 
 
+def own_iterator_reason(cls: type) -> str | None:
+    """Why a loader of ``cls`` runs unsupervised: a class that overrides torch's
+    ``_get_iterator`` (litdata's ``StreamingDataLoader``) builds an iterator of its own, whose
+    workers never run under our hooks. None when torch's hook is ours."""
+    if getattr(cls, "_get_iterator", None) is getattr(cls, "ld_get_iterator", None):
+        return None
+    owner = next((k for k in cls.__mro__ if "_get_iterator" in vars(k)), cls)
+    return (
+        f"{owner.__module__}.{owner.__qualname__} overrides DataLoader._get_iterator and builds "
+        "its own iterator: its workers run without loaderdoctor's hooks (a worker death there is "
+        "torch's own error) and its batches are not counted; this DataLoader runs as plain "
+        "torch, unsupervised."
+    )
+
+
 def _unsupervised_reason(unknown: list[str]) -> str | None:
     if not torch_compat.SUPPORTED:
         return (
@@ -248,11 +266,12 @@ def _unsupervised_reason(unknown: list[str]) -> str | None:
 _warned: set[str] = set()
 
 
-def _warn_once(loader: Any, message: str) -> None:
+def _warn_once(loader: Any, message: str, stacklevel: int = 4) -> None:
     if message in _warned:
         return
     _warned.add(message)
-    warnings.warn(message, RuntimeWarning, stacklevel=5)  # at the user's `for ... in loader`
+    # at the user's `for ... in loader` (5: from ``ld_get_iterator`` through torch's ``__iter__``)
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def _announce(step: Any) -> bool:

@@ -146,6 +146,8 @@ class LoaderReport:
     # Whether workers and probes go before the training process when memory runs out
     # (``system.oom_priority``); None when no worker ran.
     oom_protection: str | None = None
+    # feature -> why it was turned off for this loader (``containment``)
+    features_off: dict[str, str] = field(default_factory=dict)
 
     def to_json(self, indent: int | None = 2) -> str:
         """The report as JSON text; ``to_dict()`` gives the dict."""
@@ -161,6 +163,7 @@ class LoaderReport:
             "counts": dict(self.counts),
             "backoff": [step.to_dict() for step in self.backoff],
             "oom_protection": self.oom_protection,
+            "features_off": dict(self.features_off),
         }
 
 

@@ -1,0 +1,140 @@
+"""First, do no harm: where a protocol of the user's objects or of their library does not behave
+as we call it, the job runs as stock torch runs it, and the report says what was turned off."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import IterableDataset
+
+from loaderdoctor import DataLoader
+from loaderdoctor.forensics import Evidence, diagnose
+from loaderdoctor.forensics.error_text import error_text
+from loaderdoctor.supervise.loader import own_iterator_reason
+from loaderdoctor.supervise.streams import is_stateful
+
+# Hugging Face datasets' Image.decode_example, as a truncated JPEG's traceback quotes it
+HF_TRACEBACK = """\
+Traceback (most recent call last):
+  File "/venv/site-packages/datasets/features/image.py", line 188, in decode_example
+    image.load()  # to avoid "Too many open files" errors
+    ^^^^^^^^^^^^
+  File "/venv/site-packages/PIL/ImageFile.py", line 288, in load
+    raise OSError(msg)
+OSError: image file is truncated (3 bytes not processed)
+"""
+
+
+def test_cues_are_matched_against_the_error_not_the_source_lines_it_quotes() -> None:
+    assert error_text(HF_TRACEBACK) == (
+        "Traceback (most recent call last):\n"
+        "OSError: image file is truncated (3 bytes not processed)"
+    )
+    ev = Evidence(
+        kind="exception",
+        stage="fetch",
+        in_flight_index=37,
+        exception_type="OSError",
+        exception_message="image file is truncated (3 bytes not processed)",
+        traceback=HF_TRACEBACK,
+    )
+    assert diagnose(ev).cause == "sample-error"
+    # the error's own words still decide
+    ev.exception_message = "[Errno 24] Too many open files: '/data/0037.jpg'"
+    assert diagnose(ev).cause == "fd-exhausted"
+
+
+class _MosaicLike:  # the signatures of MosaicML streaming's and litdata's StreamingDataset
+    def state_dict(self, num_samples: int, from_beginning: bool) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, obj: dict[str, Any]) -> None:
+        pass
+
+
+class _LitdataLike:
+    def state_dict(self, num_samples_yielded: Any, num_workers: int, batch_size: int) -> Any:
+        return {}
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        pass
+
+
+class _Stateful:  # torchdata's Stateful protocol
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def test_only_torchdatas_protocol_is_called_stateful() -> None:
+    assert [is_stateful(d) for d in (_MosaicLike(), _LitdataLike(), _Stateful())] == [
+        False,
+        False,
+        True,
+    ]
+
+
+class Numbers(IterableDataset[int]):
+    """A stream whose state_dict() follows the protocol's signature and raises."""
+
+    def __init__(self) -> None:
+        self.read = 0
+
+    def __iter__(self) -> Any:
+        for i in range(20):
+            self.read = i
+            yield i
+
+    def state_dict(self) -> dict[str, int]:
+        raise RuntimeError("state is kept by the library's own loader")
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.read = state["read"]
+
+
+@pytest.mark.slow
+def test_a_state_dict_that_raises_turns_stream_state_off_and_the_job_goes_on() -> None:
+    """The worker saves a stream's state with each batch (a healed worker resumes from it)."""
+    stock = [b.tolist() for b in torch.utils.data.DataLoader(Numbers(), batch_size=4)]
+    loader = DataLoader(Numbers(), batch_size=4, num_workers=1, heal=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = [b.tolist() for b in loader]
+    assert got == stock
+    said = [str(w.message) for w in caught if "turned off" in str(w.message)]
+    assert said == [
+        "loaderdoctor: stream-state turned off for this DataLoader: RuntimeError: state is kept "
+        "by the library's own loader; streams resume by replaying their items, not from the "
+        "dataset's state_dict() (a stream that cannot be replayed says so when it resumes)"
+    ]
+    assert loader.report.features_off == {
+        "stream-state": "RuntimeError: state is kept by the library's own loader"
+    }
+    assert loader.report.status == "ok"
+
+
+class OwnIterator(DataLoader):  # litdata's StreamingDataLoader overrides _get_iterator so
+    def _get_iterator(self) -> Any:
+        return torch.utils.data.dataloader._SingleProcessDataLoaderIter(self)
+
+
+def test_a_loader_with_its_own_iterator_is_said_unsupervised_and_runs_as_stock() -> None:
+    assert own_iterator_reason(DataLoader) is None
+    reason = own_iterator_reason(OwnIterator)
+    assert reason == (
+        "test_containment.OwnIterator overrides DataLoader._get_iterator and builds its own "
+        "iterator: its workers run without loaderdoctor's hooks (a worker death there is "
+        "torch's own error) and its batches are not counted; this DataLoader runs as plain "
+        "torch, unsupervised."
+    )
+    loader = OwnIterator(list(range(10)), batch_size=3)
+    with pytest.warns(RuntimeWarning) as caught:
+        got = [b.tolist() for b in loader]
+    assert got == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert [str(w.message) for w in caught] == [reason]
+    assert caught[0].filename == __file__
