@@ -4,6 +4,7 @@ as we call it, the job runs as stock torch runs it, and the report says what was
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from loaderdoctor import DataLoader
-from loaderdoctor.forensics import Evidence, diagnose
+from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.error_text import error_text
 from loaderdoctor.supervise.loader import own_iterator_reason
 from loaderdoctor.supervise.streams import is_stateful
@@ -138,3 +139,42 @@ def test_a_loader_with_its_own_iterator_is_said_unsupervised_and_runs_as_stock()
     assert got == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
     assert [str(w.message) for w in caught] == [reason]
     assert caught[0].filename == __file__
+
+
+def test_a_stream_whose_library_coordinates_its_workers_declines_healing_at_once() -> None:
+    from loaderdoctor.supervise.containment import cannot_resume_alone
+    from loaderdoctor.supervise.heal_policy import ActionKind, HealPolicy, Situation
+
+    # named as MosaicML's class is named; a user's subclass is found along its MRO
+    mosaic = type("StreamingDataset", (), {"__module__": "streaming.base.dataset"})
+    planted = type("Planted", (mosaic,), {"__module__": "train"})
+    reason = cannot_resume_alone(planted())
+    assert reason is not None and reason.startswith("MosaicML streaming's StreamingDataset")
+    assert cannot_resume_alone(Numbers()) is None
+    at = Situation(
+        heal=True, iterable=True, respawns=0, num_workers=2, prefetch_factor=2, kind="death"
+    )
+    killed = Diagnosis("killed-by-signal", "killed", 0.9, 0, 1, None, None, [], [], [])
+    assert HealPolicy().decide(killed, at).kind is ActionKind.RESPAWN
+    declined = HealPolicy().decide(killed, replace(at, not_resumable=reason))
+    assert (declined.kind, declined.note) == (ActionKind.RAISE, f"not healed: {reason}")
+
+
+def test_the_verdict_never_vouches_for_an_unsupervised_loader() -> None:
+    from loaderdoctor.report.run_text import format_verdict
+    from loaderdoctor.runner.model import UnsupervisedLoader
+    from test_run_units import sample_report
+
+    report = sample_report()
+    report.incidents = []
+    report.unsupervised_loaders = [
+        UnsupervisedLoader("StreamingDataLoader", "train.py:21", "its own iterator", 1)
+    ]
+    assert format_verdict(report) == (
+        "verdict: no supervised DataLoader worker died (1 ran unsupervised: a worker death "
+        "there is torch's own error, above); the command failed"
+    )
+    report.exit_code = 0
+    assert format_verdict(report) == (
+        "verdict: no supervised DataLoader worker died (1 ran unsupervised)"
+    )

@@ -274,16 +274,7 @@ def _write_state(force: bool) -> None:
         for record in _records:
             quarantine.update(record.quarantine)
             worker_pids |= record.worker_pids
-        reasons: dict[str, int] = {}
-        own_iterators: dict[tuple[str, str, str], int] = {}
-        for record in _records:
-            if record.unsupervised is None:
-                continue
-            if record.own_iterator:
-                key = (record.name, record.site, record.unsupervised)
-                own_iterators[key] = own_iterators.get(key, 0) + 1
-            else:
-                reasons[record.unsupervised] = reasons.get(record.unsupervised, 0) + 1
+        reasons, own_iterators = _unsupervised_records()
         state = {
             **_state,
             # supervised loaders iterated; those that ran as plain torch, by their reason
@@ -311,16 +302,32 @@ def _write_state(force: bool) -> None:
                 for record in _records
                 for f, why in record.features_off.items()
             ],
-            "unsupervised_loaders": subclasses.unsupervised_loaders()
-            + [
-                {"loader": name, "site": site, "reason": reason, "count": count}
-                for (name, site, reason), count in own_iterators.items()
-            ],
+            "unsupervised_loaders": subclasses.unsupervised_loaders() + own_iterators,
         }
     try:
         protocol.write_json(protocol.state_path(incidents_dir(), os.getpid(), _image), state)
     except OSError:
         pass
+
+
+def _unsupervised_records() -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """Loaders that ran as plain torch: by their reason, and those with an iterator of their own
+    (named with their site, as the subclasses that never reached torch's ``__init__``)."""
+    reasons: dict[str, int] = {}
+    own: dict[tuple[str, str, str], int] = {}
+    for record in _records:
+        if record.unsupervised is None:
+            continue
+        if record.own_iterator:
+            key = (record.name, record.site, record.unsupervised)
+            own[key] = own.get(key, 0) + 1
+        else:
+            reasons[record.unsupervised] = reasons.get(record.unsupervised, 0) + 1
+    entries = [
+        {"loader": name, "site": site, "reason": reason, "count": count}
+        for (name, site, reason), count in own.items()
+    ]
+    return reasons, entries
 
 
 def _flush_state() -> None:

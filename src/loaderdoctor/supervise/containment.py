@@ -42,4 +42,40 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
-__all__ = ["EVENT_KIND", "FEATURES", "event", "warning_text"]
+# Streams whose library coordinates the loader's workers among themselves, so that one worker
+# cannot be replaced alone: healing declines at once, with the reason, rather than hang.
+# MosaicML streaming's StreamingDataset partitions the epoch across all the workers of a loader in
+# shared memory and makes each worker wait at a barrier that counts them all (its SharedBarrier)
+# when it starts its stream. A replacement worker that restarts its stream waits there for
+# workers that are past it: measured with streaming 0.13.0 (2 workers, one SIGKILLed at sample
+# 50), the replacement hung until the hang watchdog killed it, and that worker's whole stream (96
+# healthy samples) was lost. A library is named by the class and module that define the
+# behaviour, matched along the dataset's MRO, so a user's subclass is found too.
+# (module, class) -> why a dead worker's stream cannot be resumed alone
+COORDINATED_STREAMS: dict[tuple[str, str], str] = {
+    ("streaming.base.dataset", "StreamingDataset"): (
+        "MosaicML streaming's StreamingDataset coordinates all the loader's workers in shared "
+        "memory (a barrier each worker waits at when its stream starts, and the epoch's "
+        "partition among them): a replacement worker cannot resume one stream alone (it would "
+        "wait at that barrier for ever); MosaicML resumes a job from its own state_dict"
+    ),
+}
+
+
+def cannot_resume_alone(dataset: Any) -> str | None:
+    """Why a dead worker of a loader over ``dataset`` cannot be replaced alone, or None."""
+    for cls in type(dataset).__mro__:
+        reason = COORDINATED_STREAMS.get((cls.__module__, cls.__qualname__))
+        if reason is not None:
+            return reason
+    return None
+
+
+__all__ = [
+    "COORDINATED_STREAMS",
+    "EVENT_KIND",
+    "FEATURES",
+    "cannot_resume_alone",
+    "event",
+    "warning_text",
+]

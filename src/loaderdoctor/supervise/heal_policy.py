@@ -111,6 +111,9 @@ class Situation:
     isolated_probe: bool = False
     # Earlier deaths of this loader whose sample then loaded fine alone
     loaded_fine_alone_before: int = 0
+    # Why no worker of this loader can be replaced or its pool resumed (a library that
+    # coordinates its workers itself: ``coordinated``): a death is raised at once, saying so
+    not_resumable: str | None = None
 
 
 def process_killing(cause: str, kind: str) -> bool:
@@ -178,6 +181,9 @@ class HealPolicy:
 
     def decide(self, diagnosis: Diagnosis, at: Situation) -> Action:
         action = self._decide(diagnosis, at)
+        if at.not_resumable is not None and action.kind is not ActionKind.RAISE:
+            note = f"not healed: {at.not_resumable}"
+            return Action(ActionKind.RAISE, at.num_workers, at.prefetch_factor, note)
         if not at.resumes_exactly and action.kind is not ActionKind.RAISE:
             return Action(ActionKind.RAISE, at.num_workers, at.prefetch_factor, NOT_EXACT_NOTE)
         return _within_fixed_workers(action, at) if at.workers_fixed else action

@@ -36,6 +36,7 @@ from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise import sharing
+from loaderdoctor.supervise.containment import cannot_resume_alone
 from loaderdoctor.supervise.errors import WorkerDiedError, WorkerHangError, attach
 from loaderdoctor.supervise.heal import HealWarning, ResumeSampler, length_of, user_stacklevel
 from loaderdoctor.supervise.heal_policy import (
@@ -264,6 +265,7 @@ class Recovery:
             sharing_strategy=sharing.current(),
             isolated_probe=True,
             loaded_fine_alone_before=sup.loaded_fine_alone,
+            not_resumable=cannot_resume_alone(sup.dataset),
         )
         if self.iterable:
             at = replace(at, culprit=ev.iterable_position)
