@@ -98,6 +98,11 @@ class RunDataLoader(supervised.DataLoader[_T_co]):
         return loader
 
 
+# The user's code built a ``DataLoader``, and ``type(loader).__name__`` says so (a framework may log
+# or check it); the module says whose it is. The alias keeps pickling by name working.
+RunDataLoader.__name__ = RunDataLoader.__qualname__ = "DataLoader"
+DataLoader = RunDataLoader
+
 _stateful_classes: dict[type, type] = {}
 
 
