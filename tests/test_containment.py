@@ -178,3 +178,39 @@ def test_the_verdict_never_vouches_for_an_unsupervised_loader() -> None:
     assert format_verdict(report) == (
         "verdict: no supervised DataLoader worker died (1 ran unsupervised)"
     )
+
+
+class Bad(torch.utils.data.Dataset[int]):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> int:
+        if index == 5:
+            raise ValueError(f"sample {index} is bad")
+        return index
+
+
+def test_each_incident_names_its_loader_by_its_line_and_name() -> None:
+    train_loader = DataLoader(Bad(), batch_size=2, heal=True)
+    val_loader = DataLoader(Bad(), batch_size=4, heal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        list(train_loader), list(val_loader)
+    line = test_each_incident_names_its_loader_by_its_line_and_name.__code__.co_firstlineno
+    here = "tests/test_containment.py"
+    assert [i.to_dict()["loader"] for i in [*train_loader.incidents, *val_loader.incidents]] == [
+        f"train_loader ({here}:{line + 1})",
+        f"val_loader ({here}:{line + 2})",
+    ]
+
+
+def test_the_verdict_names_the_loader_where_several_had_incidents() -> None:
+    from loaderdoctor.report.run_text import format_verdict
+    from test_run_units import sample_report
+
+    report = sample_report()
+    report.incidents[0].loader = "val_loader (train.py:41)"
+    alone = format_verdict(report)
+    assert "val_loader" not in alone
+    report.incidents.append(replace(report.incidents[0], loader="train_loader (train.py:40)"))
+    assert format_verdict(report) == f"{alone} in val_loader (train.py:41) (+1 more)"

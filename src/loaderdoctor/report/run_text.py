@@ -76,7 +76,8 @@ def format_verdict(report: RunReport) -> str:
         where = format_where(first)
         more = f" (+{len(raised) - 1} more)" if len(raised) > 1 else ""
         place = f" ({where})" if where != "-" else ""
-        return f"verdict: {first.cause}: {first.title}{place}{more}"
+        loader = f" in {first.loader}" if first.loader and several_loaders(report) else ""
+        return f"verdict: {first.cause}: {first.title}{place}{loader}{more}"
     if report.incidents:
         causes = ", ".join(sorted({i.cause for i in report.incidents}))
         count = f"{len(report.incidents)} incident(s)"
@@ -201,10 +202,17 @@ def _node_table(report: RunReport) -> RenderableType:
     return table
 
 
-def _incident_details(incident: RunIncident) -> list[RenderableType]:
+def several_loaders(report: RunReport) -> bool:
+    """The incidents came from more than one loader (train and val): each is then named."""
+    return len({i.loader for i in report.incidents if i.loader}) > 1
+
+
+def _incident_details(incident: RunIncident, name_loader: bool = False) -> list[RenderableType]:
     from rich.text import Text
 
     parts: list[RenderableType] = [Text(f"  {incident.cause}: {incident.title}", style="bold")]
+    if name_loader and incident.loader:
+        parts.append(Text(f"    - loader: {incident.loader}"))
     parts.extend(Text(f"    - {line}") for line in incident.evidence[:3])
     # Above the fix, which may say "read the stack above": the crashing (or stuck) thread's
     # frames, innermost last, as many as a terminal screen holds; report.json keeps them all.
@@ -262,7 +270,7 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
         # The incidents that ended the run first: the one the last line names is explained.
         detailed = sorted(report.incidents, key=lambda i: i.action in HEALING_ACTIONS)
         for incident in detailed[:MAX_DETAILED_INCIDENTS]:
-            parts.extend(_incident_details(incident))
+            parts.extend(_incident_details(incident, several_loaders(report)))
     if report.quarantine:
         shown = ", ".join(repr(i) for i in report.quarantine[:20])
         parts.append(Text(f"  quarantined samples: {shown}"))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch.utils.data
 
 from loaderdoctor import torch_compat, torch_signature
+from loaderdoctor.call_site import loader_site
 from loaderdoctor.supervise.heal import user_stacklevel
 from loaderdoctor.supervise.parent.incidents import (
     INCIDENT_SINKS,
@@ -120,6 +121,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         self.allow_in_process = settings.allow_in_process
         self.max_skipped = max_skipped
         self._ld = Supervision.of(self, settings)
+        self._ld.log.loader = loader_site()
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
         self._ld_unsupervised = _unsupervised_reason(unknown) or own_iterator_reason(type(self))
         for hook in list(LOADER_HOOKS):

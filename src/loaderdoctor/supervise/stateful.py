@@ -18,6 +18,7 @@ from collections import deque
 from typing import Any
 
 from loaderdoctor import torchdata_compat  # imports torchdata
+from loaderdoctor.call_site import loader_site
 from loaderdoctor.supervise.loader import (
     LOADER_HOOKS,
     DataLoader,
@@ -60,6 +61,7 @@ class SupervisedStateful(torchdata_compat.HookedStatefulLoader):
         super().__init__(*args, **kwargs)
         loader: Any = self
         loader._ld = Supervision.of(loader, settings)
+        loader._ld.log.loader = loader_site()
         loader._ld_unsupervised = plain_reason(loader)
         for hook in list(LOADER_HOOKS):
             hook(self)

@@ -42,10 +42,13 @@ class Incident:
     # "fell-back" (loaderdoctor's own machinery failed: plain torch loading took over), and
     # "lost" (carried on, but the healthy samples its evidence names are lost).
     action: str
+    # Where its loader was built, and the name the user's line gave it (``call_site``)
+    loader: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
         return {
+            "loader": self.loader,
             "cause": d.cause,
             "worker_id": d.worker_id,
             "pid": d.pid,
@@ -92,9 +95,10 @@ class IncidentLog(Sequence[Incident]):
         self.steps: list[BackoffStep] = []
         self.quiet = False  # an isolated re-try made by healing: its parent reports the outcome
         self.sink_failures = 0
+        self.loader: str | None = None  # where the loader was built (each incident names it)
 
     def append(self, diagnosis: Diagnosis, action: str) -> Incident:
-        incident = Incident(diagnosis, action)
+        incident = Incident(diagnosis, action, self.loader)
         self._incidents.append(incident)
         if not self.quiet:
             owner = self._owner()
