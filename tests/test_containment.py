@@ -214,3 +214,53 @@ def test_the_verdict_names_the_loader_where_several_had_incidents() -> None:
     assert "val_loader" not in alone
     report.incidents.append(replace(report.incidents[0], loader="train_loader (train.py:40)"))
     assert format_verdict(report) == f"{alone} in val_loader (train.py:41) (+1 more)"
+
+
+class Stream(IterableDataset[int]):
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(range(start, 24, step))
+
+
+# Our hooks in a worker, each broken for real (a helper it calls is gone: forked workers inherit
+# the patch): the worker's set-up, the fetch of a sample (raising and healing paths), the collate
+# wrapper, a stream's batch.
+PLANTED = {
+    "worker-init": ("loaderdoctor.supervise.worker.hooks", ("_announce_temp_dir",), "map"),
+    "fetch": ("loaderdoctor.recorder", ("WorkerSlot.fetching", "WorkerSlot.hot_path"), "map"),
+    "collate": ("loaderdoctor.supervise.worker.collate", ("_with_stream_positions",), "map"),
+    "stream": ("loaderdoctor.supervise.worker.datasets", ("item_key",), "stream"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("heal", [True, False], ids=["heal", "no-heal"])
+@pytest.mark.parametrize("hook", list(PLANTED))
+def test_a_failure_planted_in_each_of_our_hooks_leaves_the_jobs_batches_as_stocks(
+    hook: str, heal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    module_name, attributes, kind = PLANTED[hook]
+    data: Any = Stream() if kind == "stream" else [torch.tensor([i]) for i in range(24)]
+    stock = [b.tolist() for b in torch.utils.data.DataLoader(data, batch_size=4, num_workers=2)]
+    for attribute in attributes:
+        target: Any = importlib.import_module(module_name)
+        *owners, name = attribute.split(".")
+        for owner in owners:
+            target = getattr(target, owner)
+        monkeypatch.setattr(target, name, None)
+    loader = DataLoader(data, batch_size=4, num_workers=2, heal=heal)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = [b.tolist() for b in loader]
+    assert got == stock
+    loud = [str(w.message).splitlines()[0] for w in caught if w.category is RuntimeWarning]
+    assert loud == [
+        "loaderdoctor's own machinery failed (internal-error, please report it); this "
+        "DataLoader continues as a plain torch DataLoader, without supervision."
+    ]
+    assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
+        ("internal-error", "fell-back")
+    ]

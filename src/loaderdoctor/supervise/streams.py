@@ -244,6 +244,10 @@ class StreamProgress:
             stream.culprit_incidents[position] = diagnosis
         return True
 
+    def any_delivered(self) -> bool:
+        """Some item of some worker's stream reached the user (or was skipped past)."""
+        return any(stream.delivered_end for stream in self.workers.values())
+
     def delivered_end(self, worker_id: int) -> int:
         return self._of(worker_id).delivered_end
 

@@ -238,7 +238,9 @@ class Recovery:
             if action.note:
                 diagnosis.evidence.append(action.note)
             return self._raise(failure, diagnosis)
-        stream = self._stream_culprit(ev, diagnosis) if self.streams is not None else None
+        # a stream handed to plain torch resumes nothing: its culprit is not re-tried
+        resumes = self.streams is not None and action.kind is not ActionKind.FALL_BACK
+        stream = self._stream_culprit(ev, diagnosis) if resumes else None
         return self._heal(diagnosis, action, at, ev, replacement, stream)
 
     def give_up(self, failure: PoolFailure) -> Raise:
@@ -266,6 +268,7 @@ class Recovery:
             isolated_probe=True,
             loaded_fine_alone_before=sup.loaded_fine_alone,
             not_resumable=cannot_resume_alone(sup.dataset),
+            stream_delivered=self.streams is not None and self.streams.any_delivered(),
         )
         if self.iterable:
             at = replace(at, culprit=ev.iterable_position)

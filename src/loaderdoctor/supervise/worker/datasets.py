@@ -114,14 +114,16 @@ class SupervisedMapDataset(Dataset[Any]):
         context.batch_indices = indices
         samples = []
         index = None
+        # Our own bookkeeping stays outside the try: an error of ours is never the dataset's
+        if slot is not None:
+            flat, base, clock = slot.hot_path()
+            index_at, stage_at, since_at = base + _INDEX, base + _STAGE, base + _SINCE
+            flat[stage_at] = _FETCH
         try:
             if slot is None:
                 for index in indices:
                     samples.append(dataset[index])
             else:
-                flat, base, clock = slot.hot_path()
-                index_at, stage_at, since_at = base + _INDEX, base + _STAGE, base + _SINCE
-                flat[stage_at] = _FETCH
                 for index in indices:
                     flat[index_at] = index if type(index) is int else NO_INDEX
                     flat[since_at] = clock()
