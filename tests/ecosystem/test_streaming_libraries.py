@@ -52,6 +52,8 @@ def job(
 
 def test_litdata_runs_as_stock_and_its_own_loader_is_said_unsupervised(tmp_path: Path) -> None:
     need("litdata", "litdata")
+    result, _, _ = job(tmp_path, "litdata-data", "data", run=None, env={})
+    assert result.returncode == 0, result.stderr[-4000:]
     _, stock, _ = job(tmp_path, "litdata", "stock", run=None, env={})
     result, healed, report = job(
         tmp_path, "litdata", "healed", run=["--heal"], env={"LD_DROP_IN": "1"}
@@ -65,13 +67,23 @@ def test_litdata_runs_as_stock_and_its_own_loader_is_said_unsupervised(tmp_path:
     assert (report["status"], report["delivered"]["samples"]) == ("ok", 400)
     [unsupervised] = report["unsupervised_loaders"]
     assert unsupervised["loader"] == "StreamingDataLoader", details
-    assert unsupervised["site"].endswith("streaming_libraries.py:69)"), details
+    assert unsupervised["site"].endswith("streaming_libraries.py:83)"), details
     assert report["notes"] == [
         f"StreamingDataLoader at {unsupervised['site']} ran unsupervised: "
         "litdata.streaming.dataloader.StreamingDataLoader overrides DataLoader._get_iterator "
         "and builds its own iterator: its workers run without loaderdoctor's hooks (a worker "
         "death there is torch's own error) and its batches are not counted; this DataLoader "
         "runs as plain torch, unsupervised."
+    ]
+    # a worker of the torch loader killed: its replacement replays its stream, exactly once
+    result, killed, report = job(
+        tmp_path, "litdata", "killed", run=["--heal"], env={"LD_KILL_AT": "50"}
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert killed == stock
+    assert report is not None and report["status"] == "healed"
+    assert [(i["cause"], i["action"]) for i in report["incidents"]] == [
+        ("killed-by-signal", "respawned")
     ]
 
 

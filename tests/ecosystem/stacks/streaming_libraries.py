@@ -56,15 +56,29 @@ def item(i: int) -> dict[str, Any]:
     return {"id": i}
 
 
+def litdata_data(folder: str, prefix: str) -> None:
+    """litdata's chunks, written by its ``optimize`` in a process of their own (a loader built in
+    the process that optimized hung under load, litdata 0.2.76)."""
+    import litdata
+
+    litdata.optimize(
+        fn=item,
+        inputs=list(range(SAMPLES)),
+        output_dir=os.path.join(folder, "chunks"),
+        chunk_bytes="2KB",
+        num_workers=1,
+    )
+
+
 def litdata(folder: str, prefix: str) -> None:
     import litdata
 
     data = os.path.join(folder, "chunks")
-    if not os.path.exists(data):
-        litdata.optimize(fn=item, inputs=list(range(SAMPLES)), output_dir=data, chunk_bytes="2KB")
-    torch_loader = torch.utils.data.DataLoader(
-        litdata.StreamingDataset(data), batch_size=8, num_workers=2
-    )
+    from planted_litdata import Planted
+
+    planted = Planted(data)
+    planted.flags = folder
+    torch_loader = torch.utils.data.DataLoader(planted, batch_size=8, num_workers=2)
     drain(torch_loader, f"{prefix}-torch.json")
     own = litdata.StreamingDataLoader(litdata.StreamingDataset(data), batch_size=8, num_workers=2)
     drain(own, f"{prefix}-own.json")
@@ -76,4 +90,5 @@ def litdata(folder: str, prefix: str) -> None:
 
 
 if __name__ == "__main__":
-    {"mosaic": mosaic, "litdata": litdata}[sys.argv[1]](sys.argv[2], sys.argv[3])
+    jobs = {"mosaic": mosaic, "litdata": litdata, "litdata-data": litdata_data}
+    jobs[sys.argv[1]](sys.argv[2], sys.argv[3])
