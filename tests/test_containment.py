@@ -264,3 +264,23 @@ def test_a_failure_planted_in_each_of_our_hooks_leaves_the_jobs_batches_as_stock
     assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
         ("internal-error", "fell-back")
     ]
+
+
+def test_a_warning_points_past_a_frameworks_frames_to_the_users_line() -> None:
+    from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
+
+    # a framework's training loop (Composer's trainer.py, Ray's train_loop_utils.py) between the
+    # user's call and the warning
+    framework: dict[str, Any] = {"user_stacklevel": user_stacklevel, "warnings": warnings}
+    source = (
+        "def fit(loader):\n    warnings.warn('healed', HealWarning, stacklevel=user_stacklevel())\n"
+    )
+    framework["HealWarning"] = HealWarning
+    exec(compile(source, "/venv/lib/site-packages/composer/trainer/trainer.py", "exec"), framework)
+    with pytest.warns(HealWarning) as caught:
+        framework["fit"](None)  # the user's line
+    assert (caught[0].filename, caught[0].lineno) == (
+        __file__,
+        test_a_warning_points_past_a_frameworks_frames_to_the_users_line.__code__.co_firstlineno
+        + 12,
+    )
