@@ -284,3 +284,17 @@ def test_a_warning_points_past_a_frameworks_frames_to_the_users_line() -> None:
         test_a_warning_points_past_a_frameworks_frames_to_the_users_line.__code__.co_firstlineno
         + 12,
     )
+
+
+def test_a_quarantine_entry_names_its_loader(tmp_path: Any) -> None:
+    from loaderdoctor.supervise.parent.quarantine import read_quarantine
+
+    path = tmp_path / "quarantine.json"
+    val_loader = DataLoader(Bad(), batch_size=4, heal=True, quarantine=path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        list(val_loader)
+    line = test_a_quarantine_entry_names_its_loader.__code__.co_firstlineno + 4
+    assert [(e.index, e.loader) for e in read_quarantine(path).values()] == [
+        (5, f"val_loader (tests/test_containment.py:{line})")
+    ]

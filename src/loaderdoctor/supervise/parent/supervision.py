@@ -314,6 +314,7 @@ class Supervision:
             evidence=list(diagnosis.evidence)[:8],
             file=diagnosis.sample_file,
             when=quarantine_now(),
+            loader=self.log.loader,
         )
         told = [live.add(index) for live in list(self.live_quarantines)]
         path = self.settings.quarantine_path
