@@ -298,3 +298,31 @@ def test_a_quarantine_entry_names_its_loader(tmp_path: Any) -> None:
     assert [(e.index, e.loader) for e in read_quarantine(path).values()] == [
         (5, f"val_loader (tests/test_containment.py:{line})")
     ]
+
+
+def test_the_run_report_lists_a_feature_turned_off_with_its_loader(tmp_path: Any) -> None:
+    from loaderdoctor.runner import core, protocol
+
+    directory = protocol.incidents_dir(tmp_path)
+    tmp_path.joinpath(directory).mkdir(parents=True)
+    off = {
+        "loader": "DataLoader",
+        "site": "stream_loader (train.py:12)",
+        "feature": "stream-state",
+        "reason": "RuntimeError: state is kept by the library's own loader",
+    }
+    state = {"pid": 4000, "image": 1, "started": 1.0, "rank": None, "created": 1, "loaders": 1}
+    protocol.write_json(protocol.state_path(directory, 4000, 1), {**state, "features_off": [off]})
+    report = core.merge(
+        tmp_path,
+        command=["python", "train.py"],
+        returncode=0,
+        started_wall=0.0,
+        duration_s=1.0,
+        memory=None,
+        interrupted=False,
+    )
+    assert report.notes == [
+        "DataLoader at stream_loader (train.py:12): stream-state turned off (the rest "
+        "supervised): RuntimeError: state is kept by the library's own loader"
+    ]

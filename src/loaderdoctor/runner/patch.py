@@ -170,6 +170,7 @@ class LoaderRecord:
         self.own_iterator = supervised.own_iterator_reason(type(loader)) is not None
         self.name = type(loader).__qualname__
         self.site = subclasses.building_site()
+        self.named = supervision.log.loader or self.site  # with the name the user gave it
         self.features_off: dict[str, str] = {}
         self.iterated = False
         self.counts: dict[str, int] = {}
@@ -303,7 +304,7 @@ def _write_state(force: bool) -> None:
                 if (now := incident.to_dict()) != written
             },
             "features_off": [
-                {"loader": record.name, "site": record.site, "feature": f, "reason": why}
+                {"loader": record.name, "site": record.named, "feature": f, "reason": why}
                 for record in _records
                 for f, why in record.features_off.items()
             ],
