@@ -123,7 +123,11 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         self._ld = Supervision.of(self, settings)
         self._ld.log.loader = loader_site()
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
-        self._ld_unsupervised = _unsupervised_reason(unknown) or own_iterator_reason(type(self))
+        self._ld_unsupervised = _unsupervised_reason(unknown)
+        # A class that overrides ``_get_iterator``: supervised only if its override reaches ours
+        # (``super()._get_iterator()``), which its first iterator tells
+        self._ld_own_iterator = own_iterator_reason(type(self))
+        self._ld_reached = False
         for hook in list(LOADER_HOOKS):
             hook(self)
 
@@ -135,6 +139,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
     def ld_get_iterator(self) -> Any:
         from loaderdoctor.supervise.worker import hooks as worker_hooks
 
+        self._ld_reached = True
         sup = self._ld
         if self._ld_unsupervised is not None or sup.plain_torch:
             if self._ld_unsupervised is not None:
@@ -192,7 +197,21 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         workers = sup.backoff.num_workers if sup.backoff is not None else self.num_workers
         if self.persistent_workers and (workers == 0 or sup.workers_cannot_start):
             return self.ld_get_iterator()
+        if self._ld_own_iterator is not None:
+            return self._first_iterator_of_own_class(self._ld_own_iterator)
         return super().__iter__()
+
+    def _first_iterator_of_own_class(self, reason: str) -> Any:
+        """The first iterator of a class that overrides ``_get_iterator``: where the override
+        never reached ours, the loader runs as plain torch from now on, said once."""
+        self._ld_own_iterator = None
+        self._ld_reached = False
+        iterator = super().__iter__()
+        if not self._ld_reached:
+            self._ld_unsupervised = reason
+            self._ld.tell_watchers("unsupervised")  # ``run`` records it now, while it lives
+            _warn_once(self, reason, stacklevel=user_stacklevel())
+        return iterator
 
     @property
     def report(self) -> LoaderReport:
@@ -240,9 +259,9 @@ def own_iterator_reason(cls: type) -> str | None:
     """Why a loader of ``cls`` runs unsupervised: a class that overrides torch's
     ``_get_iterator`` (litdata's ``StreamingDataLoader``) builds an iterator of its own, whose
     workers never run under our hooks. None when torch's hook is ours."""
-    if getattr(cls, "_get_iterator", None) is getattr(cls, "ld_get_iterator", None):
+    owner = torch_compat.own_iterator_class(cls)
+    if owner is None:
         return None
-    owner = next((k for k in cls.__mro__ if "_get_iterator" in vars(k)), cls)
     return (
         f"{owner.__module__}.{owner.__qualname__} overrides DataLoader._get_iterator and builds "
         "its own iterator: its workers run without loaderdoctor's hooks (a worker death there is "
