@@ -98,7 +98,7 @@ def test_clean_run_stdout_is_byte_identical(tmp_path: Path) -> None:
     assert plain.returncode == 0 and result.returncode == 0
     assert result.stdout == plain.stdout
     assert "loader class: torch.utils.data.dataloader.DataLoader" in plain.stderr
-    assert "loader class: loaderdoctor.runner.patch.RunDataLoader" in result.stderr
+    assert "loader class: loaderdoctor.runner.patch.DataLoader" in result.stderr
     assert report["status"] == "ok" and report["incidents"] == []
     assert report["delivered"] == {"batches": 20, "samples": 80}  # 2 epochs × 10 batches of 4
     assert report["exit_code"] == 0 and report["quarantine"] == []

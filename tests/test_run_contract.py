@@ -302,5 +302,5 @@ def test_the_bootstrap_is_one_module_executed_once_and_the_command_sees_the_load
         "['loaderdoctor.runner', 'loaderdoctor.runner.bootstrap', 'loaderdoctor.runner.lifeline', "
         "'loaderdoctor.runner.live', 'loaderdoctor.runner.patch', 'loaderdoctor.runner.pdeathsig', "
         "'loaderdoctor.runner.protocol', 'loaderdoctor.runner.subclasses']",
-        "loaderdoctor.runner.patch RunDataLoader",
+        "loaderdoctor.runner.patch DataLoader",
     ]

@@ -447,6 +447,14 @@ class LoaderHooks(Hooks, ld_base=True):
         self._iterator = value
 
 
+def own_iterator_class(cls: type) -> type | None:
+    """The class that defines ``cls``'s ``_get_iterator`` where that is not our hook (litdata's
+    ``StreamingDataLoader``, a user's override): it may build an iterator of its own."""
+    if getattr(cls, "_get_iterator", None) is getattr(cls, "ld_get_iterator", None):
+        return None
+    return next((k for k in cls.__mro__ if "_get_iterator" in vars(k)), cls)
+
+
 class HookedDataLoader(LoaderHooks, torch.utils.data.DataLoader[T_co], ld_base=True):
     """torch's DataLoader whose ``_get_iterator`` is ``ld_get_iterator``."""
 

@@ -802,8 +802,9 @@ CAUSES: dict[str, Cause] = {
             fixes=(
                 "Please report it to the loaderdoctor maintainers with the traceback shown under "
                 "the evidence and the versions of loaderdoctor, torch and Python.",
-                "Keep training meanwhile: with heal=True (or `loaderdoctor run --heal`) the loader "
-                "falls back to plain torch loading and says so once.",
+                "Nothing to do to keep training: the loader falls back to plain torch loading and "
+                "says so once (not a stream part delivered already: plain torch would start it "
+                "again; there the error is raised).",
                 "Or use torch.utils.data.DataLoader directly until it is fixed.",
             ),
             symptoms=("an exception whose innermost frame is in loaderdoctor's own source files",),

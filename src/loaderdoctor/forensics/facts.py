@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoctor.forensics.catalog import Cause
+from loaderdoctor.forensics.error_text import error_text
 from loaderdoctor.forensics.evidence import Evidence
 from loaderdoctor.units import format_bytes
 
@@ -115,7 +116,7 @@ def _message_says(pattern: str) -> FactReader:
     compiled = re.compile(pattern)
 
     def reader(ev: Evidence) -> bool | None:
-        text = f"{ev.exception_message or ''}\n{ev.traceback or ''}"
+        text = error_text(f"{ev.exception_message or ''}\n{ev.traceback or ''}")
         return True if compiled.search(text) else None
 
     return reader

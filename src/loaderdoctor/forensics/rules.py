@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoctor.forensics.catalog import CAUSES
+from loaderdoctor.forensics.error_text import error_text
 from loaderdoctor.forensics.evidence import Diagnosis, Evidence
 from loaderdoctor.forensics.facts import choose_fixes, facts_of
 
@@ -107,7 +108,9 @@ def internal_error(ev: Evidence) -> Finding | None:
 def exception_signature(ev: Evidence) -> Finding | None:
     if ev.kind not in ("exception", "start"):
         return None
-    text = f"{ev.exception_type or ''}: {ev.exception_message or ''}\n{ev.traceback or ''}"
+    text = error_text(
+        f"{ev.exception_type or ''}: {ev.exception_message or ''}\n{ev.traceback or ''}"
+    )
     if ev.errno == 24:
         return Finding("fd-exhausted", 0.97, ("errno EMFILE (24): too many open files",))
     if ev.errno == 11 and ev.kind == "start":

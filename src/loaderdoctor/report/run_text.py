@@ -83,7 +83,8 @@ def format_verdict(report: RunReport) -> str:
         where = format_where(first)
         more = f" (+{len(raised) - 1} more)" if len(raised) > 1 else ""
         place = f" ({where})" if where != "-" else ""
-        return f"verdict: {first.cause}: {first.title}{place}{more}"
+        loader = f" in {first.loader}" if first.loader and several_loaders(report) else ""
+        return f"verdict: {first.cause}: {first.title}{place}{loader}{more}"
     if not report.exit_known:  # what is known so far, and no more
         healed = f"{len(report.incidents)} incident(s) healed" if report.incidents else None
         recorded = f"{healed or 'no worker death'} recorded"
@@ -100,6 +101,18 @@ def format_verdict(report: RunReport) -> str:
         if report.status == "healed-with-loss":
             return f"verdict: {count} healed, with healthy samples lost ({causes})"
         return f"verdict: {count} healed ({causes})"
+    # A loader that ran unsupervised may have lost a worker that nothing of ours saw (torch's own
+    # "DataLoader worker ... exited unexpectedly", above the summary): only the supervised ones
+    # are vouched for, and the failure is not called the command's own.
+    unsupervised = sum(u.count for u in report.unsupervised_loaders)
+    if unsupervised:
+        died = f"no supervised DataLoader worker died ({unsupervised} ran unsupervised"
+        if report.exit_code != 0 and not (report.interrupted or report.signal == "SIGINT"):
+            return (
+                f"verdict: {died}: a worker death there is torch's own error, above); "
+                "the command failed"
+            )
+        return f"verdict: {died})"
     if report.exit_code != 0 and not (report.interrupted or report.signal == "SIGINT"):
         ended = report.job.ended_by if report.job is not None else None
         if ended is not None:
@@ -211,10 +224,17 @@ def _node_table(report: RunReport) -> RenderableType:
     return table
 
 
-def _incident_details(incident: RunIncident) -> list[RenderableType]:
+def several_loaders(report: RunReport) -> bool:
+    """The incidents came from more than one loader (train and val): each is then named."""
+    return len({i.loader for i in report.incidents if i.loader}) > 1
+
+
+def _incident_details(incident: RunIncident, name_loader: bool = False) -> list[RenderableType]:
     from rich.text import Text
 
     parts: list[RenderableType] = [Text(f"  {incident.cause}: {incident.title}", style="bold")]
+    if name_loader and incident.loader:
+        parts.append(Text(f"    - loader: {incident.loader}"))
     parts.extend(Text(f"    - {line}") for line in incident.evidence[:3])
     # Above the fix, which may say "read the stack above": the crashing (or stuck) thread's
     # frames, innermost last, as many as a terminal screen holds; report.json keeps them all.
@@ -272,7 +292,7 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
         # The incidents that ended the run first: the one the last line names is explained.
         detailed = sorted(report.incidents, key=lambda i: i.action in HEALING_ACTIONS)
         for incident in detailed[:MAX_DETAILED_INCIDENTS]:
-            parts.extend(_incident_details(incident))
+            parts.extend(_incident_details(incident, several_loaders(report)))
     if report.quarantine:
         shown = ", ".join(repr(i) for i in report.quarantine[:20])
         parts.append(Text(f"  quarantined samples: {shown}"))

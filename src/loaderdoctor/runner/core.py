@@ -565,6 +565,17 @@ def run_notes(
             f"{count} DataLoader(s) ran unsupervised, their batches not in the delivered "
             f"counts: {reason}"
         )
+    seen: set[tuple[str, ...]] = set()
+    for state in states:
+        for entry in state.get("features_off", []):
+            if not isinstance(entry, dict):
+                continue
+            line = tuple(str(entry.get(k)) for k in ("loader", "site", "feature", "reason"))
+            if line not in seen:
+                seen.add(line)
+                notes.append(
+                    f"{line[0]} at {line[1]}: {line[2]} turned off (the rest supervised): {line[3]}"
+                )
     return notes
 
 

@@ -54,6 +54,7 @@ class RunIncident:
     time_s: float | None = None  # seconds after the command started
     diagnosis: dict[str, Any] | None = None
     node: str | None = None  # in a job report: the node folder whose run saw it
+    loader: str | None = None  # where its loader was built, and its name there
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

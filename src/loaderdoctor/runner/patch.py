@@ -110,6 +110,11 @@ class RunDataLoader(supervised.DataLoader[_T_co]):
         return loader
 
 
+# The user's code built a ``DataLoader``, and ``type(loader).__name__`` says so (a framework may log
+# or check it); the module says whose it is. The alias keeps pickling by name working.
+RunDataLoader.__name__ = RunDataLoader.__qualname__ = "DataLoader"
+DataLoader = RunDataLoader
+
 _stateful_classes: dict[type, type] = {}
 
 
@@ -174,6 +179,13 @@ class LoaderRecord:
         # Why the loader runs as plain torch (its own words, the reason its warning gives), or
         # None while it is supervised: the loader decides, run only reports it.
         self.unsupervised: str | None = loader._ld_unsupervised
+        # A class with an iterator of its own (litdata's StreamingDataLoader) is named with its
+        # site among the unsupervised loaders, as a subclass that never reached torch's __init__
+        self.own_iterator = supervised.own_iterator_reason(type(loader)) is not None
+        self.name = type(loader).__qualname__
+        self.site = subclasses.building_site()
+        self.named = supervision.log.loader or self.site  # with the name the user gave it
+        self.features_off: dict[str, str] = {}
         self.iterated = False
         self.counts: dict[str, int] = {}
         self.worker_pids: set[int] = set()
@@ -186,6 +198,7 @@ class LoaderRecord:
         self.iterated = self.iterated or supervision.epoch >= 0
         self.counts = supervision.counts.as_dict()
         self.worker_pids = set(supervision.worker_pids)
+        self.features_off = dict(supervision.features_off)
         if quarantine:  # not per batch: it may hold thousands of samples
             self.quarantine = list(supervision.quarantine)
         if quarantine or self.oom_protection is None:  # per batch only until workers ran
@@ -335,10 +348,7 @@ def _write_state(force: bool) -> None:
         for record in _records:
             quarantine.update(record.quarantine)
             worker_pids |= record.worker_pids
-        reasons: dict[str, int] = {}
-        for record in _records:
-            if record.unsupervised is not None:
-                reasons[record.unsupervised] = reasons.get(record.unsupervised, 0) + 1
+        reasons, own_iterators = _unsupervised_records()
         state = {
             **_state,
             # supervised loaders iterated; those that ran as plain torch, by their reason
@@ -362,13 +372,38 @@ def _write_state(force: bool) -> None:
                 for sequence, incident, written in _sunk_incidents
                 if (now := incident.to_dict()) != written
             },
-            "unsupervised_loaders": subclasses.unsupervised_loaders(),
+            "features_off": [
+                {"loader": record.name, "site": record.named, "feature": f, "reason": why}
+                for record in _records
+                for f, why in record.features_off.items()
+            ],
+            "unsupervised_loaders": subclasses.unsupervised_loaders() + own_iterators,
             "unwritten": _unwritten[0] if _unwritten else None,
         }
     try:
         protocol.write_json(protocol.state_path(incidents_dir(), os.getpid(), _image), state)
     except OSError as error:
         _cannot_write(error)
+
+
+def _unsupervised_records() -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """Loaders that ran as plain torch: by their reason, and those with an iterator of their own
+    (named with their site, as the subclasses that never reached torch's ``__init__``)."""
+    reasons: dict[str, int] = {}
+    own: dict[tuple[str, str, str], int] = {}
+    for record in _records:
+        if record.unsupervised is None:
+            continue
+        if record.own_iterator:
+            key = (record.name, record.site, record.unsupervised)
+            own[key] = own.get(key, 0) + 1
+        else:
+            reasons[record.unsupervised] = reasons.get(record.unsupervised, 0) + 1
+    entries = [
+        {"loader": name, "site": site, "reason": reason, "count": count}
+        for (name, site, reason), count in own.items()
+    ]
+    return reasons, entries
 
 
 def _flush_state() -> None:

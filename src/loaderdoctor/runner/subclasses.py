@@ -9,12 +9,12 @@ or at its death, and named in the report with the line that built it.
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from loaderdoctor.call_site import building_site
 
 _lock = threading.RLock()  # checked from the lifeline's thread and from finalizers too
 
@@ -117,52 +117,3 @@ def unsupervised_loaders() -> list[dict[str, Any]]:
             {"loader": name, "site": site, "reason": reason, "count": count}
             for (name, site, reason), count in _unsupervised.items()
         ]
-
-
-def building_site() -> str:
-    """``file:line`` of the code that built the loader, and the user's own line where that differs
-    (``accelerate/data_loader.py:1093 (from train.py:40)``)."""
-    frame: Any = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_MACHINERY):
-        frame = frame.f_back  # past __new__, this module and the supervised loader's own
-    if frame is None:
-        return "?"
-    caller = _frame_site(frame)
-    user = None
-    while frame is not None:
-        if not _is_library_file(frame.f_code.co_filename):
-            user = _frame_site(frame)
-            break
-        frame = frame.f_back
-    return caller if user is None or user == caller else f"{caller} (from {user})"
-
-
-def _is_library_file(filename: str) -> bool:
-    return (
-        "site-packages" in filename
-        or "dist-packages" in filename
-        or filename.startswith(_STDLIB)
-        or filename.startswith("<frozen")
-    )
-
-
-_STDLIB = os.path.dirname(os.__file__)
-_OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the loaderdoctor package
-# Ours that builds no loader of the user's: a loader built by our demo, scan or tune is theirs
-_MACHINERY = tuple(os.path.join(_OURS, part) + os.sep for part in ("runner", "supervise"))
-
-
-def _frame_site(frame: Any) -> str:
-    filename = frame.f_code.co_filename
-    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
-        if marker in filename:
-            filename = filename.split(marker, 1)[1]
-            break
-    else:
-        try:
-            relative = os.path.relpath(filename)
-        except ValueError:
-            relative = filename
-        if not relative.startswith(".."):
-            filename = relative
-    return f"{filename}:{frame.f_lineno}"

@@ -49,13 +49,34 @@ _INTERNAL_DIRS = tuple(
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning point at the user's line (the ``for batch in
-    loader`` line), past every frame of loaderdoctor and torch, whatever path led here."""
+    loader`` line), past every frame of loaderdoctor and torch, whatever path led here, and past
+    an installed framework's too (Composer's ``trainer.py``, Lightning's fit loop, Ray's
+    ``train_loop_utils.py``) where a frame of the user's own code is further out; where none
+    is (the loop runs in a framework's thread), the first frame past ours and torch's."""
     frame = sys._getframe(1)  # the function that is about to call warnings.warn
     level = 1
     while frame.f_back is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
         frame = frame.f_back
         level += 1
-    return level
+    outside: Any = frame
+    outer_level = level
+    while outside is not None and _installed(outside.f_code.co_filename):
+        outside = outside.f_back
+        outer_level += 1
+    return outer_level if outside is not None else level
+
+
+def _installed(filename: str) -> bool:
+    """A frame of an installed package or of Python's own library, not of the user's code."""
+    return (
+        "site-packages" in filename
+        or "dist-packages" in filename
+        or filename.startswith(_STDLIB)
+        or filename.startswith("<frozen")
+    )
+
+
+_STDLIB = os.path.dirname(os.__file__) + os.sep
 
 
 # Skips and replacements warn one by one up to this many per loader; the report counts them all.

@@ -42,6 +42,10 @@ NOT_EXACT_NOTE = (
     "not healed: this loader's state cannot resume a new pool with every healthy sample once "
     "(torchdata's StatefulDataLoader with in_order=False)"
 )
+STREAM_INTERNAL_NOTE = (
+    "not handed to plain torch: items of this loader's streams were delivered already, and plain "
+    "torch would start every stream again from its first item (delivering them twice)"
+)
 # Start failures only spawn and forkserver have (what they must pickle, the main script they
 # re-run): forked workers start where those cannot, so samples still load outside the training
 # process. The process limit is not among them: no start method gets a process past it.
@@ -138,6 +142,11 @@ class Situation:
     # A SIGKILL the kernel log and cgroup counters show was no OOM kill: not the machine's
     # memory, so no reason to shrink the pool (``forensics.rules.oom_ruled_out``)
     oom_ruled_out: bool = False
+    # Why no worker of this loader can be replaced or its pool resumed (a library that
+    # coordinates its workers itself: ``coordinated``): a death is raised at once, saying so
+    not_resumable: str | None = None
+    # Items of a stream were delivered this epoch (plain torch would deliver them again)
+    stream_delivered: bool = False
 
 
 def holds_back(diagnosis: Diagnosis, at: Situation) -> bool:
@@ -214,6 +223,9 @@ class HealPolicy:
 
     def decide(self, diagnosis: Diagnosis, at: Situation) -> Action:
         action = self._decide(diagnosis, at)
+        if at.not_resumable is not None and action.kind is not ActionKind.RAISE:
+            note = f"not healed: {at.not_resumable}"
+            return Action(ActionKind.RAISE, at.num_workers, at.prefetch_factor, note)
         if not at.resumes_exactly and action.kind is not ActionKind.RAISE:
             return Action(ActionKind.RAISE, at.num_workers, at.prefetch_factor, NOT_EXACT_NOTE)
         action = _within_fixed_workers(action, at) if at.workers_fixed else action
@@ -223,6 +235,8 @@ class HealPolicy:
         keep = Action(ActionKind.RESPAWN, at.num_workers, at.prefetch_factor)
         raise_it = replace(keep, kind=ActionKind.RAISE)
         cause = diagnosis.cause
+        if cause == "internal-error" and at.kind != "start":
+            return self._internal(at, keep)
         if not at.heal:
             return raise_it
         if at.kind == "start":  # a stream too: nothing of it was read yet
@@ -367,6 +381,14 @@ class HealPolicy:
         """Half the workers (at least one), prefetch 1: a rung of the ladder, skipping the
         prefetch-only rung, which leaves as many workers contending."""
         return Action(ActionKind.BACK_OFF, max(at.num_workers // 2, 1), 1, note, pool_stopped=True)
+
+    def _internal(self, at: Situation, keep: Action) -> Action:
+        """A bug of ours is never a verdict on the job, healing or not: plain torch loading
+        takes over (the owed batches, then the rest of the epoch). A stream only while none of
+        it was delivered: plain torch starts every stream again from its first item."""
+        if at.iterable and at.stream_delivered:
+            return replace(keep, kind=ActionKind.RAISE, note=STREAM_INTERNAL_NOTE)
+        return replace(keep, kind=ActionKind.FALL_BACK)
 
     def _stream(self, diagnosis: Diagnosis, at: Situation, keep: Action) -> Action:
         """A stream (IterableDataset): the dead worker's replacement resumes its stream, skipping

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch.utils.data
 
 from loaderdoctor import torch_compat, torch_signature
+from loaderdoctor.call_site import loader_site
+from loaderdoctor.supervise.heal import user_stacklevel
 from loaderdoctor.supervise.heal_policy import MAX_DEATHS_IN_A_ROW
 from loaderdoctor.supervise.parent.incidents import (
     INCIDENT_SINKS,
@@ -133,6 +135,10 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         self._ld = supervision_of_new(self, settings, max_skipped, strict_data)
         unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
         self._ld_unsupervised = _unsupervised_reason(unknown)
+        # A class that overrides ``_get_iterator``: supervised only if its override reaches ours
+        # (``super()._get_iterator()``), which its first iterator tells
+        self._ld_own_iterator = own_iterator_reason(type(self))
+        self._ld_reached = False
         for hook in list(LOADER_HOOKS):
             hook(self)
 
@@ -144,6 +150,7 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
     def ld_get_iterator(self) -> Any:
         from loaderdoctor.supervise.worker import hooks as worker_hooks
 
+        self._ld_reached = True
         sup = self._ld
         if self._ld_unsupervised is not None or sup.plain_torch:
             if self._ld_unsupervised is not None:
@@ -183,6 +190,8 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         sup = self._ld
         step = sup.epoch_started()
         if self._ld_unsupervised is not None or sup.plain_torch:
+            if self._ld_unsupervised is not None:
+                _warn_once(self, self._ld_unsupervised, stacklevel=user_stacklevel())
             return super().__iter__()
         climbed = _announce(step)
         current = self.ld_iterator
@@ -204,7 +213,21 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
         workers = sup.backoff.num_workers if sup.backoff is not None else self.num_workers
         if self.persistent_workers and (workers == 0 or sup.workers_cannot_start):
             return self.ld_get_iterator()
+        if self._ld_own_iterator is not None:
+            return self._first_iterator_of_own_class(self._ld_own_iterator)
         return super().__iter__()
+
+    def _first_iterator_of_own_class(self, reason: str) -> Any:
+        """The first iterator of a class that overrides ``_get_iterator``: where the override
+        never reached ours, the loader runs as plain torch from now on, said once."""
+        self._ld_own_iterator = None
+        self._ld_reached = False
+        iterator = super().__iter__()
+        if not self._ld_reached:
+            self._ld_unsupervised = reason
+            self._ld.tell_watchers("unsupervised")  # ``run`` records it now, while it lives
+            _warn_once(self, reason, stacklevel=user_stacklevel())
+        return iterator
 
     @property
     def report(self) -> LoaderReport:
@@ -233,6 +256,7 @@ def supervision_of_new(
     loader.max_skipped = max_skipped
     loader.max_deaths_in_a_row = settings.max_deaths_in_a_row
     supervision = Supervision.of(loader, settings)
+    supervision.log.loader = loader_site()
     if strict_data is not None:
         supervision.data.strict = strict_data
     return supervision
@@ -268,6 +292,21 @@ def _foreseen_start_failure(loader: DataLoader, sup: Supervision) -> None:
         loads_in_process(sup, fileless_main_diagnosis(fileless, method), method)
 
 
+def own_iterator_reason(cls: type) -> str | None:
+    """Why a loader of ``cls`` runs unsupervised: a class that overrides torch's
+    ``_get_iterator`` (litdata's ``StreamingDataLoader``) builds an iterator of its own, whose
+    workers never run under our hooks. None when torch's hook is ours."""
+    owner = torch_compat.own_iterator_class(cls)
+    if owner is None:
+        return None
+    return (
+        f"{owner.__module__}.{owner.__qualname__} overrides DataLoader._get_iterator and builds "
+        "its own iterator: its workers run without loaderdoctor's hooks (a worker death there is "
+        "torch's own error) and its batches are not counted; this DataLoader runs as plain "
+        "torch, unsupervised."
+    )
+
+
 def _unsupervised_reason(unknown: list[str]) -> str | None:
     if not torch_compat.SUPPORTED:
         return (
@@ -285,11 +324,12 @@ def _unsupervised_reason(unknown: list[str]) -> str | None:
 _warned: set[str] = set()
 
 
-def _warn_once(loader: Any, message: str) -> None:
+def _warn_once(loader: Any, message: str, stacklevel: int = 4) -> None:
     if message in _warned:
         return
     _warned.add(message)
-    warnings.warn(message, RuntimeWarning, stacklevel=5)  # at the user's `for ... in loader`
+    # at the user's `for ... in loader` (5: from ``ld_get_iterator`` through torch's ``__iter__``)
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def _announce(step: Any) -> bool:

@@ -65,6 +65,29 @@ def _path_value(value: Any) -> str | None:
     return None
 
 
+# Hugging Face ``datasets`` features whose stored value names the file it was read from
+HF_FILE_FEATURES = ("Image", "Audio", "Video", "Pdf")
+
+
+def _hugging_face_file(dataset: Any, index: int) -> str | None:
+    """A Hugging Face ``datasets.Dataset`` row's file (an ``Image`` column's ``path``), read from
+    its Arrow table without decoding it (decoding is what failed)."""
+    features = getattr(dataset, "features", None)
+    with_format = getattr(dataset, "with_format", None)
+    if not isinstance(features, dict) or not callable(with_format):
+        return None
+    columns = [n for n, f in features.items() if type(f).__name__ in HF_FILE_FEATURES]
+    if not columns:
+        return None
+    row = with_format("arrow")[index]  # one row, through the dataset's own index mapping
+    for name in columns:
+        value = row.column(name)[0].as_py()
+        path = value.get("path") if isinstance(value, dict) else None
+        if isinstance(path, str) and path:
+            return path
+    return None
+
+
 def sample_file(dataset: Any, index: Any, depth: int = 0) -> str | None:
     """The file that ``dataset[index]`` reads, or None when the dataset does not say."""
     if depth > 8 or not isinstance(index, int):
@@ -102,6 +125,9 @@ def sample_file(dataset: Any, index: Any, depth: int = 0) -> str | None:
             path = _as_path(data[index])
             if path is not None:
                 return path
+        path = _hugging_face_file(dataset, index)
+        if path is not None:
+            return path
         filename = getattr(dataset, "filename", None)  # timm: dataset.filename(i)
         if callable(filename):
             path = _as_path(filename(index))

@@ -15,6 +15,7 @@ from the delivered ones (by key) shows it too. Either way the loss is said, neve
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections import deque
 from collections.abc import Callable
@@ -41,9 +42,29 @@ def item_key(item: Any) -> Any:
 
 
 def is_stateful(dataset: Any) -> bool:
-    return callable(getattr(dataset, "state_dict", None)) and callable(
-        getattr(dataset, "load_state_dict", None)
-    )
+    """The dataset speaks torchdata's ``Stateful`` protocol: ``state_dict()`` with no argument,
+    ``load_state_dict(state)``. Libraries with methods of those names and another protocol (MosaicML
+    ``streaming``'s ``state_dict(num_samples, from_beginning)``, litdata's ``state_dict(
+    num_samples_yielded, num_workers, batch_size)``, both meant for their own loader's main
+    process) are not called: their streams resume by replay, as any other stream's."""
+    state_dict = getattr(dataset, "state_dict", None)
+    load_state_dict = getattr(dataset, "load_state_dict", None)
+    if not callable(state_dict) or not callable(load_state_dict):
+        return False
+    return _takes(state_dict, 0) and _takes(load_state_dict, 1)
+
+
+def _takes(method: Any, arguments: int) -> bool:
+    """``method`` can be called with ``arguments`` positional arguments (unknown: assumed so)."""
+    try:
+        signature = inspect.signature(method)
+    except (TypeError, ValueError):  # a builtin without a signature: trust its name
+        return True
+    try:
+        signature.bind(*range(arguments))
+    except TypeError:
+        return False
+    return True
 
 
 def declared_replayable(dataset: Any) -> bool:
@@ -222,6 +243,10 @@ class StreamProgress:
         if diagnosis is not None:
             stream.culprit_incidents[position] = diagnosis
         return True
+
+    def any_delivered(self) -> bool:
+        """Some item of some worker's stream reached the user (or was skipped past)."""
+        return any(stream.delivered_end for stream in self.workers.values())
 
     def delivered_end(self, worker_id: int) -> int:
         return self._of(worker_id).delivered_end

@@ -43,10 +43,13 @@ class Incident:
     # "fell-back" (loaderdoctor's own machinery failed: plain torch loading took over), and
     # "lost" (carried on, but the healthy samples its evidence names are lost).
     action: str
+    # Where its loader was built, and the name the user's line gave it (``call_site``)
+    loader: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
         return {
+            "loader": self.loader,
             "cause": d.cause,
             "worker_id": d.worker_id,
             "pid": d.pid,
@@ -118,13 +121,14 @@ class IncidentLog(Sequence[Incident]):
         self.steps: list[BackoffStep] = []
         self.quiet = False  # an isolated re-try made by healing: its parent reports the outcome
         self.sink_failures = 0
+        self.loader: str | None = None  # where the loader was built (each incident names it)
 
     def append(self, diagnosis: Diagnosis, action: str) -> Incident:
-        incident = Incident(diagnosis, action)
+        incident = Incident(diagnosis, action, self.loader)
         if len(self._incidents) < KEPT_WHOLE:
             self._incidents.append(incident)
         else:
-            self._incidents.append(Incident(_brief(diagnosis), action))
+            self._incidents.append(Incident(_brief(diagnosis), action, self.loader))
         if not self.quiet:
             owner = self._owner()
             for sink in list(INCIDENT_SINKS):
@@ -179,6 +183,8 @@ class LoaderReport:
     # persistent workers were started anew, with why (``detectors.PersistentRestart``)
     data_findings: list[dict[str, Any]] = field(default_factory=list)
     persistent_restarts: list[dict[str, Any]] = field(default_factory=list)
+    # feature -> why it was turned off for this loader (``containment``)
+    features_off: dict[str, str] = field(default_factory=dict)
 
     def to_json(self, indent: int | None = 2) -> str:
         """The report as JSON text; ``to_dict()`` gives the dict."""
@@ -196,6 +202,7 @@ class LoaderReport:
             "oom_protection": self.oom_protection,
             "data_findings": list(self.data_findings),
             "persistent_restarts": list(self.persistent_restarts),
+            "features_off": dict(self.features_off),
         }
 
 

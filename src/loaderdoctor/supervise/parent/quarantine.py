@@ -65,12 +65,15 @@ class QuarantineEntry:
     evidence: list[str] = field(default_factory=list)
     file: str | None = None
     when: str = ""
+    # the loader whose incident quarantined it (``call_site``: where built, and its name)
+    loader: str | None = None
 
 
 _ENTRY_TYPES: dict[str, tuple[type, ...]] = {
     "cause": (str,),
     "file": (str, type(None)),
     "when": (str,),
+    "loader": (str, type(None)),
 }
 
 

@@ -37,6 +37,7 @@ from loaderdoctor.forensics.rules import oom_ruled_out
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise import sharing
+from loaderdoctor.supervise.containment import cannot_resume_alone
 from loaderdoctor.supervise.errors import (
     HealingStoppedError,
     WorkerDiedError,
@@ -218,7 +219,7 @@ class Recovery:
 
     def new_epoch(self, streams: StreamProgress | None) -> None:
         self.ledger.clear()
-        self.respawns = 0  # MAX_RESPAWNS is per epoch, as it is for a fresh iterator
+        self.respawns = 0  # counted per epoch, as for a fresh iterator
         self.streams = streams
 
     # --- the failure ---------------------------------------------------------------------------
@@ -262,7 +263,9 @@ class Recovery:
                 diagnosis.evidence.append(action.note)
             stopped = action.note if action.stops_healing else None
             return self._raise(failure, diagnosis, stopped_because=stopped)
-        stream = self._stream_culprit(ev, diagnosis) if self.streams is not None else None
+        # a stream handed to plain torch resumes nothing: its culprit is not re-tried
+        resumes = self.streams is not None and action.kind is not ActionKind.FALL_BACK
+        stream = self._stream_culprit(ev, diagnosis) if resumes else None
         return self._heal(diagnosis, action, at, ev, replacement, stream)
 
     def restart(self, failure: PoolFailure, start_state: Any) -> Outcome:
@@ -349,6 +352,8 @@ class Recovery:
             sharing_strategy=sharing.current(),
             isolated_probe=True,
             loaded_fine_alone_before=sup.loaded_fine_alone,
+            not_resumable=cannot_resume_alone(sup.dataset),
+            stream_delivered=self.streams is not None and self.streams.any_delivered(),
         )
         if self.iterable:
             at = replace(at, culprit=ev.iterable_position)

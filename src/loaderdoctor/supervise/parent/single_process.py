@@ -116,13 +116,7 @@ class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
         sup = self._ld_sup
         diagnosis = diagnose(internal_evidence(error, sup.epoch))
         attach(error, diagnosis)
-        if not sup.settings.heal:
-            sup.record(diagnosis, "raised")
-            error.add_note(format_verdict(diagnosis, include_stack=False))
-            try:
-                raise error
-            finally:
-                error = None  # type: ignore[assignment]  # no cycle through the traceback
+        # Healing or not: a bug of ours must not end a job that plain torch runs.
         diagnosis.evidence.append(
             "plain torch loading takes over for the rest of this loader's life"
         )

@@ -19,6 +19,7 @@ from typing import Any
 
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics.evidence import Diagnosis
+from loaderdoctor.supervise import containment
 from loaderdoctor.supervise.batch_count import samples_delivered
 from loaderdoctor.supervise.heal import user_stacklevel, warn_sample_action
 from loaderdoctor.supervise.heal_policy import MAX_DEATHS_IN_A_ROW, Backoff
@@ -183,6 +184,8 @@ class Supervision:
         )
         self.shared_stop: Diagnosis | None = None
         self.handles_warned = False  # a worker found a handle shared with the main process
+        # feature -> why it is off for this loader (a protocol of the user's objects that raised)
+        self.features_off: dict[str, str] = {}
         # Healing switched torch's sharing strategy (out of descriptors): workers started from
         # then on set it too (a spawned worker starts with torch's default)
         self.worker_sharing_strategy: str | None = None
@@ -353,6 +356,7 @@ class Supervision:
             evidence=list(diagnosis.evidence)[:8],
             file=diagnosis.sample_file,
             when=quarantine_now(),
+            loader=self.log.loader,
         )
         told = [live.add(index) for live in list(self.live_quarantines)]
         path = self.settings.quarantine_path
@@ -370,6 +374,8 @@ class Supervision:
             return
         if event.get("kind") == rng_states.EVENT_KIND:
             self.data.worker_random_states(event)
+        if event.get("kind") == containment.EVENT_KIND:
+            self.feature_off(str(event.get("feature")), str(event.get("reason")))
             return
         action = event.get("action", "skipped")
         counts = self.counts
@@ -416,6 +422,16 @@ class Supervision:
         self.sample_actions += 1
         self.quarantine_add(index, diagnosis)
         self.stop_if_shared(index, event)
+
+    def feature_off(self, feature: str, reason: str) -> None:
+        """A feature turned off for this loader (``containment``): warned once, then reported."""
+        if feature in self.features_off:
+            return
+        self.features_off[feature] = reason
+        warnings.warn(
+            containment.warning_text(feature, reason), RuntimeWarning, stacklevel=user_stacklevel()
+        )
+        self.tell_watchers("features")
 
     def warn_shared_handles(self, event: dict[str, Any]) -> None:
         """A worker found handles of the main process in the dataset: warn once per loader."""
@@ -513,6 +529,7 @@ class Supervision:
         report.oom_protection = self.oom_protection()
         report.data_findings = [finding.to_dict() for finding in self.data.findings]
         report.persistent_restarts = [restart.to_dict() for restart in self.data.restarts]
+        report.features_off = dict(self.features_off)
         return report
 
     def oom_protection(self) -> str | None:

@@ -255,7 +255,9 @@ class Supervisor:
             ev.batch = task
             error, diagnosis = worker_exception(data, ev, indices, self.snapshot.dataset)
             try:
-                if sup.settings.heal and owed_again(diagnosis) and task is not None:
+                # a bug of ours falls back to plain torch, healing or not (``HealPolicy``)
+                ours = diagnosis.cause == "internal-error"
+                if (sup.settings.heal or ours) and owed_again(diagnosis) and task is not None:
                     self.ledger.owe(task, indices)  # still owed to the user
                     raise PoolFailure(ev, error, diagnosis)
                 sup.record(diagnosis, "raised")

@@ -25,6 +25,7 @@ from loaderdoctor.recorder import (
     Stage,
     WorkerSlot,
 )
+from loaderdoctor.supervise import containment
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE
 from loaderdoctor.supervise.streams import (
     CHECKED_KEYS,
@@ -113,14 +114,16 @@ class SupervisedMapDataset(Dataset[Any]):
         context.batch_indices = indices
         samples = []
         index = None
+        # Our own bookkeeping stays outside the try: an error of ours is never the dataset's
+        if slot is not None:
+            flat, base, clock = slot.hot_path()
+            index_at, stage_at, since_at = base + _INDEX, base + _STAGE, base + _SINCE
+            flat[stage_at] = _FETCH
         try:
             if slot is None:
                 for index in indices:
                     samples.append(dataset[index])
             else:
-                flat, base, clock = slot.hot_path()
-                index_at, stage_at, since_at = base + _INDEX, base + _STAGE, base + _SINCE
-                flat[stage_at] = _FETCH
                 for index in indices:
                     flat[index_at] = index if type(index) is int else NO_INDEX
                     flat[since_at] = clock()
@@ -403,8 +406,12 @@ class _SupervisedIterator:
             elif resume.base is not None:  # its loader restored the stream
                 self.position = self.mark = resume.base
             elif resume.state is not None and self.stateful:
-                dataset.load_state_dict(resume.state)
-                self.position = self.mark = resume.skip
+                try:
+                    dataset.load_state_dict(resume.state)
+                except Exception as error:  # the user's protocol: replay instead
+                    self._state_off(error)
+                else:
+                    self.position = self.mark = resume.skip
         # Names items a pipeline's later stages drop the key of, or die on (WebDataset)
         self.names = NameTrail(slot)
         self.iterator: Iterator[Any] = (
@@ -574,7 +581,19 @@ class _SupervisedIterator:
         return key if key is not None else item_key(item)
 
     def state(self) -> Any:
-        return self.dataset.state_dict() if self.stateful else None
+        if not self.stateful:
+            return None
+        try:
+            return self.dataset.state_dict()
+        except Exception as error:  # the user's protocol: its stream resumes by replay
+            self._state_off(error)
+            return None
+
+    def _state_off(self, error: BaseException) -> None:
+        """The dataset's own state cannot be saved or restored as torchdata's protocol says:
+        stop calling it, and tell the parent once (the stream resumes by replay)."""
+        self.stateful = False
+        self.outbox.record(containment.event("stream-state", error))
 
 
 class SupervisedIterableDataset(IterableDataset[Any]):
