@@ -374,6 +374,7 @@ class Supervision:
             return
         if event.get("kind") == rng_states.EVENT_KIND:
             self.data.worker_random_states(event)
+            return
         if event.get("kind") == containment.EVENT_KIND:
             self.feature_off(str(event.get("feature")), str(event.get("reason")))
             return
