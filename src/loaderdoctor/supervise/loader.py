@@ -133,8 +133,11 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
             **torch_keywords,
         )
         self._ld = supervision_of_new(self, settings, max_skipped, strict_data)
-        unknown = sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS)
-        self._ld_unsupervised = _unsupervised_reason(unknown)
+        self._ld_built(sorted(set(torch_keywords) - KNOWN_TORCH_KEYWORDS))
+
+    def _ld_built(self, unknown_keywords: list[str]) -> None:
+        """What is supervised of the loader just built, and the hooks told of it."""
+        self._ld_unsupervised = _unsupervised_reason(unknown_keywords)
         # A class that overrides ``_get_iterator``: supervised only if its override reaches ours
         # (``super()._get_iterator()``), which its first iterator tells
         self._ld_own_iterator = own_iterator_reason(type(self))

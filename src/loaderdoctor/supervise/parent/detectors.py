@@ -217,7 +217,7 @@ class DataWatch:
         self._sampler: Any = None
         self._order: list[tuple[Any, ...]] = []
         self._previous_order: list[tuple[Any, ...]] | None = None
-        self._workers = 0
+        self.worker_count = 0
         self._stream: list[str | None] = []
         # What the main process held when the pool's workers started, and a difference seen at
         # an epoch start, told at its first batch unless a new pool started meanwhile
@@ -234,12 +234,14 @@ class DataWatch:
             return
         self._sampler = None if self.iterable else shuffling_sampler(loader)
         self._order = []
-        self._workers = int(getattr(loader, "num_workers", 0) or 0)
+        self.worker_count = int(getattr(loader, "num_workers", 0) or 0)
         self._stream = []
-        watch_stream = self.iterable and self._workers > 1
+        watch_stream = self.iterable and self.worker_count > 1
         self._watching = max(
             ORDER_BATCHES if self._sampler is not None else 0,
-            min(STREAM_BATCHES, STREAM_BATCHES_PER_WORKER * self._workers) if watch_stream else 0,
+            min(STREAM_BATCHES, STREAM_BATCHES_PER_WORKER * self.worker_count)
+            if watch_stream
+            else 0,
         )
         self._stale = []
         if getattr(loader, "persistent_workers", False) and self._attributes_at_start is not None:
@@ -262,7 +264,7 @@ class DataWatch:
             key = _batch_key(indices)
             if key is not None:
                 self._order.append(key)
-        if self.iterable and self._workers > 1:
+        if self.iterable and self.worker_count > 1:
             self._stream.append(batch_fingerprint(batch))
         if self._watching == 0:
             self._epoch_ended()
@@ -359,7 +361,7 @@ class DataWatch:
         if len(repeated) < 2:
             return
         copies = max(len(p) for p in repeated)
-        workers = self._workers
+        workers = self.worker_count
         evidence = [
             f"of the first {len(prints)} batches of epoch {self.epoch}, {len(positions)} are "
             f"distinct: each arrived up to {copies} times",

@@ -324,7 +324,7 @@ class Recovery:
         """A death or hang that blamed no sample counts toward ``max_deaths_in_a_row``; one whose
         sample is quarantined is the sample's (``max_skipped`` bounds those)."""
         if at.kind in ("death", "hang") and action.kind is not ActionKind.QUARANTINE:
-            self.sup.deaths_in_a_row += 1
+            self.sup.history.deaths_in_a_row += 1
 
     def give_up(self, failure: PoolFailure) -> Raise:
         """Raise the failure with its verdict, healing or not: a pool that failed while its
@@ -336,7 +336,7 @@ class Recovery:
         at = Situation(
             heal=sup.settings.heal,
             iterable=self.iterable,
-            deaths_in_a_row=sup.deaths_in_a_row,
+            deaths_in_a_row=sup.history.deaths_in_a_row,
             max_deaths_in_a_row=sup.settings.max_deaths_in_a_row,
             oom_ruled_out=oom_ruled_out(ev),
             num_workers=self.books.num_workers,
@@ -351,7 +351,7 @@ class Recovery:
             resumes_exactly=self.resume_point is None or bool(self.snapshot.in_order),
             sharing_strategy=sharing.current(),
             isolated_probe=True,
-            loaded_fine_alone_before=sup.loaded_fine_alone,
+            loaded_fine_alone_before=sup.history.loaded_fine_alone,
             not_resumable=cannot_resume_alone(sup.dataset),
             stream_delivered=self.streams is not None and self.streams.any_delivered(),
         )
@@ -411,7 +411,7 @@ class Recovery:
             self.sup.counts.probe_failures += 1
             return POLICY.decide(diagnosis, replace(at, probe_error=found))
         failed_again = found is not None
-        self.sup.loaded_fine_alone += not failed_again
+        self.sup.history.loaded_fine_alone += not failed_again
         action = POLICY.decide(diagnosis, replace(at, probe_failed_again=failed_again))
         if failed_again and action.kind is ActionKind.QUARANTINE:
             control = self._control(diagnosis, at, culprit)

@@ -14,7 +14,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loaderdoctor import torch_compat
@@ -163,6 +163,24 @@ class LoaderSnapshot:
         return LoaderSnapshot(self, **overrides)
 
 
+@dataclass
+class HealHistory:
+    """What healing learnt from this loader's failures, which its later decisions read."""
+
+    # Failures whose sample then loaded fine alone (a second one points at the pool)
+    loaded_fine_alone: int = 0
+    # Worker deaths and hangs since the last delivered batch that blamed no sample
+    # (``HealPolicy``'s bound, ``max_deaths_in_a_row``)
+    deaths_in_a_row: int = 0
+    # The batches whose worker died in collate_fn (their indices)
+    collate_deaths: set[str] = field(default_factory=set)
+    # Samples delivered whole lately: the controls a verdict that blames a sample re-tries the
+    # same way (``Supervision.control_sample``)
+    delivered_samples: collections.deque[int] = field(
+        default_factory=lambda: collections.deque(maxlen=8)
+    )
+
+
 class Supervision:
     """The state of one supervised loader that outlives its iterators."""
 
@@ -189,16 +207,7 @@ class Supervision:
         # Healing switched torch's sharing strategy (out of descriptors): workers started from
         # then on set it too (a spawned worker starts with torch's default)
         self.worker_sharing_strategy: str | None = None
-        # Failures whose sample then loaded fine alone (a second one points at the pool)
-        self.loaded_fine_alone = 0
-        # Worker deaths and hangs since the last delivered batch that blamed no sample
-        # (``HealPolicy``'s bound, ``max_deaths_in_a_row``)
-        self.deaths_in_a_row = 0
-        # The batches whose worker died in collate_fn (their indices), this loader's life
-        self.collate_deaths: set[str] = set()
-        # Samples delivered whole lately: the controls a verdict that blames a sample re-tries
-        # the same way (``control_sample``)
-        self.delivered_samples: collections.deque[int] = collections.deque(maxlen=8)
+        self.history = HealHistory()
         # The live pools' shared quarantines: each new entry reaches their workers at once
         # (``live_quarantine``), not only the batches the main process has not sent yet.
         self.live_quarantines: weakref.WeakSet[LiveQuarantine] = weakref.WeakSet()
@@ -278,7 +287,7 @@ class Supervision:
         """One batch handed to the user: the loader's delivered counts (the only ones kept),
         counted here, at the delivery, from what the batch holds."""
         self.counts.batches += 1
-        self.deaths_in_a_row = 0
+        self.history.deaths_in_a_row = 0
         count = samples if samples is not None else samples_delivered(indices, batch)
         self.counts.samples += count
         if self.shared is not None:
@@ -295,13 +304,13 @@ class Supervision:
             return data.batch
         self.delivered(indices, data)
         if isinstance(indices, list):
-            self.delivered_samples.extend(i for i in indices[-2:] if type(i) is int)
+            self.history.delivered_samples.extend(i for i in indices[-2:] if type(i) is int)
         return data
 
     def control_sample(self, culprit: Any) -> int | None:
         """A sample delivered earlier in this run (not ``culprit``, not quarantined): the control
         that clears the rest when ``culprit`` is re-tried alone; None when there is none."""
-        for index in reversed(self.delivered_samples):
+        for index in reversed(self.history.delivered_samples):
             if index != culprit and index not in self.quarantine:
                 return index
         return None
@@ -309,8 +318,8 @@ class Supervision:
     def collate_death(self, indices: Any) -> bool:
         """A worker died collating the batch of ``indices``: True when one did before."""
         key = repr(list(indices))
-        seen = key in self.collate_deaths
-        self.collate_deaths.add(key)
+        seen = key in self.history.collate_deaths
+        self.history.collate_deaths.add(key)
         return seen
 
     def take_events(self, events: Any) -> None:
