@@ -437,16 +437,16 @@ def test_a_probe_that_fails_itself_quarantines_nothing(
 ) -> None:
     """A bug of ours in the probe (the sample re-tried alone) is logged and counted, and the
     sample loads again: never "it failed again", which quarantined a healthy sample."""
-    from loaderdoctor.supervise.parent import probe, supervision
+    from loaderdoctor.supervise.parent import iterator, supervision
 
-    class BrokenProbe(supervision.Supervision):  # only the probe builds one in probe.py
+    class BrokenProbe(supervision.Supervision):  # only the probe builds one in iterator.py
         def delivered(self, *args: object) -> None:
             raise RuntimeError("a bug of ours in the probe")
 
-    monkeypatch.setattr(probe, "Supervision", BrokenProbe)
+    monkeypatch.setattr(iterator, "Supervision", BrokenProbe)
     dataset = Ledger(12, {5: "kill-once"}, str(tmp_path))
     loader = loaderdoctor.DataLoader(dataset, batch_size=2, num_workers=2, heal=True)
-    with caplog.at_level(logging.WARNING, logger="loaderdoctor.supervise.parent.probe"):
+    with caplog.at_level(logging.WARNING, logger="loaderdoctor.supervise.parent.iterator"):
         (epoch,) = delivered(loader)
 
     assert Counter(epoch) == Counter(range(12))  # sample 5 too: it loads fine the second time

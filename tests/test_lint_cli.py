@@ -64,7 +64,8 @@ def test_unknown_rule_code_is_a_usage_error(option: str) -> None:
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.splitlines()[-1].endswith(
         f"{option}: 'LD999' is not a rule code or prefix; the codes are LD000, LD101, LD102, "
-        "LD103, LD104, LD105, LD106, LD107, LD108, LD109, LD110 (loaderdoctor lint --list-rules "
+        "LD103, LD104, LD105, LD106, LD107, LD108, LD109, LD110, LD111, LD112, LD113 "
+        "(loaderdoctor lint --list-rules "
         "explains them)"
     ), result.stderr
 
