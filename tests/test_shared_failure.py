@@ -4,6 +4,7 @@ alone, then real runs whose every sample fails alike under ``loaderdoctor run --
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -175,7 +176,7 @@ def test_run_heal_stops_on_a_failure_every_sample_shares(
     result = run_python(
         [
             "-m", "loaderdoctor", "run", "--heal", "--report-dir", str(report_dir), "--",
-            "python", str(FIXTURES / "run" / "shared_failure.py"), mode, start_method,
+            sys.executable, str(FIXTURES / "run" / "shared_failure.py"), mode, start_method,
         ],
         timeout=120,
     )  # fmt: skip
