@@ -23,7 +23,9 @@ def _few_descriptors() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.parametrize(
+    "start_method", ["fork", pytest.param("spawn", marks=pytest.mark.extended)]
+)
 def test_out_of_descriptors_switches_the_sharing_strategy_and_keeps_the_workers(
     tmp_path: Path, start_method: str
 ) -> None:

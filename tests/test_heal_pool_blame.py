@@ -14,7 +14,9 @@ from conftest import FIXTURES, run_python
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.parametrize(
+    "start_method", ["fork", pytest.param("spawn", marks=pytest.mark.extended)]
+)
 def test_a_pool_too_big_for_its_resource_backs_off_and_quarantines_nothing(
     tmp_path: Path, start_method: str
 ) -> None:

@@ -167,8 +167,15 @@ MESSAGES = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
-@pytest.mark.parametrize("mode", ["cuda", "missing-root"])
+@pytest.mark.parametrize(
+    ("mode", "start_method"),
+    [
+        ("cuda", "spawn"),
+        ("missing-root", "fork"),
+        pytest.param("cuda", "fork", marks=pytest.mark.extended),
+        pytest.param("missing-root", "spawn", marks=pytest.mark.extended),
+    ],
+)
 def test_run_heal_stops_on_a_failure_every_sample_shares(
     tmp_path: Path, mode: str, start_method: str
 ) -> None:
