@@ -229,8 +229,21 @@ def _processes_need_the_slow_marker(request: pytest.FixtureRequest) -> Iterator[
         )
 
 
+EXTENDED = os.environ.get("LOADERDOCTOR_EXTENDED") == "1"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that start processes first, the quick ones last (a stable sort: file order
     within each): the two xdist workers steal from each other's queue (``--dist worksteal``), so
-    the run ends on quick tests, and neither worker waits alone on a long one at the end."""
+    the run ends on quick tests, and neither worker waits alone on a long one at the end.
+
+    The extended tier (another start method, fault kind or seed of a case the suite already
+    runs) is skipped, with the command that runs it, unless ``LOADERDOCTOR_EXTENDED=1``: it
+    keeps CI within its time budget on two cores."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if EXTENDED:
+        return
+    skip = pytest.mark.skip(reason="extended tier: bash scripts/extended_tests.sh runs it")
+    for item in items:
+        if item.get_closest_marker("extended") is not None:
+            item.add_marker(skip)

@@ -38,7 +38,10 @@ EXCEPTION_IGNORED = "Exception ignored in"
 # differs is how a worker starts, one worker each: each of their workers imports torch again,
 # four cases over (at load 18: spawn 58 s -> 30 s, forkserver 50 s -> 24 s).
 @pytest.mark.slow
-@pytest.mark.parametrize(("method", "workers"), [("fork", 2), ("spawn", 1), ("forkserver", 1)])
+@pytest.mark.parametrize(
+    ("method", "workers"),
+    [("fork", 2), ("spawn", 1), pytest.param("forkserver", 1, marks=pytest.mark.extended)],
+)
 def test_dropped_iterator_workers_exit_with_gc_disabled(method: str, workers: int) -> None:
     result = run_python([str(DROPIN / "dropped_iterator.py"), method, str(workers)], timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]

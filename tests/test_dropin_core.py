@@ -96,6 +96,7 @@ def test_dataloader_is_generic_like_torch() -> None:
 
 
 def test_stateful_dataloader_is_generic_like_torchdatas() -> None:
+    pytest.importorskip("torchdata", reason="torchdata is an extra (the eco extra has it)")
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     alias = loaderdoctor.StatefulDataLoader[list[torch.Tensor]]

@@ -81,7 +81,9 @@ def test_start_methods(method: str) -> None:
 
 @pytest.mark.slow
 # three workers shard unevenly under fork; under spawn two show the same pickled stream
-@pytest.mark.parametrize(("method", "workers"), [("fork", 3), ("spawn", 2)])
+@pytest.mark.parametrize(
+    ("method", "workers"), [("fork", 3), pytest.param("spawn", 2, marks=pytest.mark.extended)]
+)
 def test_iterable_dataset(method: str, workers: int) -> None:
     check(
         dataset=ShardedStream(), batch_size=4, num_workers=workers, multiprocessing_context=method

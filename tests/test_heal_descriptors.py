@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import resource
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,14 @@ def _few_descriptors() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.parametrize(
+    "start_method", ["fork", pytest.param("spawn", marks=pytest.mark.extended)]
+)
 def test_out_of_descriptors_switches_the_sharing_strategy_and_keeps_the_workers(
     tmp_path: Path, start_method: str
 ) -> None:
     result = run_python(
-        ["-m", "loaderdoctor", "run", "--heal", "--report-dir", str(tmp_path), "--", "python",
+        ["-m", "loaderdoctor", "run", "--heal", "--report-dir", str(tmp_path), "--", sys.executable,
          str(FIXTURES / "run" / "few_descriptors.py"), start_method],
         preexec_fn=_few_descriptors,
         timeout=180,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ def test_no_main_guard_under_spawn_keeps_a_killing_sample_out_of_the_training_pr
 ) -> None:
     script = str(FIXTURES / "run" / "unguarded_killer.py")
     result = run_python(
-        ["-m", "loaderdoctor", "run", "--heal", "--report-dir", str(tmp_path), "--", "python",
+        ["-m", "loaderdoctor", "run", "--heal", "--report-dir", str(tmp_path), "--", sys.executable,
          script, "spawn"],
         timeout=240,
     )  # fmt: skip

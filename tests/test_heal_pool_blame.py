@@ -5,6 +5,7 @@ quarantining it. Real flock'ed slots, real workers, under ``loaderdoctor run --h
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ from conftest import FIXTURES, run_python
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.parametrize(
+    "start_method", ["fork", pytest.param("spawn", marks=pytest.mark.extended)]
+)
 def test_a_pool_too_big_for_its_resource_backs_off_and_quarantines_nothing(
     tmp_path: Path, start_method: str
 ) -> None:
@@ -21,7 +24,7 @@ def test_a_pool_too_big_for_its_resource_backs_off_and_quarantines_nothing(
     slots.mkdir()
     result = run_python(
         ["-m", "loaderdoctor", "run", "--heal", "--hang-timeout", "8", "--report-dir",
-         str(tmp_path / "report"), "--", "python", str(FIXTURES / "run" / "slots.py"),
+         str(tmp_path / "report"), "--", sys.executable, str(FIXTURES / "run" / "slots.py"),
          start_method, str(slots)],
         timeout=300,
     )  # fmt: skip

@@ -338,7 +338,10 @@ def test_hang_on_macos_dumps_the_stack_on_sigusr2() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("mode", "cause"), [("segv", "native-crash"), ("hang", "worker-hang")])
+@pytest.mark.parametrize(
+    ("mode", "cause"),
+    [("segv", "native-crash"), pytest.param("hang", "worker-hang", marks=pytest.mark.extended)],
+)
 def test_healing_under_spawn_finishes_the_epoch(mode: str, cause: str) -> None:
     out = verdict(HEALING, mode, "spawn", "21", timeout=150)
     assert sorted(out["delivered"]) == [i for i in range(48) if i != 21]

@@ -160,7 +160,7 @@ def loader_for(
         # A pickled start once, under forkserver (Linux's default from Python 3.14): the
         # supervisor replaces a worker the same way under spawn, whose healing of a segfault
         # is test_portable's test_healing_under_spawn_finishes_the_epoch.
-        ("sigkill", "forkserver"),
+        pytest.param("sigkill", "forkserver", marks=pytest.mark.extended),
     ],
 )
 def test_one_dead_worker_of_four_is_replaced_alone(fault: str, method: str | None) -> None:

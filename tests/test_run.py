@@ -183,6 +183,7 @@ def test_report_rerenders_a_run(tmp_path: Path) -> None:
 def test_loaders_that_run_unsupervised_are_named_with_their_own_reason(tmp_path: Path) -> None:
     """The summary counts supervised loaders only; each one that ran as plain torchdata is in a
     note with the reason it gave itself (its warning's words), counted by reason."""
+    pytest.importorskip("torchdata", reason="torchdata is an extra (the eco extra has it)")
     result, report = ld_run(tmp_path, str(RUN_FIXTURES / "stateful_kinds.py"), timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     loaders = json.loads(result.stdout)

@@ -41,6 +41,7 @@ def test_the_swapped_dataloader_is_generic_as_torchs_is() -> None:
 
 
 def test_the_supervised_stateful_class_is_generic_as_the_users_is() -> None:
+    pytest.importorskip("torchdata", reason="torchdata is an extra (the eco extra has it)")
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     from loaderdoctor.supervise.stateful import SupervisedStateful

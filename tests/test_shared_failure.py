@@ -4,6 +4,7 @@ alone, then real runs whose every sample fails alike under ``loaderdoctor run --
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -166,8 +167,15 @@ MESSAGES = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
-@pytest.mark.parametrize("mode", ["cuda", "missing-root"])
+@pytest.mark.parametrize(
+    ("mode", "start_method"),
+    [
+        ("cuda", "spawn"),
+        ("missing-root", "fork"),
+        pytest.param("cuda", "fork", marks=pytest.mark.extended),
+        pytest.param("missing-root", "spawn", marks=pytest.mark.extended),
+    ],
+)
 def test_run_heal_stops_on_a_failure_every_sample_shares(
     tmp_path: Path, mode: str, start_method: str
 ) -> None:
@@ -175,7 +183,7 @@ def test_run_heal_stops_on_a_failure_every_sample_shares(
     result = run_python(
         [
             "-m", "loaderdoctor", "run", "--heal", "--report-dir", str(report_dir), "--",
-            "python", str(FIXTURES / "run" / "shared_failure.py"), mode, start_method,
+            sys.executable, str(FIXTURES / "run" / "shared_failure.py"), mode, start_method,
         ],
         timeout=120,
     )  # fmt: skip

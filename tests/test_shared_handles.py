@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import multiprocessing
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,7 @@ def test_run_warns_once_about_a_socket_every_worker_shares(
     """Two workers share the socket: one warning. Reconnected in worker_init_fn: none."""
     script = str(FIXTURES / "run" / "shared_socket.py")
     result = run_python(
-        ["-m", "loaderdoctor", "run", "--report-dir", str(tmp_path), "--", "python", script,
+        ["-m", "loaderdoctor", "run", "--report-dir", str(tmp_path), "--", sys.executable, script,
          start_method, *extra],
         timeout=120,
     )  # fmt: skip

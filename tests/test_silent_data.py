@@ -9,6 +9,7 @@ import io
 import json
 import multiprocessing
 import random
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -354,7 +355,7 @@ def test_run_strict_fails_the_command_and_reports_the_finding(tmp_path: Path) ->
             "--report-dir",
             str(tmp_path),
             "--",
-            "python",
+            sys.executable,
             str(SCRIPT),
             "no-set-epoch",
         ],

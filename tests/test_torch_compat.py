@@ -184,16 +184,6 @@ def test_exception_wrapper_shape() -> None:
     assert str(KeyErrorMessage("a\nb")) == "a\nb"  # KeyError's repr-quoting undone
 
 
-def test_stdlib_privates() -> None:
-    # worker_hooks wraps the queue feeder's error hook and reads the process's temp dir config
-    hook = inspect.getattr_static(multiprocessing.queues.Queue, "_on_queue_feeder_error")
-    assert isinstance(hook, staticmethod)
-    assert list(inspect.signature(hook.__func__).parameters) == ["e", "obj"]
-    assert isinstance(multiprocessing.current_process()._config, dict)  # type: ignore[attr-defined]
-    source = inspect.getsource(importlib.import_module("multiprocessing.spawn"))
-    assert "_inheriting = True" in source  # is_spawn_bootstrapping reads it
-
-
 # --- a real loader, torch's own iterator, observed through a recording subclass --------------
 CALLS: list[tuple[Any, ...]] = []
 

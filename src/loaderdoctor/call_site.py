@@ -10,8 +10,9 @@ from __future__ import annotations
 import linecache
 import os
 import re
-import sys
 from typing import Any
+
+from loaderdoctor import cpython_compat
 
 # `train_loader = DataLoader(`, `self.val_loader: DataLoader = ...`: the name the user's line gives
 _ASSIGNED = re.compile(r"^\s*((?:self\.)?[A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
@@ -20,7 +21,7 @@ _ASSIGNED = re.compile(r"^\s*((?:self\.)?[A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
 def loader_site() -> str:
     """``building_site()``, with the name the user's line assigned the loader to, where it has
     one: ``val_loader (train.py:41)``."""
-    frame = _user_frame(_past_ours(sys._getframe(1)))
+    frame = _user_frame(_past_ours(cpython_compat.caller_frame()))
     site = building_site()
     if frame is None:
         return site
@@ -31,7 +32,7 @@ def loader_site() -> str:
 def building_site() -> str:
     """``file:line`` of the code that built the loader, and the user's own line where that differs
     (``accelerate/data_loader.py:1093 (from train.py:40)``)."""
-    frame = _past_ours(sys._getframe(1))  # past __new__ and this package
+    frame = _past_ours(cpython_compat.caller_frame())  # past __new__ and this package
     if frame is None:
         return "?"
     caller = _frame_site(frame)

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from enum import IntEnum
 from typing import Protocol
 
+from loaderdoctor import cpython_compat
+
 
 class ExitCode(IntEnum):
     OK = 0
@@ -112,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # `scan --nosuch`: scan's usage and its error, not the top level's
         given = list(sys.argv[1:] if argv is None else argv)
-        (subparsers,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        subparsers = cpython_compat.subcommand_parsers(parser)
         own = parser
         if args.command and given.index(args.command) < given.index(unknown[0]):
             own = subparsers.choices[args.command]

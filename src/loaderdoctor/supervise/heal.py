@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from loaderdoctor import cpython_compat
 from loaderdoctor.supervise.heal_policy import ENVIRONMENTAL
 
 
@@ -53,7 +53,7 @@ def user_stacklevel() -> int:
     an installed framework's too (Composer's ``trainer.py``, Lightning's fit loop, Ray's
     ``train_loop_utils.py``) where a frame of the user's own code is further out; where none
     is (the loop runs in a framework's thread), the first frame past ours and torch's."""
-    frame = sys._getframe(1)  # the function that is about to call warnings.warn
+    frame = cpython_compat.caller_frame()  # the function that is about to call warnings.warn
     level = 1
     while frame.f_back is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
         frame = frame.f_back

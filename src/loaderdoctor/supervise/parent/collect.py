@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 import torch
 
+from loaderdoctor import cpython_compat
 from loaderdoctor.forensics.evidence import Evidence
 from loaderdoctor.recorder import WorkerSnapshot
 from loaderdoctor.supervise import files
@@ -224,7 +225,7 @@ def unguarded_main_line() -> str | None:
     path = getattr(main, "__file__", None)
     if main is None or not path or not os.path.isfile(path):
         return None
-    frame = sys._getframe(1)
+    frame = cpython_compat.caller_frame()
     while frame is not None and not (
         frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)
     ):

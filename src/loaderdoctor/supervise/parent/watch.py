@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from loaderdoctor import cpython_compat
 from loaderdoctor.forensics import Diagnosis, Evidence
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.files import UNPICKLABLE_PREFIX
@@ -75,10 +76,10 @@ def receive(result_queue: Any, timeout: float, stalled: Callable[[], Any]) -> An
     mid-message and ``stalled()`` returns evidence of a failed worker, ``EOFError`` when every
     writer is gone.
     """
-    reader = result_queue._reader
+    reader = cpython_compat.queue_reader(result_queue)
     if not reader.poll(timeout):
         raise queue.Empty
-    lock = result_queue._rlock
+    lock = cpython_compat.queue_read_lock(result_queue)
     if not lock.acquire(timeout=timeout):
         raise queue.Empty
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
-from loaderdoctor import torch_compat
+from loaderdoctor import cpython_compat, torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
 from loaderdoctor.supervise import files, sharing
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, LiveQuarantine
@@ -252,7 +252,7 @@ def _announce_temp_dir(log_dir: str, worker_id: int) -> None:
     import multiprocessing
     import multiprocessing.util
 
-    if multiprocessing.current_process()._config.get("tempdir"):  # type: ignore[attr-defined]
+    if cpython_compat.temp_dir_inherited():
         return  # inherited from the parent through fork: the parent's, not ours to remove
     try:
         temp_dir = multiprocessing.util.get_temp_dir()
@@ -277,16 +277,13 @@ def _report_lost_batches(context: WorkerContext) -> None:
     resource sharer runs out of descriptors while the main process fetches a tensor
     (``sharer_guard``), before the worker exits.
     """
-    import multiprocessing.queues
-
-    queue_class: Any = multiprocessing.queues.Queue
-    original = queue_class._on_queue_feeder_error
+    original = cpython_compat.feeder_error_hook()
 
     def on_feeder_error(error: BaseException, obj: object) -> None:
         _record_send_failure(context, error, _unpicklable_in(error, obj))
         original(error, obj)
 
-    queue_class._on_queue_feeder_error = staticmethod(on_feeder_error)
+    cpython_compat.set_feeder_error_hook(on_feeder_error)
     sharer_guard.install(lambda error: _record_send_failure(context, error, _sharer_failure()))
 
 
@@ -364,6 +361,4 @@ def write_bootstrap_marker() -> None:
 
 
 def is_spawn_bootstrapping() -> bool:
-    import multiprocessing
-
-    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+    return cpython_compat.spawn_bootstrapping()

@@ -19,6 +19,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from loaderdoctor import cpython_compat
+
 # How the worker exits after the recorded failure (the verdict comes from the record, not this)
 EXIT_CODE = 1
 OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
@@ -35,15 +37,15 @@ def install(on_exhausted: Callable[[OSError], None]) -> None:
     The sharer's thread starts at the first tensor the worker sends (a forked worker starts
     with no sharer of its own), so patching its class here is in time.
     """
-    from multiprocessing import resource_sharer
-
-    sharer_class: Any = getattr(resource_sharer, "_ResourceSharer", None)
+    sharer_class = cpython_compat.resource_sharer_class()
     if sharer_class is None:  # another Python's multiprocessing: nothing to guard
         return
-    original = getattr(sharer_class, "_ld_original_serve", sharer_class._serve)
+    original = getattr(sharer_class, "_ld_original_serve", None) or cpython_compat.sharer_serve(
+        sharer_class
+    )
 
     def serve(sharer: Any) -> None:
-        listener = sharer._listener
+        listener = cpython_compat.sharer_listener(sharer)
         accept = listener.accept
 
         def guarded_accept() -> Any:
@@ -61,7 +63,7 @@ def install(on_exhausted: Callable[[OSError], None]) -> None:
         original(sharer)
 
     sharer_class._ld_original_serve = original
-    sharer_class._serve = serve
+    cpython_compat.set_sharer_serve(sharer_class, serve)
 
 
 __all__ = ["EXIT_CODE", "WHAT_FAILED", "install"]
