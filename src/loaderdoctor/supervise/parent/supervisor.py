@@ -116,11 +116,12 @@ class Supervisor:
             successor=successor,
             resume_point=resume_point,
         )
+        self.repair = self.recovery.repair  # carries out what ``recovery`` plans
 
     @property
     def streams(self) -> StreamProgress | None:
         """IterableDataset: where each worker's stream stands; a re-started pool resumes from it."""
-        return self.recovery.streams
+        return self.repair.streams
 
     # --- the start ------------------------------------------------------------------------------
     def view(self, snapshot: LoaderSnapshot) -> LoaderSnapshot:
@@ -128,7 +129,7 @@ class Supervisor:
         supervision = self.sup
         policy = supervision.sample_policy(snapshot.drop_last)
         dataset = wrap_dataset(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy)
-        self.recovery.learns(dataset)
+        self.repair.learns(dataset)
         collate = SupervisedCollate(snapshot.collate_fn, heal=policy is not None)
         streams = self.streams
         return snapshot.with_overrides(
@@ -184,23 +185,23 @@ class Supervisor:
                 ("worker_init_fn", snapshot.worker_init_fn),
             ),
         )
-        self.recovery.watches(pool, self.watch)
+        self.repair.watches(pool, self.watch)
         return self.watch
 
     # --- bookkeeping of what each batch holds -------------------------------------------------
     def sent(self, sent_before: int) -> None:
         """torch may have sent a task: owed (with the index drawn last) until delivered."""
         if self.books.sent != sent_before:
-            self.recovery.owe(sent_before, self.last_index)
+            self.repair.owe(sent_before, self.last_index)
 
     def new_epoch(self) -> None:
         """torch's ``_reset`` of persistent workers starts another epoch on this pool."""
         self.epoch = self.sup.epoch
         if self.watch is not None:
             self.watch.epoch = self.epoch
-        recovery = self.recovery
-        streams = recovery.streams
-        recovery.new_epoch(None if streams is None else new_stream_progress(self.snapshot))
+        repair = self.repair
+        streams = repair.streams
+        repair.new_epoch(None if streams is None else new_stream_progress(self.snapshot))
 
     def reset_persistent(self, reset: Callable[[], None]) -> None:
         """torch's ``_reset`` of persistent workers for another epoch (``reset``), supervised.
@@ -221,7 +222,7 @@ class Supervisor:
                 self.attempt(functools.partial(_raise, PoolFailure(death)))
         if self.state is not IterState.RUNNING:
             return
-        with self.recovery.resetting():
+        with self.repair.resetting():
             self.attempt(reset)
 
     # --- waiting for data, watching the workers -------------------------------------------
@@ -231,7 +232,7 @@ class Supervisor:
             return self.watching().wait(self.books, timeout)
         except HalfMessage as stalled:
             half = stalled.evidence
-        self.recovery.result_queue_unreadable()
+        self.repair.result_queue_unreadable()
         raise PoolFailure(half)
 
     def get(self, timeout: float) -> Any:
@@ -301,7 +302,7 @@ class Supervisor:
                 if data is HANDLED:
                     continue
                 if self.sup.backoff is not None:
-                    self.carry_out(self.recovery.climb())
+                    self.carry_out(self.repair.climb())
             if isinstance(data, SkippedBatch):
                 continue
             return data
@@ -425,7 +426,7 @@ class Supervisor:
         files with it. ``books``: made afresh by the iterator, whose ``__del__`` may be the
         caller: the garbage collector clears weak references to an object before it finalizes
         it, this supervisor's among them."""
-        pool = self.recovery.pool
+        pool = self.repair.pool
         if pool is not None and not pool.owned_here():
             # A forked child inherited this iterator: its workers are not this process's
             # children, so there is nothing to stop (and torch's join would raise here).
