@@ -148,6 +148,9 @@ class Situation:
     not_resumable: str | None = None
     # Items of a stream were delivered this epoch (plain torch would deliver them again)
     stream_delivered: bool = False
+    # A worker's exception that arrived in its batch's place (``kind`` "exception"): healing
+    # loads the batch again elsewhere only where the machine was short or ours failed
+    received: bool = False
 
 
 def holds_back(diagnosis: Diagnosis, at: Situation) -> bool:
@@ -270,7 +273,11 @@ class HealPolicy:
     def plan(self, diagnosis: Diagnosis, at: Situation, retrier: Retrier | None = None) -> Decision:
         """The one consultation per failure: the action, with the re-try alone it needs made
         through ``retrier`` (without one, a probe is the answer), and how to carry it out."""
-        first = self.decide(diagnosis, at)
+        owed = owed_again(diagnosis) and (at.heal or diagnosis.cause == "internal-error")
+        if at.received and not owed:  # the user's to see, as under stock torch
+            first = Action(ActionKind.RAISE, at.num_workers, at.prefetch_factor)
+        else:
+            first = self.decide(diagnosis, at)
         probing = first.kind is ActionKind.PROBE
         early = replaces_one_worker(first, at) and not (probing and memory_suspect(diagnosis))
         action, reproduced = first, False

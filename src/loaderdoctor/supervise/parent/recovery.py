@@ -14,7 +14,6 @@ iterator class, and the books hold the iterator weakly: no reference cycle.
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
@@ -101,26 +100,21 @@ class Recovery:
     def respawns(self) -> int:
         return self.repair.respawns
 
-    @property
-    def streams(self) -> StreamProgress | None:
-        return self.repair.streams
-
     def watches(self, pool: Pool, watch: WorkerWatch | None = None) -> None:
         self.repair.watches(pool, watch)
 
     def result_queue_unreadable(self) -> None:
         self.repair.result_queue_unreadable()
 
-    def resetting(self) -> contextlib.AbstractContextManager[None]:
-        return self.repair.resetting()
-
     # --- the failure ---------------------------------------------------------------------------
     def handle(self, failure: PoolFailure) -> Outcome:
-        """Decide about a failure, then carry the decision out."""
-        return self.repair.carry(self.plan(failure))
+        """Decide about a failure (unless it was decided already), then carry it out."""
+        plan = failure.plan if isinstance(failure.plan, Plan) else self.plan(failure)
+        return self.repair.carry(plan)
 
-    def plan(self, failure: PoolFailure) -> Plan:
-        """What to do about ``failure``, with one consultation of the policy."""
+    def plan(self, failure: PoolFailure, received: bool = False) -> Plan:
+        """What to do about ``failure``, with one consultation of the policy; ``received``: a
+        worker's exception in its batch's place (raised, or healed once its batch is owed)."""
         ev = failure.evidence
         found_alone = False
         batch_died_before = False
@@ -136,8 +130,7 @@ class Recovery:
             found_alone = self._name_in_batch(ev)
         diagnosis = failure.diagnosis or diagnose(ev)
         at = self._situation(ev, found_alone)
-        if batch_died_before:
-            at = replace(at, batch_died_in_collate_before=True)
+        at = replace(at, batch_died_in_collate_before=batch_died_before, received=received)
         retrier = _Retrier(self, diagnosis, ev.worker_id, stopping=False)
         decision = POLICY.plan(diagnosis, at, retrier)
         if decision.reproduced:  # its first evidence line says what the policy's note did

@@ -31,13 +31,13 @@ from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import files, live_quarantine
 from loaderdoctor.supervise.errors import HealingStoppedError, LoaderError
-from loaderdoctor.supervise.heal_policy import owed_again
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.detectors import DataError
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.recovery import HandOver, Outcome, Raise, Recovery, Successor
+from loaderdoctor.supervise.parent.repair import Move
 from loaderdoctor.supervise.parent.single_process import internal_evidence
 from loaderdoctor.supervise.parent.supervision import IterState, LoaderSnapshot, Supervision
 from loaderdoctor.supervise.parent.watch import HalfMessage, PoolFailure, WorkerWatch
@@ -255,17 +255,23 @@ class Supervisor:
             ev = self.watching().base("exception", worker_id)
             ev.batch = task
             error, diagnosis = worker_exception(data, ev, indices, self.snapshot.dataset)
+            failure = PoolFailure(ev, error, diagnosis)
+            error = None  # type: ignore[assignment]  # the failure holds it
             try:
-                # a bug of ours falls back to plain torch, healing or not (``HealPolicy``)
-                ours = diagnosis.cause == "internal-error"
-                if (sup.settings.heal or ours) and owed_again(diagnosis) and task is not None:
-                    self.ledger.owe(task, indices)  # still owed to the user
-                    raise PoolFailure(ev, error, diagnosis)
-                sup.record(diagnosis, "raised")
-                self.raising = error  # raised on purpose: the user's, not an internal error
-                raise error
+                if task is None:  # not tracked: nothing to load again
+                    outcome: Outcome = self.recovery.give_up(failure)
+                else:
+                    failure.plan = self.recovery.plan(failure, received=True)
+                    if failure.plan.move is not Move.RAISE:
+                        self.ledger.owe(task, indices)  # still owed to the user
+                        raise failure
+                    outcome = self.repair.carry(failure.plan)
+                    failure.plan = None  # it names the failure: no cycle
+                assert isinstance(outcome, Raise) and outcome.error is not None
+                self.raising, outcome.error = outcome.error, None  # the user's, not ours
+                raise self.raising
             finally:
-                error = None  # type: ignore[assignment]  # no cycle via its traceback
+                failure = None  # type: ignore[assignment]  # no cycle via its traceback
         if self.replaying:  # delivered before the state this pool resumed from
             return data.batch if isinstance(data, HealedBatch) else data
         if isinstance(data, StreamBatch):

@@ -230,6 +230,7 @@ class PoolFailure(Exception):
         self.evidence = evidence
         self.error = error  # the worker's own exception, rebuilt (kind == "exception")
         self.diagnosis = diagnosis
+        self.plan: Any = None  # decided already where it was found (``Recovery.plan``)
 
 
 class WorkerWatch:
