@@ -79,6 +79,8 @@ def _installed(filename: str) -> bool:
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 
 
+# How every HealWarning of a failure healed begins (``warn_healed``).
+HEALED = "loaderdoctor healed: "
 # Skips and replacements warn one by one up to this many per loader; the report counts them all.
 SAMPLE_WARNINGS = 10
 
@@ -87,7 +89,7 @@ def warn_healed(title: str, cause: str, outcome: str) -> None:
     """The HealWarning of a failure healing carried on from (``outcome``: what it did, and to
     what), at the user's line."""
     warnings.warn(
-        f"loaderdoctor healed: {title} [{cause}] -> {outcome}",
+        f"{HEALED}{title} [{cause}] -> {outcome}",
         HealWarning,
         stacklevel=user_stacklevel(),
     )
@@ -103,7 +105,7 @@ def warn_sample_action(
         return
     if seen == SAMPLE_WARNINGS:
         message = (
-            f"loaderdoctor healed: more than {SAMPLE_WARNINGS} samples skipped or replaced; the "
+            f"{HEALED}more than {SAMPLE_WARNINGS} samples skipped or replaced; the "
             "rest are not warned about one by one (loader.report counts every one)"
         )
     else:

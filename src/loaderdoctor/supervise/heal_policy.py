@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from loaderdoctor.forensics import catalog
 from loaderdoctor.forensics.evidence import Diagnosis
@@ -147,6 +148,9 @@ class Situation:
     not_resumable: str | None = None
     # Items of a stream were delivered this epoch (plain torch would deliver them again)
     stream_delivered: bool = False
+    # A worker's exception that arrived in its batch's place (``kind`` "exception"): healing
+    # loads the batch again elsewhere only where the machine was short or ours failed
+    received: bool = False
 
 
 def holds_back(diagnosis: Diagnosis, at: Situation) -> bool:
@@ -218,8 +222,94 @@ def owed_again(diagnosis: Diagnosis) -> bool:
     return diagnosis.cause in ENVIRONMENTAL or diagnosis.cause == "internal-error"
 
 
+@dataclass(frozen=True)
+class Retry:
+    """A re-try the policy needs before it decides: ``culprit`` alone, in a fresh worker."""
+
+    culprit: object
+    collate: bool  # collated alone too (the worker died in collate_fn)
+    # Stop the pool first (``Action.pool_stopped``): nothing it holds contends with the re-try
+    stop_pool: bool
+    # Start the failed worker's replacement first, so that its start-up overlaps the re-try
+    # (not for a death the OOM killer may have caused: the two would grow at once)
+    replace_first: bool
+
+
+class Retrier(Protocol):
+    """What the caller re-tries for the policy: processes and I/O stay on the caller's side."""
+
+    def alone(self, retry: Retry) -> bool | str:
+        """True: the culprit failed again alone; False: it loaded fine; a string: why the
+        re-try could not tell (never taken for the sample's failure)."""
+
+    def control(self, retry: Retry) -> object | None:
+        """A sample delivered earlier that failed too, re-tried the same way; None when none
+        did (or there was none to re-try)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's whole answer to one failure: what to do, and what the caller needs to know
+    to carry it out (each from a predicate of this module, asked nowhere else)."""
+
+    action: Action
+    # Carried out by replacing the failed worker alone (``replaces_one_worker``)
+    alone: bool
+    # The replacement starts before anything else is done (its start-up overlaps a re-try)
+    replace_early: bool
+    # A death the OOM killer may have caused (``memory_suspect``): replaced only once decided
+    replace_late: bool
+    # The machine is short (``holds_back``): a backed-off pool is held from climbing back
+    holds_back: bool
+    # A death or hang that blamed no sample: one more toward ``max_deaths_in_a_row``
+    counts_death: bool
+    # The culprit failed again alone and no control failed too: the verdict names the sample
+    reproduced: bool = False
+
+
 class HealPolicy:
     """Decides what to do about one failure. Pure: no processes, no I/O, no clock."""
+
+    def plan(self, diagnosis: Diagnosis, at: Situation, retrier: Retrier | None = None) -> Decision:
+        """The one consultation per failure: the action, with the re-try alone it needs made
+        through ``retrier`` (without one, a probe is the answer), and how to carry it out."""
+        owed = owed_again(diagnosis) and (at.heal or diagnosis.cause == "internal-error")
+        if at.received and not owed:  # the user's to see, as under stock torch
+            first = Action(ActionKind.RAISE, at.num_workers, at.prefetch_factor)
+        else:
+            first = self.decide(diagnosis, at)
+        probing = first.kind is ActionKind.PROBE
+        early = replaces_one_worker(first, at) and not (probing and memory_suspect(diagnosis))
+        action, reproduced = first, False
+        if probing and retrier is not None:
+            retry = Retry(at.culprit, at.stage == "collate", first.pool_stopped, early)
+            action, reproduced = self._retried(diagnosis, at, retrier, retry)
+        return Decision(
+            action,
+            alone=replaces_one_worker(action, at),
+            replace_early=early,
+            replace_late=memory_suspect(diagnosis),
+            holds_back=holds_back(diagnosis, at),
+            counts_death=at.kind in ("death", "hang") and action.kind is not ActionKind.QUARANTINE,
+            reproduced=reproduced,
+        )
+
+    def _retried(
+        self, diagnosis: Diagnosis, at: Situation, retrier: Retrier, retry: Retry
+    ) -> tuple[Action, bool]:
+        """Decide again on what the re-try alone showed; before a sample is blamed, a control
+        (a sample delivered earlier, re-tried the same way) that fails too shows the failure is
+        what the workers share: healing stops, nothing is quarantined."""
+        outcome = retrier.alone(retry)
+        if isinstance(outcome, str):
+            return self.decide(diagnosis, replace(at, probe_error=outcome)), False
+        action = self.decide(diagnosis, replace(at, probe_failed_again=outcome))
+        if not (outcome and action.kind is ActionKind.QUARANTINE):
+            return action, False
+        control = retrier.control(retry)
+        if control is None:
+            return replace(action, note=""), True
+        return _shared_control(at, retry.culprit, control), False
 
     def decide(self, diagnosis: Diagnosis, at: Situation) -> Action:
         action = self._decide(diagnosis, at)
@@ -474,6 +564,21 @@ def _within_fixed_workers(action: Action, at: Situation) -> Action:
     )
 
 
+def _shared_control(at: Situation, culprit: object, control: object) -> Action:
+    return Action(
+        ActionKind.RAISE,
+        at.num_workers,
+        at.prefetch_factor,
+        f"healing stopped: sample {culprit!r} failed again alone in a fresh worker, and so "
+        f"did sample {control!r}, delivered earlier in this run, re-tried the same way (the "
+        "control): the failure is not the sample's but what the workers share (state "
+        "inherited from the main process, a lock or semaphore a killed worker held, the "
+        "machine); nothing is quarantined",
+        stops_healing=True,
+        shared=True,
+    )
+
+
 POLICY = HealPolicy()  # stateless: the one instance every caller asks
 
 
@@ -541,7 +646,10 @@ __all__ = [
     "Action",
     "ActionKind",
     "Backoff",
+    "Decision",
     "HealPolicy",
+    "Retrier",
+    "Retry",
     "Situation",
     "holds_back",
     "killed_while_starting",

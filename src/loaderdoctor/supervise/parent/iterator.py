@@ -20,6 +20,7 @@ from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis
 from loaderdoctor.supervise.parent.pool import kill_all
 from loaderdoctor.supervise.parent.recovery import Successor
+from loaderdoctor.supervise.parent.repair import record
 from loaderdoctor.supervise.parent.single_process import SupervisedSingleProcessIter
 from loaderdoctor.supervise.parent.start_failure import (
     fallback_overrides,
@@ -80,7 +81,7 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
         sup, snapshot = supervisor.sup, supervisor.snapshot
         diagnosis = start_diagnosis(error, snapshot, supervisor.start_method)
         if not loads_in_process(sup, diagnosis, supervisor.start_method):
-            sup.record(diagnosis, "raised")
+            record(sup, diagnosis, "raised")
             try:
                 raise start_error(error, diagnosis)
             finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 
 from loaderdoctor import torch_compat
@@ -11,8 +10,10 @@ from loaderdoctor.forensics import Evidence, diagnose
 from loaderdoctor.forensics.origin import format_traceback, origin_of
 from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise.errors import attach
-from loaderdoctor.supervise.heal import ResumeSampler, length_of, user_stacklevel
+from loaderdoctor.supervise.heal import ResumeSampler, length_of
+from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, Situation
 from loaderdoctor.supervise.parent import collect
+from loaderdoctor.supervise.parent.repair import record
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.worker.collate import SupervisedCollate
@@ -105,30 +106,35 @@ class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
             ev.worker_id = None
             ev.sample_file = sample_file(self._ld_snapshot.dataset, ev.in_flight_index)
             diagnosis = diagnose(ev)
-            self._ld_sup.record(diagnosis, "raised")
+            record(self._ld_sup, diagnosis, "raised")
             error.__notes__ = [n for n in notes if not n.startswith(MARKER)]
             error.add_note(format_verdict(diagnosis, include_stack=False))
             attach(error, diagnosis)
             raise
 
     def _ld_internal_error(self, error: Exception) -> Any:
-        """loaderdoctor's own code failed: never a verdict about the user's job."""
+        """loaderdoctor's own code failed: never a verdict about the user's job; the policy
+        says plain torch takes over (healing or not: a bug of ours must not end a job that
+        plain torch runs)."""
         sup = self._ld_sup
         diagnosis = diagnose(internal_evidence(error, sup.epoch))
         attach(error, diagnosis)
-        # Healing or not: a bug of ours must not end a job that plain torch runs.
+        at = Situation(
+            heal=sup.settings.heal,
+            iterable=torch_compat.is_iterable(self._ld_snapshot),
+            deaths_in_a_row=sup.history.deaths_in_a_row,
+            num_workers=0,
+            prefetch_factor=0,
+            kind="exception",
+        )
+        action = POLICY.plan(diagnosis, at).action
+        if action.kind is not ActionKind.FALL_BACK:
+            raise error
         diagnosis.evidence.append(
             "plain torch loading takes over for the rest of this loader's life"
         )
-        sup.record(diagnosis, "fell-back")
+        record(sup, diagnosis, "fell-back")
         sup.falls_back_to_plain_torch()
-        warnings.warn(
-            "loaderdoctor's own machinery failed (internal-error, please report it); this "
-            "DataLoader continues as a plain torch DataLoader, without supervision.\n"
-            + format_verdict(diagnosis),
-            RuntimeWarning,
-            stacklevel=user_stacklevel(),
-        )
         # The batch in flight is loaded again, by torch alone, then the rest of the epoch.
         pending = [self._ld_last_index] if self._ld_last_index is not None else []
         sampler_iter, index_sampler = self.ld_rest()

@@ -11,8 +11,8 @@ from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.origin import format_traceback
 from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise.errors import WorkerStartError, attach
-from loaderdoctor.supervise.heal import warn_healed
 from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, Situation
+from loaderdoctor.supervise.parent.repair import record
 from loaderdoctor.supervise.pickle_path import unpicklable_path
 from loaderdoctor.system.process_limits import process_limits
 
@@ -59,7 +59,7 @@ def loads_in_process(
     (``supervision.workers_cannot_start``); False when the failure is the user's to see (the
     caller raises it)."""
     num_workers, prefetch_factor = supervision.base_settings
-    action = POLICY.decide(
+    action = POLICY.plan(
         diagnosis,
         Situation(
             heal=supervision.settings.heal,
@@ -70,11 +70,10 @@ def loads_in_process(
             kind="start",
             fork_fallback=can_fork_instead(start_method),
         ),
-    )
+    ).action
     if action.kind is not ActionKind.BACK_OFF:
         return False
     diagnosis.evidence.append(action.note)
-    supervision.record(diagnosis, action.kind.value)
     supervision.starts_workers_instead(action.start_method)
     if action.start_method is not None:
         where = (
@@ -83,7 +82,7 @@ def loads_in_process(
         )
     else:
         where = "loading in the main process (num_workers=0)"
-    warn_healed(diagnosis.title, diagnosis.cause, where)
+    record(supervision, diagnosis, action.kind.value, where)
     return True
 
 

@@ -31,13 +31,13 @@ from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import files, live_quarantine
 from loaderdoctor.supervise.errors import HealingStoppedError, LoaderError
-from loaderdoctor.supervise.heal_policy import owed_again
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.detectors import DataError
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.recovery import HandOver, Outcome, Raise, Recovery, Successor
+from loaderdoctor.supervise.parent.repair import Move
 from loaderdoctor.supervise.parent.single_process import internal_evidence
 from loaderdoctor.supervise.parent.supervision import IterState, LoaderSnapshot, Supervision
 from loaderdoctor.supervise.parent.watch import HalfMessage, PoolFailure, WorkerWatch
@@ -116,11 +116,12 @@ class Supervisor:
             successor=successor,
             resume_point=resume_point,
         )
+        self.repair = self.recovery.repair  # carries out what ``recovery`` plans
 
     @property
     def streams(self) -> StreamProgress | None:
         """IterableDataset: where each worker's stream stands; a re-started pool resumes from it."""
-        return self.recovery.streams
+        return self.repair.streams
 
     # --- the start ------------------------------------------------------------------------------
     def view(self, snapshot: LoaderSnapshot) -> LoaderSnapshot:
@@ -128,7 +129,7 @@ class Supervisor:
         supervision = self.sup
         policy = supervision.sample_policy(snapshot.drop_last)
         dataset = wrap_dataset(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy)
-        self.recovery.learns(dataset)
+        self.repair.learns(dataset)
         collate = SupervisedCollate(snapshot.collate_fn, heal=policy is not None)
         streams = self.streams
         return snapshot.with_overrides(
@@ -184,23 +185,23 @@ class Supervisor:
                 ("worker_init_fn", snapshot.worker_init_fn),
             ),
         )
-        self.recovery.watches(pool, self.watch)
+        self.repair.watches(pool, self.watch)
         return self.watch
 
     # --- bookkeeping of what each batch holds -------------------------------------------------
     def sent(self, sent_before: int) -> None:
         """torch may have sent a task: owed (with the index drawn last) until delivered."""
         if self.books.sent != sent_before:
-            self.recovery.owe(sent_before, self.last_index)
+            self.repair.owe(sent_before, self.last_index)
 
     def new_epoch(self) -> None:
         """torch's ``_reset`` of persistent workers starts another epoch on this pool."""
         self.epoch = self.sup.epoch
         if self.watch is not None:
             self.watch.epoch = self.epoch
-        recovery = self.recovery
-        streams = recovery.streams
-        recovery.new_epoch(None if streams is None else new_stream_progress(self.snapshot))
+        repair = self.repair
+        streams = repair.streams
+        repair.new_epoch(None if streams is None else new_stream_progress(self.snapshot))
 
     def reset_persistent(self, reset: Callable[[], None]) -> None:
         """torch's ``_reset`` of persistent workers for another epoch (``reset``), supervised.
@@ -221,7 +222,7 @@ class Supervisor:
                 self.attempt(functools.partial(_raise, PoolFailure(death)))
         if self.state is not IterState.RUNNING:
             return
-        with self.recovery.resetting():
+        with self.repair.resetting():
             self.attempt(reset)
 
     # --- waiting for data, watching the workers -------------------------------------------
@@ -231,7 +232,7 @@ class Supervisor:
             return self.watching().wait(self.books, timeout)
         except HalfMessage as stalled:
             half = stalled.evidence
-        self.recovery.result_queue_unreadable()
+        self.repair.result_queue_unreadable()
         raise PoolFailure(half)
 
     def get(self, timeout: float) -> Any:
@@ -254,17 +255,23 @@ class Supervisor:
             ev = self.watching().base("exception", worker_id)
             ev.batch = task
             error, diagnosis = worker_exception(data, ev, indices, self.snapshot.dataset)
+            failure = PoolFailure(ev, error, diagnosis)
+            error = None  # type: ignore[assignment]  # the failure holds it
             try:
-                # a bug of ours falls back to plain torch, healing or not (``HealPolicy``)
-                ours = diagnosis.cause == "internal-error"
-                if (sup.settings.heal or ours) and owed_again(diagnosis) and task is not None:
-                    self.ledger.owe(task, indices)  # still owed to the user
-                    raise PoolFailure(ev, error, diagnosis)
-                sup.record(diagnosis, "raised")
-                self.raising = error  # raised on purpose: the user's, not an internal error
-                raise error
+                if task is None:  # not tracked: nothing to load again
+                    outcome: Outcome = self.recovery.give_up(failure)
+                else:
+                    failure.plan = self.recovery.plan(failure, received=True)
+                    if failure.plan.move is not Move.RAISE:
+                        self.ledger.owe(task, indices)  # still owed to the user
+                        raise failure
+                    outcome = self.repair.carry(failure.plan)
+                    failure.plan = None  # it names the failure: no cycle
+                assert isinstance(outcome, Raise) and outcome.error is not None
+                self.raising, outcome.error = outcome.error, None  # the user's, not ours
+                raise self.raising
             finally:
-                error = None  # type: ignore[assignment]  # no cycle via its traceback
+                failure = None  # type: ignore[assignment]  # no cycle via its traceback
         if self.replaying:  # delivered before the state this pool resumed from
             return data.batch if isinstance(data, HealedBatch) else data
         if isinstance(data, StreamBatch):
@@ -301,7 +308,7 @@ class Supervisor:
                 if data is HANDLED:
                     continue
                 if self.sup.backoff is not None:
-                    self.carry_out(self.recovery.climb())
+                    self.carry_out(self.repair.climb())
             if isinstance(data, SkippedBatch):
                 continue
             return data
@@ -425,7 +432,7 @@ class Supervisor:
         files with it. ``books``: made afresh by the iterator, whose ``__del__`` may be the
         caller: the garbage collector clears weak references to an object before it finalizes
         it, this supervisor's among them."""
-        pool = self.recovery.pool
+        pool = self.repair.pool
         if pool is not None and not pool.owned_here():
             # A forked child inherited this iterator: its workers are not this process's
             # children, so there is nothing to stop (and torch's join would raise here).

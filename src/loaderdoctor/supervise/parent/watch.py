@@ -24,15 +24,20 @@ from typing import Any
 
 from loaderdoctor import cpython_compat
 from loaderdoctor.forensics import Diagnosis, Evidence
-from loaderdoctor.recorder import FlightRecorder
+from loaderdoctor.recorder import FlightRecorder, WorkerSnapshot
+from loaderdoctor.supervise import files
 from loaderdoctor.supervise.files import UNPICKLABLE_PREFIX
-from loaderdoctor.supervise.parent import collect, hangs
+from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.worker_exceptions import ERRNO_PATTERN, exception_line
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.worker import sharer_guard
-from loaderdoctor.supervise.worker.hooks import SEND_ERROR_HEADER
+from loaderdoctor.supervise.worker.hooks import (
+    ORPHAN_GUARD_FRAME,
+    SEND_ERROR_HEADER,
+    STAGE_TIMER_FRAME,
+)
 from loaderdoctor.system.limits import open_files, process_open_files
 from loaderdoctor.torch_compat import IteratorBooks
 
@@ -112,6 +117,106 @@ def _read_exactly(fd: int, size: int, stalled: Callable[[], Any]) -> bytes:
     return bytes(data)
 
 
+# --- hangs: when a worker's stage counts as stuck, and how its stack is had ------------------
+# A worker's flight-recorder row says which stage it is in (init, fetch, collate) and since when; the
+# parent's ``WorkerWatch`` asks ``stuck`` at each poll, and for a stuck worker ``dump_stack`` gets its
+# Python stack the way the worker said it could be had (``files.stack_dump_how``): a dump signal
+# that faulthandler answers in the worker's stack log, or, where the platform has none, the dump the
+# worker's own stage timer (``worker.hooks._StageTimer``, armed at ``TIMER_DUMP_FRACTION`` of the
+# timeout) wrote into its hang log. torch's own ``timeout=`` is a hang too (``timeout_message``).
+STACK_DUMP_WAIT_S = 1.0
+STUCK_STAGES = ("fetch", "collate", "init")
+TIMEOUT_PREFIX = "DataLoader timed out after"
+
+
+def stuck(snapshot: WorkerSnapshot, hang_timeout: float) -> bool:
+    """The worker has been in one stage of loading longer than ``hang_timeout`` seconds."""
+    return snapshot.stage in STUCK_STAGES and snapshot.stage_age_s > hang_timeout
+
+
+def timeout_message(timeout: float) -> str:
+    """torch's own words when ``DataLoader(timeout=...)`` runs out (the user's first line)."""
+    return f"{TIMEOUT_PREFIX} {timeout} seconds"
+
+
+def dump_stack(log_dir: str, worker_id: int, pid: int | None) -> tuple[str | None, str | None]:
+    """(the stuck worker's stack, how it was had) or (None, why not), as the worker said."""
+    if pid is None:
+        return None, "the worker's pid is unknown"
+    try:
+        with open(files.stack_dump_how(log_dir, worker_id, pid)) as handle:
+            how, _, description = handle.read().partition("\n")
+    except OSError:
+        return None, "the worker did not say how (it never finished starting)"
+    if how.startswith("signal "):
+        return _dump_on_signal(log_dir, worker_id, pid, int(how.split()[1]))
+    if how == "timer":
+        return _read_timer_dump(log_dir, worker_id, pid, description.strip())
+    return None, how.removeprefix("none: ")
+
+
+def _dump_on_signal(
+    log_dir: str, worker_id: int, pid: int, number: int
+) -> tuple[str | None, str | None]:
+    path = files.stack_log(log_dir, worker_id, pid)
+    try:
+        offset = os.path.getsize(path)
+        os.kill(pid, number)
+    except OSError as error:
+        return None, f"signal {number} could not be sent ({error.strerror or error})"
+    deadline = time.monotonic() + STACK_DUMP_WAIT_S
+    size = offset
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        new_size = os.path.getsize(path)
+        if new_size > offset and new_size == size:
+            break  # it grew and stopped growing: the dump is complete
+        size = new_size
+    try:
+        with open(path, errors="replace") as handle:
+            handle.seek(offset)
+            text = handle.read().strip()
+    except OSError as error:
+        return None, f"{path} could not be read ({error.strerror or error})"
+    if text:
+        return text, None
+    return None, f"faulthandler wrote nothing within {STACK_DUMP_WAIT_S:.0f} s"
+
+
+def _read_timer_dump(
+    log_dir: str, worker_id: int, pid: int, description: str
+) -> tuple[str | None, str | None]:
+    """The last dump the worker's own timer wrote (``Timeout (0:00:02)!`` and the threads)."""
+    path = files.hang_log(log_dir, worker_id, pid)
+    deadline = time.monotonic() + STACK_DUMP_WAIT_S
+    while True:
+        try:
+            with open(path, errors="replace") as handle:
+                text = handle.read()
+        except OSError as error:
+            return None, f"{path} could not be read ({error.strerror or error})"
+        marker = text.rfind("Timeout (")
+        if marker >= 0:
+            # the first line is the timer's own header, not part of the stack
+            dump = _main_thread_first(text[marker:].split("\n", 1)[-1])
+            if dump:
+                return dump, description
+        if time.monotonic() >= deadline:
+            return None, f"{description} wrote nothing (a thread that never released the GIL?)"
+        time.sleep(0.05)
+
+
+def _main_thread_first(dump: str) -> str:
+    """A timer's dump lists the newest thread first and has no "Current thread": put the
+    worker's main thread (the one in torch's ``_worker_loop``) first, and leave out the timer's
+    own thread, as a signal's dump would."""
+    threads = [block.strip() for block in dump.strip().split("\n\n") if block.strip()]
+    threads = [block for block in threads if STAGE_TIMER_FRAME not in block]
+    threads = [block for block in threads if ORPHAN_GUARD_FRAME not in block]
+    threads.sort(key=lambda block: "in _worker_loop" not in block)
+    return "\n\n".join(threads)
+
+
 class PoolFailure(Exception):
     """A worker failed: carries the evidence out of torch's ``_next_data`` loop (the only way out
     of torch's code) to the iterator, which hands it to ``Recovery.handle``."""
@@ -126,6 +231,7 @@ class PoolFailure(Exception):
         self.evidence = evidence
         self.error = error  # the worker's own exception, rebuilt (kind == "exception")
         self.diagnosis = diagnosis
+        self.plan: Any = None  # decided already where it was found (``Recovery.plan``)
 
 
 class WorkerWatch:
@@ -202,7 +308,7 @@ class WorkerWatch:
         """The loader's own ``timeout`` passed without the batch whose turn it is (``in_turn``,
         its entry in torch's books): the worker that owes it hangs."""
         worker_id = in_turn[0] if in_turn else 0
-        return self.hang(worker_id, tasks, hangs.timeout_message(timeout))
+        return self.hang(worker_id, tasks, timeout_message(timeout))
 
     # --- the poll -------------------------------------------------------------------------
     def poll(self, busy: Sequence[bool], tasks: Mapping[int, Any]) -> Evidence | None:
@@ -219,7 +325,7 @@ class WorkerWatch:
             for worker_id in range(len(self.pool)):
                 if not busy[worker_id]:
                     continue
-                if hangs.stuck(self.recorder.snapshot(worker_id), self.hang_timeout):
+                if stuck(self.recorder.snapshot(worker_id), self.hang_timeout):
                     return self.hang(worker_id, tasks, None)
         return None
 
@@ -283,7 +389,7 @@ class WorkerWatch:
         self._worker_facts(ev, worker_id, tasks)
         ev.seconds_without_progress = self.recorder.snapshot(worker_id).stage_age_s
         if self.pool.is_alive(worker_id):
-            ev.python_stack, how = hangs.dump_stack(self.pool.log_dir, worker_id, ev.pid)
+            ev.python_stack, how = dump_stack(self.pool.log_dir, worker_id, ev.pid)
             if ev.python_stack is None:
                 ev.notes.append(f"the stuck worker's Python stack could not be dumped: {how}")
             elif how:
@@ -415,8 +521,14 @@ class WorkerWatch:
 __all__ = [
     "POLL_S",
     "RECEIVE_ERROR_GRACE_S",
+    "STACK_DUMP_WAIT_S",
     "STALL_CHECK_S",
+    "STUCK_STAGES",
+    "TIMEOUT_PREFIX",
     "HalfMessage",
     "WorkerWatch",
+    "dump_stack",
     "receive",
+    "stuck",
+    "timeout_message",
 ]
