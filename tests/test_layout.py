@@ -1,6 +1,7 @@
 """The supervised core's shape, stated as tests so that it stays.
 
-- the files a worker leaves for the parent are named in one module, ``supervise/files.py``;
+- what crosses between a worker and the parent (the files it leaves, the recorder's row, the
+  texts and tags the parent reads back) is spelled in one module, ``boundary.py``;
 - no folder of the supervised core, nor of the renderers, holds more than 15 modules;
 - no function takes the iterator as an untyped ``it: Any`` (the old respawn mixin's shape).
 - no module keeps a worker context: each worker builds its own and hands it to its wrappers.
@@ -15,7 +16,7 @@ from pathlib import Path
 import loaderdoctor
 
 SRC = Path(loaderdoctor.__file__).parent
-FILES = SRC / "supervise" / "files.py"
+FILES = SRC / "boundary.py"
 # The spellings of the exchanged files: worker-{..}.log, hang-{..}, stackdump-, events-, tempdir-,
 # bootstrap- (as a name, not a cause id such as "worker-hang").
 EXCHANGED = re.compile(r"[\"'](?:worker-\{|hang-\{|stackdump-|events-|tempdir-|bootstrap-)")
@@ -29,8 +30,29 @@ def test_only_files_py_spells_the_files_workers_leave() -> None:
     assert exchanged_names_in(FILES.read_text(encoding="utf-8")), "the pattern no longer matches"
     found = {
         path.relative_to(SRC).as_posix(): lines
-        for path in sorted((SRC / "supervise").rglob("*.py"))
-        if path != FILES and (lines := exchanged_names_in(path.read_text(encoding="utf-8")))
+        for path in sorted(SRC.rglob("*.py"))
+        # scan's and tune's trials name cgroups "worker-{pid}": no file a worker leaves
+        if path != FILES and path.parts[-2] not in ("scan", "tune")
+        if (lines := exchanged_names_in(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+
+
+def test_only_boundary_py_spells_the_texts_and_offsets_that_cross() -> None:
+    # The texts a worker writes and the parent reads back, and the recorder's row layout
+    crossing = re.compile(
+        r"[\"']\[loaderdoctor\] |[\"']loaderdoctor: (?:a batch could not|cannot be pickled|the "
+        r"worker called exit)|in _stage_timer_loop|in _orphan_guard_loop|resource sharer could "
+        r"not accept|^class (?:Field|Stage)\(IntEnum\)|\bfrom loaderdoctor\.recorder import _"
+    )
+    source = FILES.read_text(encoding="utf-8")
+    assert len(crossing.findall(source)) >= 7, "the pattern no longer matches boundary.py"
+    found = {
+        path.relative_to(SRC).as_posix(): number
+        for path in sorted(SRC.rglob("*.py"))
+        if path != FILES
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if crossing.search(line)
     }
     assert found == {}
 

@@ -4,6 +4,8 @@ Workers write their row (which sample is in flight, which stage, a timestamp, th
 parent reads it after a death or while waiting, so it knows what a worker was doing when it died
 without the worker's cooperation.
 
+The row's layout (``Field``, ``Stage``) is ``boundary``'s, which owns what crosses processes.
+
 The table is a shared torch tensor. With torch's default ``file_descriptor`` sharing strategy the
 backing /dev/shm file is unlinked right after it is created, so nothing is left behind even when
 the parent is SIGKILLed; under spawn/forkserver the tensor travels to the workers as a file
@@ -18,54 +20,18 @@ import os
 import time
 import weakref
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
+from loaderdoctor.boundary import (
+    N_FIELDS,
+    NAME_SEPARATOR,
+    NAME_WORDS,
+    NO_INDEX,
+    STAGE_NAMES,
+    Field,
+    Stage,
+)
 from loaderdoctor.system.memory import own_rss_bytes
-
-
-class Field(IntEnum):
-    PID = 0
-    STAGE = 1
-    INDEX = 2  # the sample index being fetched (NO_INDEX when not an int)
-    SAMPLES_STARTED = 3  # samples this worker started to fetch, over its life
-    BATCHES_DONE = 4  # batches this worker collated, over its life
-    STAGE_SINCE_NS = 5  # CLOCK_MONOTONIC (shared by all processes) when the stage began
-    RSS_BYTES = 6
-    GENERATION = 7  # bumped when a slot is handed to a new worker process
-    ERRORS = 8  # Python exceptions raised by the Dataset/collate in this worker
-    SEND_ERRORS = 9  # batches lost in the worker's queue feeder thread (pickling, EMFILE, ENOSPC)
-    EVENTS = 10  # skip/replace decisions written to the worker's event log
-    # A stream item's name, written as it passes through a pipeline's stages (a WebDataset
-    # ``__key__`` and ``__url__``) so that an item that kills its worker every time is named too:
-    # its stream position + 1 (0: none), then the byte length and the UTF-8 text that follows.
-    NAMED_POSITION = 11
-    NAME_BYTES = 12
-    NAME_TEXT = 13  # the first of NAME_WORDS int64 words holding the text
-
-
-NAME_WORDS = 48  # 384 bytes: a key and a shard URL; longer ones are cut
-N_FIELDS = Field.NAME_TEXT + NAME_WORDS
-NO_INDEX = -(2**62)
-# The key and the URL, apart, in the text (neither holds a NUL)
-NAME_SEPARATOR = "\0"
-
-
-class Stage(IntEnum):
-    NOT_STARTED = 0
-    INIT = 1
-    IDLE = 2
-    FETCH = 3
-    COLLATE = 4
-
-
-STAGE_NAMES = {
-    Stage.NOT_STARTED: "not-started",
-    Stage.INIT: "init",
-    Stage.IDLE: "idle",
-    Stage.FETCH: "fetch",
-    Stage.COLLATE: "collate",
-}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-EVENT_KIND = "feature-off"
+from loaderdoctor import boundary
+
+EVENT_KIND = boundary.FEATURE_OFF_EVENT
 
 # feature id -> what turning it off means, said in the warning and the report
 FEATURES = {

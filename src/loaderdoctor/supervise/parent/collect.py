@@ -23,10 +23,9 @@ from typing import Any
 import psutil
 import torch
 
-from loaderdoctor import cpython_compat
+from loaderdoctor import boundary, cpython_compat
 from loaderdoctor.forensics.evidence import Evidence
 from loaderdoctor.recorder import WorkerSnapshot
-from loaderdoctor.supervise import files
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +139,7 @@ def signal_name(number: int) -> str:
 def read_stack_log(log_dir: str | None, worker_id: int, pid: int | None) -> str | None:
     if not log_dir or pid is None:
         return None
-    path = files.stack_log(log_dir, worker_id, pid)
+    path = boundary.stack_log(log_dir, worker_id, pid)
     try:
         with open(path, errors="replace") as handle:
             text = handle.read().strip()
@@ -154,12 +153,12 @@ _FRAME_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
 
 def exit_frame(stack_log: str | None) -> str | None:
     """``file:line in function``: the innermost frame of the ``sys.exit()`` a worker recorded
-    (``files.EXIT_HEADER``), the call that ended it; None when it recorded none."""
-    if not stack_log or files.EXIT_HEADER not in stack_log:
+    (``boundary.EXIT_HEADER``), the call that ended it; None when it recorded none."""
+    if not stack_log or boundary.EXIT_HEADER not in stack_log:
         return None
     frames = [
         match
-        for line in stack_log.split(files.EXIT_HEADER, 1)[1].splitlines()
+        for line in stack_log.split(boundary.EXIT_HEADER, 1)[1].splitlines()
         if (match := _FRAME_LINE.match(line))
     ]
     if not frames:
@@ -179,7 +178,7 @@ def read_bootstrap_markers(log_dir: str | None) -> str | None:
     if not log_dir:
         return None
     try:
-        names = files.names_of(log_dir, files.BOOTSTRAP_PREFIX)
+        names = boundary.names_of(log_dir, boundary.BOOTSTRAP_PREFIX)
     except OSError:
         return None
     for name in names:
@@ -439,7 +438,7 @@ class EventReader:
 
     def drain(self) -> None:
         try:
-            names = files.names_of(self.log_dir, files.EVENTS_PREFIX)
+            names = boundary.names_of(self.log_dir, boundary.EVENTS_PREFIX)
         except OSError:
             return
         for name in names:

@@ -14,8 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoctor import torch_compat
-from loaderdoctor.supervise import files
+from loaderdoctor import boundary, torch_compat
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.system.oom_priority import raise_oom_score
 
@@ -133,7 +132,9 @@ class Pool:
         """A killed worker leaves its multiprocessing temp dir behind; remove those that remain
         (of every worker, or of the worker ``pid`` alone)."""
         try:
-            names = files.names_of(self.log_dir, files.TEMPDIR_PREFIX, files.tempdir_suffix(pid))
+            names = boundary.names_of(
+                self.log_dir, boundary.TEMPDIR_PREFIX, boundary.tempdir_suffix(pid)
+            )
         except OSError:
             return
         for name in names:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from loaderdoctor import torch_compat
+from loaderdoctor import boundary, torch_compat
 from loaderdoctor.forensics import Evidence, diagnose
 from loaderdoctor.forensics.origin import format_traceback, origin_of
 from loaderdoctor.forensics.verdict_text import format_verdict
@@ -18,7 +18,7 @@ from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervisio
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.worker.collate import SupervisedCollate
 from loaderdoctor.supervise.worker.context import WorkerContext
-from loaderdoctor.supervise.worker.exception_tags import MARKER, read_tags
+from loaderdoctor.supervise.worker.exception_tags import read_tags
 from loaderdoctor.supervise.worker.loader_view import attach_context, wrap_dataset
 from loaderdoctor.supervise.worker.sample_policy import SkippedBatch
 
@@ -107,7 +107,7 @@ class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
             ev.sample_file = sample_file(self._ld_snapshot.dataset, ev.in_flight_index)
             diagnosis = diagnose(ev)
             record(self._ld_sup, diagnosis, "raised")
-            error.__notes__ = [n for n in notes if not n.startswith(MARKER)]
+            error.__notes__ = [n for n in notes if not n.startswith(boundary.TAG_MARKER)]
             error.add_note(format_verdict(diagnosis, include_stack=False))
             attach(error, diagnosis)
             raise

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoctor import torch_compat
+from loaderdoctor import boundary, torch_compat
 from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise import containment
 from loaderdoctor.supervise.batch_count import samples_delivered
@@ -45,7 +45,7 @@ from loaderdoctor.supervise.shared_failure import (
     SharedFailures,
     stop_diagnosis,
 )
-from loaderdoctor.supervise.worker import rng_states, shared_handles
+from loaderdoctor.supervise.worker import shared_handles
 from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SamplePolicy
 from loaderdoctor.system.oom_priority import (
     PROBE_OOM_SCORE_ADJ,
@@ -378,13 +378,13 @@ class Supervision:
         from loaderdoctor.forensics import Evidence, diagnose
         from loaderdoctor.supervise.samples import sample_file
 
-        if event.get("kind") == shared_handles.EVENT_KIND:
+        if event.get("kind") == boundary.SHARED_HANDLE_EVENT:
             self.warn_shared_handles(event)
             return
-        if event.get("kind") == rng_states.EVENT_KIND:
+        if event.get("kind") == boundary.RNG_STATES_EVENT:
             self.data.worker_random_states(event)
             return
-        if event.get("kind") == containment.EVENT_KIND:
+        if event.get("kind") == boundary.FEATURE_OFF_EVENT:
             self.feature_off(str(event.get("feature")), str(event.get("reason")))
             return
         action = event.get("action", "skipped")

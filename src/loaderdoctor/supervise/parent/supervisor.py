@@ -25,11 +25,11 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoctor import torch_compat
+from loaderdoctor import boundary, torch_compat
 from loaderdoctor.forensics import Diagnosis
 from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
-from loaderdoctor.supervise import files, live_quarantine
+from loaderdoctor.supervise import live_quarantine
 from loaderdoctor.supervise.errors import HealingStoppedError, LoaderError
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.collect import EventReader
@@ -156,7 +156,7 @@ class Supervisor:
     def bootstrapping(self) -> contextlib.AbstractContextManager[None]:
         """While torch's (or torchdata's) ``__init__`` starts the workers: a spawned worker that
         re-runs the main script finds this pool's folder."""
-        return files.bootstrap_dir(self.log_dir)
+        return boundary.bootstrap_dir(self.log_dir)
 
     def watching(self) -> WorkerWatch:
         """The watch on the pool, made once torch's ``__init__`` has started the workers (at

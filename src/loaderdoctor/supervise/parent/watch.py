@@ -22,22 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from loaderdoctor import cpython_compat
+from loaderdoctor import boundary, cpython_compat
 from loaderdoctor.forensics import Diagnosis, Evidence
 from loaderdoctor.recorder import FlightRecorder, WorkerSnapshot
-from loaderdoctor.supervise import files
-from loaderdoctor.supervise.files import UNPICKLABLE_PREFIX
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.worker_exceptions import ERRNO_PATTERN, exception_line
 from loaderdoctor.supervise.samples import sample_file
-from loaderdoctor.supervise.worker import sharer_guard
-from loaderdoctor.supervise.worker.hooks import (
-    ORPHAN_GUARD_FRAME,
-    SEND_ERROR_HEADER,
-    STAGE_TIMER_FRAME,
-)
 from loaderdoctor.system.limits import open_files, process_open_files
 from loaderdoctor.torch_compat import IteratorBooks
 
@@ -120,7 +112,7 @@ def _read_exactly(fd: int, size: int, stalled: Callable[[], Any]) -> bytes:
 # --- hangs: when a worker's stage counts as stuck, and how its stack is had ------------------
 # A worker's flight-recorder row says which stage it is in (init, fetch, collate) and since when; the
 # parent's ``WorkerWatch`` asks ``stuck`` at each poll, and for a stuck worker ``dump_stack`` gets its
-# Python stack the way the worker said it could be had (``files.stack_dump_how``): a dump signal
+# Python stack the way the worker said it could be had (``boundary.stack_dump_how``): a dump signal
 # that faulthandler answers in the worker's stack log, or, where the platform has none, the dump the
 # worker's own stage timer (``worker.hooks._StageTimer``, armed at ``TIMER_DUMP_FRACTION`` of the
 # timeout) wrote into its hang log. torch's own ``timeout=`` is a hang too (``timeout_message``).
@@ -144,7 +136,7 @@ def dump_stack(log_dir: str, worker_id: int, pid: int | None) -> tuple[str | Non
     if pid is None:
         return None, "the worker's pid is unknown"
     try:
-        with open(files.stack_dump_how(log_dir, worker_id, pid)) as handle:
+        with open(boundary.stack_dump_how(log_dir, worker_id, pid)) as handle:
             how, _, description = handle.read().partition("\n")
     except OSError:
         return None, "the worker did not say how (it never finished starting)"
@@ -158,7 +150,7 @@ def dump_stack(log_dir: str, worker_id: int, pid: int | None) -> tuple[str | Non
 def _dump_on_signal(
     log_dir: str, worker_id: int, pid: int, number: int
 ) -> tuple[str | None, str | None]:
-    path = files.stack_log(log_dir, worker_id, pid)
+    path = boundary.stack_log(log_dir, worker_id, pid)
     try:
         offset = os.path.getsize(path)
         os.kill(pid, number)
@@ -187,7 +179,7 @@ def _read_timer_dump(
     log_dir: str, worker_id: int, pid: int, description: str
 ) -> tuple[str | None, str | None]:
     """The last dump the worker's own timer wrote (``Timeout (0:00:02)!`` and the threads)."""
-    path = files.hang_log(log_dir, worker_id, pid)
+    path = boundary.hang_log(log_dir, worker_id, pid)
     deadline = time.monotonic() + STACK_DUMP_WAIT_S
     while True:
         try:
@@ -211,8 +203,8 @@ def _main_thread_first(dump: str) -> str:
     worker's main thread (the one in torch's ``_worker_loop``) first, and leave out the timer's
     own thread, as a signal's dump would."""
     threads = [block.strip() for block in dump.strip().split("\n\n") if block.strip()]
-    threads = [block for block in threads if STAGE_TIMER_FRAME not in block]
-    threads = [block for block in threads if ORPHAN_GUARD_FRAME not in block]
+    threads = [block for block in threads if boundary.STAGE_TIMER_FRAME not in block]
+    threads = [block for block in threads if boundary.ORPHAN_GUARD_FRAME not in block]
     threads.sort(key=lambda block: "in _worker_loop" not in block)
     return "\n\n".join(threads)
 
@@ -403,7 +395,7 @@ class WorkerWatch:
         ev = self.base("exception", worker_id)
         ev.stage = "send"
         log = collect.read_stack_log(self.pool.log_dir, worker_id, ev.pid) or ""
-        text = log.split(SEND_ERROR_HEADER, 1)[-1].strip()
+        text = log.split(boundary.SEND_ERROR_HEADER, 1)[-1].strip()
         ev.traceback = text
         ev.exception_message = exception_line(text)
         ev.exception_type = ev.exception_message.split(":", 1)[0] or None
@@ -413,9 +405,9 @@ class WorkerWatch:
         # What stock PyTorch does next depends on where the same failure strikes it (in the
         # worker's collate_fn, it raises; in the queue's feeder thread, it waits), which this
         # run cannot show: the evidence says what happened here only.
-        if sharer_guard.WHAT_FAILED in text:
+        if boundary.SHARER_FAILED in text:
             ev.notes.append(
-                f"worker {worker_id} finished a batch but {sharer_guard.WHAT_FAILED}, and exited"
+                f"worker {worker_id} finished a batch but {boundary.SHARER_FAILED}, and exited"
                 " (its exit ended the main process's wait)"
             )
         else:
@@ -423,9 +415,11 @@ class WorkerWatch:
                 f"worker {worker_id} finished a batch but its queue's feeder thread could not"
                 " send it to the main process"
             )
-        where = next((ln for ln in log.splitlines() if ln.startswith(UNPICKLABLE_PREFIX)), None)
+        where = next(
+            (ln for ln in log.splitlines() if ln.startswith(boundary.UNPICKLABLE_PREFIX)), None
+        )
         if where is not None:
-            path, _, kind = where[len(UNPICKLABLE_PREFIX) :].rpartition(" (")
+            path, _, kind = where[len(boundary.UNPICKLABLE_PREFIX) :].rpartition(" (")
             ev.unpicklable_path, ev.unpicklable_type = path, kind.rstrip(")")
         if ev.errno == errno_module.EMFILE and ev.pid:
             usage = process_open_files(ev.pid)

@@ -15,16 +15,16 @@ from typing import Any
 
 from torch.utils.data import Dataset, IterableDataset
 
-from loaderdoctor.recorder import (
-    _FETCH,
-    _INDEX,
-    _SAMPLES,
-    _SINCE,
-    _STAGE,
+from loaderdoctor.boundary import (
     NO_INDEX,
+    ROW_INDEX,
+    ROW_SAMPLES,
+    ROW_SINCE,
+    ROW_STAGE,
+    STAGE_FETCH,
     Stage,
-    WorkerSlot,
 )
+from loaderdoctor.recorder import WorkerSlot
 from loaderdoctor.supervise import containment
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE
 from loaderdoctor.supervise.streams import (
@@ -117,8 +117,8 @@ class SupervisedMapDataset(Dataset[Any]):
         # Our own bookkeeping stays outside the try: an error of ours is never the dataset's
         if slot is not None:
             flat, base, clock = slot.hot_path()
-            index_at, stage_at, since_at = base + _INDEX, base + _STAGE, base + _SINCE
-            flat[stage_at] = _FETCH
+            index_at, stage_at, since_at = base + ROW_INDEX, base + ROW_STAGE, base + ROW_SINCE
+            flat[stage_at] = STAGE_FETCH
         try:
             if slot is None:
                 for index in indices:
@@ -128,7 +128,7 @@ class SupervisedMapDataset(Dataset[Any]):
                     flat[index_at] = index if type(index) is int else NO_INDEX
                     flat[since_at] = clock()
                     samples.append(dataset[index])
-                flat[base + _SAMPLES] += len(indices)
+                flat[base + ROW_SAMPLES] += len(indices)
         except Exception as error:  # the user's dataset raises anything
             self._batch_failed(error, indices, samples, index)
             raise
@@ -445,8 +445,8 @@ class _SupervisedIterator:
             # Inlined per item (a few item writes): samples_started is position + 1, so the
             # parent reads the position of the item in flight from it.
             flat, base, clock = slot.hot_path()
-            flat[base + _INDEX] = NO_INDEX
-            samples_at, stage_at, since_at = base + _SAMPLES, base + _STAGE, base + _SINCE
+            flat[base + ROW_INDEX] = NO_INDEX
+            samples_at, stage_at, since_at = base + ROW_SAMPLES, base + ROW_STAGE, base + ROW_SINCE
         while True:  # a loop, not a recursion: a stream may hold thousands of bad records in a row
             position = self.position
             if resume is not None and resume.stop is not None and position >= resume.stop:
@@ -456,7 +456,7 @@ class _SupervisedIterator:
                 raise StopIteration
             if slot is not None:
                 flat[samples_at] = position + 1
-                flat[stage_at] = _FETCH
+                flat[stage_at] = STAGE_FETCH
                 flat[since_at] = clock()
             try:
                 item = next(self.iterator)

@@ -10,10 +10,10 @@ import json
 import traceback
 from typing import Any
 
-from loaderdoctor.supervise import files
+from loaderdoctor import boundary
 from loaderdoctor.supervise.exception_facts import exception_facts
 
-MARKER = "[loaderdoctor] "
+MARKER = boundary.TAG_MARKER
 
 
 def tag_exception(error: BaseException, worker: int | None, **facts: Any) -> None:
@@ -33,11 +33,11 @@ def tag_exception(error: BaseException, worker: int | None, **facts: Any) -> Non
 def record_exit(stack_log: Any, exiting: SystemExit) -> None:
     """A ``sys.exit()`` in the Dataset ends the worker with no exception torch could ship (its
     worker loop catches ``Exception`` only): leave its traceback, whose innermost frame called
-    exit, in the worker's stack log (``files.EXIT_HEADER``) for the parent's verdict."""
+    exit, in the worker's stack log (``boundary.EXIT_HEADER``) for the parent's verdict."""
     if stack_log is None:
         return
     try:
-        stack_log.write(f"{files.EXIT_HEADER}\n{''.join(traceback.format_exception(exiting))}")
+        stack_log.write(f"{boundary.EXIT_HEADER}\n{''.join(traceback.format_exception(exiting))}")
         stack_log.flush()
     except (OSError, ValueError):
         pass

@@ -19,9 +19,9 @@ from typing import Any
 
 from torch.utils.data import get_worker_info
 
-from loaderdoctor import cpython_compat, torch_compat
+from loaderdoctor import boundary, cpython_compat, torch_compat
 from loaderdoctor.recorder import FlightRecorder, Stage
-from loaderdoctor.supervise import files, sharing
+from loaderdoctor.supervise import sharing
 from loaderdoctor.supervise.live_quarantine import NO_LIVE_QUARANTINE, LiveQuarantine
 from loaderdoctor.supervise.pickle_path import unpicklable_path
 from loaderdoctor.supervise.worker import rng_states, shared_handles, sharer_guard
@@ -32,14 +32,12 @@ from loaderdoctor.system import platform
 from loaderdoctor.system.oom_priority import raise_oom_score
 
 # Each worker says how the parent gets its stack when it is stuck (see ``platform.stack_dump``)
-# in ``files.stack_dump_how``: "signal N" (send N), "timer" (read ``files.hang_log``), "none: why".
+# in ``boundary.stack_dump_how``: "signal N" (send N), "timer" (read ``boundary.hang_log``), "none: why".
 # Without a dump signal the worker dumps its own stack this far into a stage that has not ended,
 # so that the dump is written before the parent calls the stage a hang (at ``hang_timeout``).
 TIMER_DUMP_FRACTION = 0.8
 TIMER_POLL_S = 0.1
-STAGE_TIMER_FRAME = "in _stage_timer_loop"  # how the timer's own thread shows in its dump
 ORPHAN_POLL_S = 0.5
-ORPHAN_GUARD_FRAME = "in _orphan_guard_loop"
 
 
 def _handles(dataset: Any) -> dict[str, tuple[int, str]]:
@@ -119,7 +117,7 @@ class SupervisedWorkerInit:
         try:
             # One file per worker process: faulthandler writes the Python stack of every thread
             # into it at a fatal signal (SIGSEGV, SIGBUS, ...) and on the stack-dump signal.
-            path = files.stack_log(self.log_dir, worker_id, os.getpid())
+            path = boundary.stack_log(self.log_dir, worker_id, os.getpid())
             context.stack_log = open(path, "w")  # the context keeps it open
             # A forked worker inherits "enabled" from a parent run under pytest or -X
             # faulthandler; enable() would then only switch files and leave torch's SIGSEGV
@@ -132,7 +130,9 @@ class SupervisedWorkerInit:
         _report_lost_batches(context)
         _announce_temp_dir(self.log_dir, worker_id)
         try:
-            context.outbox.log = open(files.events_file(self.log_dir, worker_id, os.getpid()), "w")
+            context.outbox.log = open(
+                boundary.events_file(self.log_dir, worker_id, os.getpid()), "w"
+            )
         except OSError:
             context.outbox.log = None
         torch_compat.show_user_dataset_in_worker_info(self.dataset)
@@ -167,7 +167,7 @@ class SupervisedWorkerInit:
                 how = f"signal {number}"
             elif dump.method == "timer" and self.hang_timeout:
                 # the timer thread writes to it until the worker exits
-                hang_log = open(files.hang_log(self.log_dir, worker_id, os.getpid()), "w")
+                hang_log = open(boundary.hang_log(self.log_dir, worker_id, os.getpid()), "w")
                 _StageTimer(self.recorder, worker_id, hang_log, self.hang_timeout).start()
                 how = "timer"
             elif dump.method == "timer":
@@ -175,7 +175,7 @@ class SupervisedWorkerInit:
         except (OSError, RuntimeError, ValueError) as error:
             how = f"none: {type(error).__name__}: {error}"
         try:
-            with open(files.stack_dump_how(self.log_dir, worker_id, os.getpid()), "w") as handle:
+            with open(boundary.stack_dump_how(self.log_dir, worker_id, os.getpid()), "w") as handle:
                 handle.write(f"{how}\n{dump.description}\n")
         except OSError:
             pass
@@ -256,14 +256,11 @@ def _announce_temp_dir(log_dir: str, worker_id: int) -> None:
         return  # inherited from the parent through fork: the parent's, not ours to remove
     try:
         temp_dir = multiprocessing.util.get_temp_dir()
-        path = files.tempdir_file(log_dir, worker_id, os.getpid())
+        path = boundary.tempdir_file(log_dir, worker_id, os.getpid())
         with open(path, "w") as handle:
             handle.write(temp_dir)
     except OSError:
         pass
-
-
-SEND_ERROR_HEADER = "loaderdoctor: a batch could not be sent to the main process"
 
 
 def _report_lost_batches(context: WorkerContext) -> None:
@@ -289,7 +286,7 @@ def _report_lost_batches(context: WorkerContext) -> None:
 
 def _unpicklable_in(error: BaseException, obj: object) -> str | None:
     """Where in the batch the object pickle refused lies (``batch[1]``, ``batch`` itself when
-    collate_fn returned a generator), as ``files.UNPICKLABLE_PREFIX`` + "PATH (TYPE)"; None when
+    collate_fn returned a generator), as ``boundary.UNPICKLABLE_PREFIX`` + "PATH (TYPE)"; None when
     sending failed for another reason."""
     if "pickl" not in str(error).lower():  # "cannot pickle", "Can't pickle", PicklingError
         return None
@@ -301,7 +298,7 @@ def _unpicklable_in(error: BaseException, obj: object) -> str | None:
         path, kind = unpicklable_path(batch, "batch", ForkingPickler.dumps)
     except Exception:  # the walk is a courtesy: the send error itself is already recorded
         return None
-    return f"{files.UNPICKLABLE_PREFIX}{path} ({kind})"
+    return f"{boundary.UNPICKLABLE_PREFIX}{path} ({kind})"
 
 
 def _sharer_failure() -> str:
@@ -310,8 +307,8 @@ def _sharer_failure() -> str:
 
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (ImportError, OSError, ValueError):
-        return sharer_guard.WHAT_FAILED
-    return f"{sharer_guard.WHAT_FAILED} (its open-file limit is {soft})"
+        return boundary.SHARER_FAILED
+    return f"{boundary.SHARER_FAILED} (its open-file limit is {soft})"
 
 
 def _record_send_failure(
@@ -323,7 +320,7 @@ def _record_send_failure(
     log = context.stack_log
     if log is not None:
         try:
-            log.write(SEND_ERROR_HEADER + "\n")
+            log.write(boundary.SEND_ERROR_HEADER + "\n")
             if what:
                 log.write(what + "\n")
             log.write("".join(traceback.format_exception(error)))
@@ -339,7 +336,7 @@ def write_bootstrap_marker() -> None:
 
     The parent names the missing ``if __name__ == "__main__":`` guard from this file.
     """
-    directory = os.environ.get(files.BOOTSTRAP_DIR_ENV)
+    directory = os.environ.get(boundary.BOOTSTRAP_DIR_ENV)
     if not directory or not os.path.isdir(directory):
         return
     main = sys.modules.get("__mp_main__") or sys.modules.get("__main__")
@@ -354,7 +351,7 @@ def write_bootstrap_marker() -> None:
         f"at import{where}"
     )
     try:
-        with open(files.bootstrap_marker(directory, os.getpid()), "w") as handle:
+        with open(boundary.bootstrap_marker(directory, os.getpid()), "w") as handle:
             handle.write(text)
     except OSError:
         pass

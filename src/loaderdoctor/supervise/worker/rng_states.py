@@ -17,7 +17,9 @@ import random
 import sys
 from typing import Any
 
-EVENT_KIND = "rng-states"
+from loaderdoctor import boundary
+
+EVENT_KIND = boundary.RNG_STATES_EVENT
 DEPTH = 2  # dataset.rng, dataset.transform.rng
 MAX_ATTRIBUTES = 64  # per object: a dataset with a huge __dict__ is not searched whole
 _SCALARS = (str, bytes, int, float, bool, type(None))

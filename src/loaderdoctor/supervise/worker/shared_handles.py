@@ -19,7 +19,9 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-EVENT_KIND = "shared-handle"
+from loaderdoctor import boundary
+
+EVENT_KIND = boundary.SHARED_HANDLE_EVENT
 DEPTH = 2  # dataset.client, dataset.client.sock
 MAX_ATTRIBUTES = 64  # per object: a dataset with a huge __dict__ is not searched whole
 

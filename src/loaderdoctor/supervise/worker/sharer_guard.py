@@ -24,10 +24,6 @@ from loaderdoctor import cpython_compat
 # How the worker exits after the recorded failure (the verdict comes from the record, not this)
 EXIT_CODE = 1
 OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
-WHAT_FAILED = (
-    "the worker's resource sharer could not accept the main process's connection for a "
-    "tensor's file descriptor"
-)
 
 
 def install(on_exhausted: Callable[[OSError], None]) -> None:
@@ -66,4 +62,4 @@ def install(on_exhausted: Callable[[OSError], None]) -> None:
     cpython_compat.set_sharer_serve(sharer_class, serve)
 
 
-__all__ = ["EXIT_CODE", "WHAT_FAILED", "install"]
+__all__ = ["EXIT_CODE", "install"]
