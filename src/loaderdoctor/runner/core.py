@@ -151,12 +151,10 @@ def child_environment(settings: RunSettings, report_dir: Path) -> dict[str, str]
     if settings.strict:
         env[protocol.STRICT_DATA_ENV] = "1"
     # Ray workers of a cluster started before run: reached through Ray's own hooks (ray_hook)
-    from loaderdoctor.runner.ray_hook import RUNTIME_ENV_HOOK
-
     user_hook = env.get(protocol.RAY_ENV_HOOK_ENV)
-    if user_hook and user_hook != RUNTIME_ENV_HOOK:
+    if user_hook and user_hook != protocol.RAY_ENV_HOOK:
         env[protocol.RAY_USER_ENV_HOOK_ENV] = user_hook
-    env[protocol.RAY_ENV_HOOK_ENV] = RUNTIME_ENV_HOOK
+    env[protocol.RAY_ENV_HOOK_ENV] = protocol.RAY_ENV_HOOK
     return env
 
 

@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-# As Ray's ``load_class`` reads them: the module's dotted path, then the function's name.
-RUNTIME_ENV_HOOK = "loaderdoctor.runner.ray_hook.runtime_env"
+# As Ray's ``load_class`` reads it (the environment hook's name is protocol.RAY_ENV_HOOK)
 SETUP_HOOK = "loaderdoctor.runner.ray_hook.setup"
 # A user's ``worker_process_setup_hook`` given by name, run by ours before it installs the bootstrap
 USER_SETUP_ENV = "LOADERDOCTOR_RAY_USER_SETUP"
