@@ -48,6 +48,7 @@ class RunIncident:
     title: str = ""
     confidence: float | None = None
     sample_file: str | None = None
+    shard: str | None = None  # the shard file that holds the sample (a Hugging Face Arrow file)
     docs: str = ""
     rank: int | None = None
     process_pid: int | None = None  # the process whose loader saw it (a rank, the script)
@@ -75,6 +76,7 @@ class RunIncident:
             title=diagnosis.get("title", ""),
             confidence=diagnosis.get("confidence"),
             sample_file=diagnosis.get("sample_file"),
+            shard=diagnosis.get("shard"),
             docs=diagnosis.get("docs", ""),
             rank=record.get("rank"),
             process_pid=record.get("pid"),

@@ -14,7 +14,7 @@ from loaderdoctor.supervise.errors import attach
 from loaderdoctor.supervise.heal import ResumeSampler, length_of, user_stacklevel
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
-from loaderdoctor.supervise.samples import sample_file
+from loaderdoctor.supervise.samples import sample_file, sample_shard
 from loaderdoctor.supervise.worker.collate import SupervisedCollate
 from loaderdoctor.supervise.worker.context import WorkerContext
 from loaderdoctor.supervise.worker.exception_tags import MARKER, read_tags
@@ -104,6 +104,7 @@ class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
             collect.facts_from_tags(ev, tags)
             ev.worker_id = None
             ev.sample_file = sample_file(self._ld_snapshot.dataset, ev.in_flight_index)
+            ev.sample_shard = sample_shard(self._ld_snapshot.dataset, ev.in_flight_index)
             diagnosis = diagnose(ev)
             self._ld_sup.record(diagnosis, "raised")
             error.__notes__ = [n for n in notes if not n.startswith(MARKER)]

@@ -29,7 +29,7 @@ from loaderdoctor.supervise.parent import collect, hangs
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.worker_exceptions import ERRNO_PATTERN, exception_line
-from loaderdoctor.supervise.samples import sample_file
+from loaderdoctor.supervise.samples import sample_file, sample_shard
 from loaderdoctor.supervise.worker import sharer_guard
 from loaderdoctor.supervise.worker.hooks import SEND_ERROR_HEADER
 from loaderdoctor.system.limits import open_files, process_open_files
@@ -273,6 +273,7 @@ class WorkerWatch:
             ev.in_flight_index = ev.batch_indices[0]
         # a stream item's file (its shard's URL) came with its name from the recorder
         ev.sample_file = sample_file(self.dataset, ev.in_flight_index) or ev.sample_file
+        ev.sample_shard = sample_shard(self.dataset, ev.in_flight_index)
 
     def hang(
         self, worker_id: int, tasks: Mapping[int, Any], timeout_message: str | None
