@@ -69,7 +69,7 @@ def test_litdata_runs_as_stock_and_its_own_loader_is_said_unsupervised(tmp_path:
     assert (report["status"], report["delivered"]["samples"]) == ("ok", 400)
     [unsupervised] = report["unsupervised_loaders"]
     assert unsupervised["loader"] == "StreamingDataLoader", details
-    assert unsupervised["site"].endswith("streaming_libraries.py:83)"), details
+    assert unsupervised["site"].endswith("streaming_libraries.py:89)"), details
     assert report["notes"] == [
         f"StreamingDataLoader at {unsupervised['site']} ran unsupervised: "
         "litdata.streaming.dataloader.StreamingDataLoader overrides DataLoader._get_iterator "
