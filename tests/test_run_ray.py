@@ -94,3 +94,63 @@ def test_a_ray_job_whose_workers_wrote_nothing_is_not_called_the_commands_own_fa
         "reached: a worker death there is torch's own error, above); the command failed"
     )
     assert RunReport.from_json(report.to_json()).unreached == report.unreached
+
+
+def with_user_variable(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    """A user's own RAY_RUNTIME_ENV_HOOK (run keeps it, and runs it first)."""
+    env = dict(runtime_env or {})
+    env["env_vars"] = {**env.get("env_vars", {}), "USER": "theirs"}
+    return env
+
+
+def test_the_jobs_runtime_environment_gets_runs_settings_and_setup_hook_beside_the_users(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loaderdoctor.runner import protocol, ray_hook
+
+    monkeypatch.setattr(ray_hook, "joined", [])
+    monkeypatch.setenv(protocol.RUN_DIR_ENV, "/reports/job")
+    monkeypatch.setenv(protocol.HEAL_ENV, "1")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
+    monkeypatch.delenv(protocol.RAY_USER_ENV_HOOK_ENV, raising=False)
+    assert ray_hook.runtime_env(None) == {
+        "env_vars": {
+            protocol.RUN_DIR_ENV: "/reports/job",
+            protocol.HEAL_ENV: "1",
+            protocol.RAY_WORKER_ENV: "run",
+        },
+        "worker_process_setup_hook": "loaderdoctor.runner.ray_hook.setup",
+    }
+    assert ray_hook.joined == ["10.0.0.2:6379"]
+    # the user's own hooks: their environment hook first, their setup hook (by name) run by ours
+    monkeypatch.setenv(protocol.RAY_USER_ENV_HOOK_ENV, "test_run_ray.with_user_variable")
+    env = ray_hook.runtime_env({"worker_process_setup_hook": "their.setup", "pip": ["x"]})
+    assert env["pip"] == ["x"]
+    assert env["worker_process_setup_hook"] == "loaderdoctor.runner.ray_hook.setup"
+    assert env["env_vars"]["USER"] == "theirs"
+    assert env["env_vars"][ray_hook.USER_SETUP_ENV] == "their.setup"
+    # a setup function: one function (Ray pickles it by value) that calls theirs, then ours
+    called: list[str] = []
+    env = ray_hook.runtime_env({"worker_process_setup_hook": lambda: called.append("theirs")})
+    chained = env["worker_process_setup_hook"]
+    assert chained.__name__ == "loaderdoctor_setup"
+    monkeypatch.setattr(ray_hook, "setup", lambda: called.append("ours"))
+    chained()
+    assert called == ["theirs", "ours"]
+
+
+def test_run_hands_ray_its_environment_hook_and_keeps_the_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loaderdoctor.runner import protocol
+    from loaderdoctor.runner.core import RunSettings, child_environment
+
+    settings = RunSettings(command=["python", "x.py"])
+    monkeypatch.delenv(protocol.RAY_ENV_HOOK_ENV, raising=False)
+    env = child_environment(settings, tmp_path)
+    assert env[protocol.RAY_ENV_HOOK_ENV] == "loaderdoctor.runner.ray_hook.runtime_env"
+    assert protocol.RAY_USER_ENV_HOOK_ENV not in env
+    monkeypatch.setenv(protocol.RAY_ENV_HOOK_ENV, "their.hook")
+    env = child_environment(settings, tmp_path)
+    assert env[protocol.RAY_ENV_HOOK_ENV] == "loaderdoctor.runner.ray_hook.runtime_env"
+    assert env[protocol.RAY_USER_ENV_HOOK_ENV] == "their.hook"
