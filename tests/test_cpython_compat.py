@@ -23,7 +23,22 @@ SRC = Path(loaderdoctor.__file__).parent
 COMPAT_MODULES = {"cpython_compat.py", "torch_compat.py", "torchdata_compat.py"}
 # Private names of our own objects that modules read on objects other than ``self``, and names
 # that are documented though they start with "_" (``os._exit``, namedtuples' and ast's ``_fields``).
-OURS = {"_incidents", "_find_in_bases", "_is_loader", "_loader", "_command", "_fields", "_exit"}
+OURS = {
+    "_incidents",
+    "_find_in_bases",
+    "_is_loader",
+    "_loader",
+    "_command",
+    "_applied",
+    "_fields",
+    "_exit",
+}
+# A data library's own private, read only in the module that adapts to that library, guarded
+# (a layout it does not know names nothing): litdata's cache reader, HF datasets' row indices.
+LIBRARY_PRIVATES = {
+    "supervise/worker/library_names.py": {"_reader"},
+    "supervise/samples.py": {"_indices"},
+}
 
 
 def _owner_instance(owner: str) -> Any:
@@ -105,12 +120,17 @@ def stdlib_privates_in(source: str) -> list[str]:
     return found
 
 
+def _not_allowed(path: Path, hits: list[str]) -> list[str]:
+    allowed = LIBRARY_PRIVATES.get(path.relative_to(SRC).as_posix(), set())
+    return [hit for hit in hits if hit.split(": ", 1)[1] not in allowed]
+
+
 def test_no_module_but_the_compat_modules_reaches_a_private_name() -> None:
     found = {
         path.relative_to(SRC).as_posix(): hits
         for path in sorted(SRC.rglob("*.py"))
         if path.name not in COMPAT_MODULES and "_boot" not in path.parts
-        if (hits := stdlib_privates_in(path.read_text(encoding="utf-8")))
+        if (hits := _not_allowed(path, stdlib_privates_in(path.read_text(encoding="utf-8"))))
     }
     assert found == {}
 

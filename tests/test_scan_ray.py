@@ -76,6 +76,43 @@ def test_shards_and_their_nodes_survive_the_checkpoint_and_the_report() -> None:
     assert format_settings(report) == "Ray: 2 shards on 2 nodes"
 
 
+# What Ray 2.60's client wrote on stderr, once a second for 20 s, joining a `ray start --head` that
+# has token authentication on without the token; then it raised ConnectionError("Failed to
+# connect to Ray cluster at 10.0.0.2:6379").
+RAY_REFUSED = (
+    "[2026-12-06 04:23:26,844 W 8896 8896] gcs_client.cc:210: Failed to get cluster ID from GCS "
+    "server: Unauthenticated: RPC error: InvalidAuthToken: Authentication token is missing or "
+    "incorrect\n"
+)
+AUTH_CURE = (
+    "the cluster has token authentication on; pass its token with RAY_AUTH_MODE=token and "
+    "RAY_AUTH_TOKEN=TOKEN (or RAY_AUTH_TOKEN_PATH=FILE) in the environment "
+    "(`ray get-auth-token` on the head prints it)"
+)
+
+
+def test_a_cluster_that_refuses_the_token_says_authentication_failed_and_the_cure() -> None:
+    from loaderdoctor.scan.cluster import join_error
+
+    refused = ConnectionError("Failed to connect to Ray cluster at 10.0.0.2:6379")
+    where = "cannot join the Ray cluster at 10.0.0.2:6379: authentication failed"
+    assert join_error(refused, "10.0.0.2:6379", RAY_REFUSED * 20, {}) == (
+        f"{where} (no token was given): {AUTH_CURE}"
+    )
+    assert join_error(refused, "10.0.0.2:6379", RAY_REFUSED, {"RAY_AUTH_TOKEN": "x"}) == (
+        f"{where} (RAY_AUTH_TOKEN is set, but RAY_AUTH_MODE is not 'token'): {AUTH_CURE}"
+    )
+    wrong = {"RAY_AUTH_TOKEN": "x", "RAY_AUTH_MODE": "token"}
+    assert join_error(refused, "10.0.0.2:6379", RAY_REFUSED, wrong) == (
+        f"{where} (the token given (RAY_AUTH_TOKEN) is not the cluster's): {AUTH_CURE}"
+    )
+    # anything else keeps Ray's own first line
+    assert join_error(refused, None, "", {}) == (
+        "cannot join the Ray cluster (RAY_ADDRESS, or a local Ray): "
+        "Failed to connect to Ray cluster at 10.0.0.2:6379"
+    )
+
+
 # --- integration: a real cluster ----------------------------------------------------------------
 @dataclass
 class Node:

@@ -29,6 +29,8 @@ class Evidence:
     iterable_position: int | None = None  # IterableDataset: items this worker had fetched
     stream_key: Any = None  # IterableDataset: the key of the item in flight, where known
     sample_file: str | None = None
+    # The shard file holding the sample, where it is not the sample's own (a Hugging Face Arrow file)
+    sample_shard: str | None = None
     # A Python exception (kind == "exception" or "start")
     exception_type: str | None = None
     exception_message: str | None = None
@@ -101,6 +103,7 @@ class Diagnosis:
     # IterableDataset: the culprit's position in its worker's stream, and its key where known
     position: int | None = None
     key: Any = None
+    shard: str | None = None  # the shard file that holds the sample (a Hugging Face Arrow file)
 
     def to_json(self, indent: int | None = 2) -> str:
         """The report as JSON text; ``to_dict()`` gives the dict."""

@@ -338,6 +338,8 @@ def _describe_index(ev: Evidence) -> str | None:
         return None
     if ev.sample_file:
         text += f" ({ev.sample_file})"
+    if ev.sample_shard:
+        text += f" in shard {ev.sample_shard}"
     if ev.stage:
         text += f", {ev.stage} stage"
     if ev.batch is not None:
@@ -452,6 +454,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
         fixes=choose_fixes(cause, facts_of(ev)),
         explanation=cause.explanation,
         sample_file=ev.sample_file,
+        shard=ev.sample_shard,
         batch=ev.batch,
         epoch=ev.epoch,
         python_stack=ev.python_stack,

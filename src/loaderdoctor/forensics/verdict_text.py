@@ -23,6 +23,8 @@ def format_subject(d: Diagnosis) -> str:
         text = f"{label} {shown}"
         if d.sample_file:
             text += f" ({d.sample_file})"
+        if d.shard:
+            text += f" in shard {d.shard}"
         parts.append(text)
     elif d.position is not None:  # a stream's culprit: its place in its worker's stream
         named = [f"key {d.key!r}"] if d.key is not None else []

@@ -105,6 +105,11 @@ def format_verdict(report: RunReport) -> str:
     # "DataLoader worker ... exited unexpectedly", above the summary): only the supervised ones
     # are vouched for, and the failure is not called the command's own.
     unsupervised = sum(u.count for u in report.unsupervised_loaders)
+    if report.unreached:
+        died = "no supervised DataLoader worker died (DataLoaders in Ray workers were not reached"
+        if report.exit_code != 0 and not (report.interrupted or report.signal == "SIGINT"):
+            return f"verdict: {died}: a worker death there is torch's own error, above); the command failed"
+        return f"verdict: {died})"
     if unsupervised:
         died = f"no supervised DataLoader worker died ({unsupervised} ran unsupervised"
         if report.exit_code != 0 and not (report.interrupted or report.signal == "SIGINT"):

@@ -81,6 +81,15 @@ def is_direct_child() -> bool:
     return os.environ.get(SUPERVISOR_ENV) == str(os.getppid())
 
 
+def installed() -> bool:
+    """The bootstrap is already at work in this process: its import hook waits for torch, or
+    torch's DataLoader is replaced."""
+    if any(isinstance(finder, TorchImportHook) for finder in sys.meta_path):
+        return True
+    patch = sys.modules.get("loaderdoctor.runner.patch")
+    return bool(getattr(patch, "_applied", False))
+
+
 def install() -> None:
     if not os.environ.get(RUN_DIR_ENV):
         return

@@ -150,6 +150,11 @@ def child_environment(settings: RunSettings, report_dir: Path) -> dict[str, str]
     env[SUPERVISOR_ENV] = str(os.getpid())
     if settings.strict:
         env[protocol.STRICT_DATA_ENV] = "1"
+    # Ray workers of a cluster started before run: reached through Ray's own hooks (ray_hook)
+    user_hook = env.get(protocol.RAY_ENV_HOOK_ENV)
+    if user_hook and user_hook != protocol.RAY_ENV_HOOK:
+        env[protocol.RAY_USER_ENV_HOOK_ENV] = user_hook
+    env[protocol.RAY_ENV_HOOK_ENV] = protocol.RAY_ENV_HOOK
     return env
 
 
@@ -505,6 +510,7 @@ def merge(
     else:
         exit_code, signal_name = exit_code_of(returncode)
     unsupervised_loaders = unsupervised_loaders_of(states)
+    unreached = unreached_ray_workers(states)
     delivered = Delivered(
         sum(r.delivered.batches for r in ranks), sum(r.delivered.samples for r in ranks)
     )
@@ -523,8 +529,9 @@ def merge(
         exit_known=returncode is not None,
         started_at=datetime.datetime.fromtimestamp(started_wall).isoformat(timespec="seconds"),
         report_dir=str(report_dir),
-        notes=run_notes(states, ranks, unsupervised_loaders, exit_code),
+        notes=run_notes(states, ranks, unsupervised_loaders, exit_code, unreached),
         unsupervised_loaders=unsupervised_loaders,
+        unreached=unreached,
         data_findings=data_findings_of(states),
         oom_protection=protocol.weakest_protection(
             [
@@ -551,6 +558,7 @@ def run_notes(
     ranks: list[ProcessSummary],
     unsupervised_loaders: list[UnsupervisedLoader],
     exit_code: int,
+    unreached: list[str],
 ) -> list[str]:
     """The run's notes: loaders that ran unsupervised or as plain torch, or no loader at all."""
     notes = [
@@ -558,7 +566,16 @@ def run_notes(
         f"{u.reason}"
         for u in unsupervised_loaders
     ]
-    if not ranks and not unsupervised_loaders:
+    notes.extend(unreached)
+    hooked = [r for r in ranks if r.reached == "ray-hook"]
+    if hooked:
+        notes.append(
+            f"{sum(r.loaders for r in hooked)} supervised DataLoader(s) in {len(hooked)} Ray "
+            "worker process(es) that run did not start were reached through Ray's "
+            "worker_process_setup_hook (the job's runtime environment, set by run's "
+            "RAY_RUNTIME_ENV_HOOK)"
+        )
+    if not ranks and not unsupervised_loaders and not unreached:
         notes.append(no_loader_note(states, exit_code))
     for reason, count in unsupervised_reasons(states).items():
         notes.append(
@@ -577,6 +594,24 @@ def run_notes(
                     f"{line[0]} at {line[1]}: {line[2]} turned off (the rest supervised): {line[3]}"
                 )
     return notes
+
+
+def unreached_ray_workers(states: list[dict[str, Any]]) -> list[str]:
+    """A driver joined a Ray cluster and not one of its Ray workers wrote a record: their
+    DataLoaders, if they built any, ran where run could not see them."""
+    joined: list[str] = []
+    for state in states:
+        joined.extend(str(a) for a in state.get("ray_joined") or [] if str(a) not in joined)
+    if not joined or any(state.get("ray_worker") for state in states):
+        return []
+    return [
+        f"DataLoaders in the Ray workers of {', '.join(joined)} were not reached: the command "
+        "joined Ray, and run's worker setup hook (Ray's worker_process_setup_hook) wrote no "
+        "record from any of its workers: they imported no torch, or the hook could not run "
+        "there (the cluster's Python cannot import loaderdoctor, the report folder is not on "
+        "that node's disk, or the driver ran under uv run, whose own hook replaces run's); a "
+        "DataLoader worker death there is torch's own error, above the summary"
+    ]
 
 
 def unsupervised_reasons(states: list[dict[str, Any]]) -> dict[str, int]:
@@ -705,6 +740,8 @@ def process_summaries(
             summary.oom_protection = str(state["oom_protection"])  # the image that ran last
         if state.get("rank") is not None:
             summary.rank = state.get("rank")
+        if state.get("ray_worker") == "ray-hook":
+            summary.reached = "ray-hook"
     ranks = [summary for pid, summary in by_pid.items() if pid in created]
     return sorted(ranks, key=lambda r: (r.rank if r.rank is not None else -1, r.pid))
 

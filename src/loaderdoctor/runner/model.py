@@ -48,6 +48,7 @@ class RunIncident:
     title: str = ""
     confidence: float | None = None
     sample_file: str | None = None
+    shard: str | None = None  # the shard file that holds the sample (a Hugging Face Arrow file)
     docs: str = ""
     rank: int | None = None
     process_pid: int | None = None  # the process whose loader saw it (a rank, the script)
@@ -75,6 +76,7 @@ class RunIncident:
             title=diagnosis.get("title", ""),
             confidence=diagnosis.get("confidence"),
             sample_file=diagnosis.get("sample_file"),
+            shard=diagnosis.get("shard"),
             docs=diagnosis.get("docs", ""),
             rank=record.get("rank"),
             process_pid=record.get("pid"),
@@ -114,6 +116,9 @@ class ProcessSummary:
     # Whether its workers go before it when memory runs out (the loader report's line)
     oom_protection: str | None = None
     node: str | None = None  # in a job report: the node folder whose run saw it
+    # How run reached its DataLoaders: "run" (the environment run gave the command, inherited)
+    # or "ray-hook" (a Ray worker of a cluster started before run: Ray's worker setup hook)
+    reached: str = "run"
 
 
 @dataclass
@@ -252,6 +257,9 @@ class RunReport:
     # printed and the HTML page say so where report.json itself could not
     unwritten: list[str] = field(default_factory=list)
     unsupervised_loaders: list[UnsupervisedLoader] = field(default_factory=list)
+    # Processes whose DataLoaders run may not have reached, each with the reason (a Ray cluster
+    # joined whose workers wrote nothing): a worker death there is torch's own error, unseen
+    unreached: list[str] = field(default_factory=list)
     # Wrong data delivered without an error (a duplicated stream, a frozen shuffle, stale
     # persistent workers, cloned random generators): kind, title, epoch, evidence, fix
     data_findings: list[dict[str, Any]] = field(default_factory=list)

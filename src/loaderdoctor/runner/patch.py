@@ -38,6 +38,7 @@ from loaderdoctor.runner.protocol import (
     HEAL_ENV,
     MAX_DEATHS_ENV,
     MAX_SKIPPED_ENV,
+    RAY_WORKER_ENV,
     RUN_DIR_ENV,
 )
 from loaderdoctor.supervise import loader as supervised
@@ -379,11 +380,26 @@ def _write_state(force: bool) -> None:
             ],
             "unsupervised_loaders": subclasses.unsupervised_loaders() + own_iterators,
             "unwritten": _unwritten[0] if _unwritten else None,
+            # how this process was reached, where it is a Ray worker of the command's job
+            "ray_worker": os.environ.get(RAY_WORKER_ENV),
+            "ray_joined": _ray_joined(),
         }
     try:
         protocol.write_json(protocol.state_path(incidents_dir(), os.getpid(), _image), state)
     except OSError as error:
         _cannot_write(error)
+
+
+def _ray_joined() -> list[str]:
+    """The Ray clusters this process joined as a driver (``ray_hook`` saw its ``ray.init``)."""
+    hook = sys.modules.get("loaderdoctor.runner.ray_hook")
+    return list(getattr(hook, "joined", []))
+
+
+def ray_joined() -> None:
+    """This process joined a Ray cluster: on disk now, should its workers write nothing."""
+    if _applied:
+        _write_state(force=True)
 
 
 def _unsupervised_records() -> tuple[dict[str, int], list[dict[str, Any]]]:

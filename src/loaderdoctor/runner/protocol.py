@@ -40,6 +40,16 @@ MAX_DEATHS_ENV = "LOADERDOCTOR_RUN_MAX_DEATHS_IN_A_ROW"
 SUPERVISOR_ENV = "LOADERDOCTOR_RUN_SUPERVISOR"
 # --strict: wrong data delivered without an error raises (``supervise.parent.detectors`` reads it)
 STRICT_DATA_ENV = "LOADERDOCTOR_STRICT_DATA"
+# Ray's own variable: the function its driver's ``ray.init`` hands the job's runtime environment
+# to (``runner.ray_hook``); a user's own, which run's replaces, is kept in the second and run first.
+RAY_ENV_HOOK_ENV = "RAY_RUNTIME_ENV_HOOK"
+RAY_ENV_HOOK = "loaderdoctor.runner.ray_hook.runtime_env"  # as Ray's load_class reads it
+RAY_USER_ENV_HOOK_ENV = "LOADERDOCTOR_RAY_USER_ENV_HOOK"
+# Set by the job's runtime environment in each Ray worker of the command's job; its value says
+# how its DataLoaders were reached: "ray-hook" (Ray's worker setup hook installed the bootstrap: a
+# worker of a cluster started before run) or "run" (the bootstrap came with the environment the
+# worker inherited: a Ray that the command itself started).
+RAY_WORKER_ENV = "LOADERDOCTOR_RAY_WORKER"
 
 
 def numeric_order(value: Any) -> tuple[int, Any]:

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -138,19 +138,91 @@ def connect(ray: ModuleType, address: str | None) -> None:
     # checkpoint, say how to resume) is put back once it is connected.
     on_sigterm = signal.getsignal(signal.SIGTERM)
     starts_ray = address is None and not os.environ.get("RAY_ADDRESS")
-    try:
-        ray.init(
-            address=address,
-            logging_level=logging.ERROR,
-            log_to_driver=False,  # the workers' own output is the report's evidence, not ours
-            **(LOCAL_RAY if starts_ray else {}),
-        )
-    except (ConnectionError, RuntimeError, ValueError) as error:
-        where = f"at {address}" if address else "(RAY_ADDRESS, or a local Ray)"
-        message = f"cannot join the Ray cluster {where}: {_first_line(error)}"
-        raise ClusterUnreachable(message) from None
+    with _stderr_kept() as said:
+        try:
+            ray.init(
+                address=address,
+                logging_level=logging.ERROR,
+                log_to_driver=False,  # the workers' own output is the report's evidence, not ours
+                **(LOCAL_RAY if starts_ray else {}),
+            )
+        except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as error:
+            # Ray's twenty retry lines are replaced by the one line that says what they meant
+            said.replaced = refused_authentication(error, said.text())
+            raise ClusterUnreachable(join_error(error, address, said.text(), os.environ)) from None
     if on_sigterm is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_sigterm)
+
+
+# What Ray's client says, on stderr, for each of its tries (about 20 s of them) when the cluster
+# has token authentication on (Ray 2.60's ``ray start`` turns it on where a token exists) and the
+# token is missing or wrong; its ConnectionError then says only "Failed to connect".
+AUTH_REFUSED = ("Unauthenticated", "InvalidAuthToken")
+
+
+def join_error(
+    error: BaseException, address: str | None, ray_said: str, environ: Mapping[str, str]
+) -> str:
+    """The one line for a failed ``ray.init``: an authentication failure says so, and how to
+    give the token (Ray's own variables: the client needs both the mode and the token)."""
+    where = f"at {address}" if address else "(RAY_ADDRESS, or a local Ray)"
+    if not refused_authentication(error, ray_said):
+        return f"cannot join the Ray cluster {where}: {_first_line(error)}"
+    given = [name for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH") if environ.get(name)]
+    if given and environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        cause = f"the token given ({' and '.join(given)}) is not the cluster's"
+    elif given:
+        cause = f"{' and '.join(given)} is set, but RAY_AUTH_MODE is not 'token'"
+    else:
+        cause = "no token was given"
+    return (
+        f"cannot join the Ray cluster {where}: authentication failed ({cause}): the cluster has "
+        "token authentication on; pass its token with RAY_AUTH_MODE=token and "
+        "RAY_AUTH_TOKEN=TOKEN (or RAY_AUTH_TOKEN_PATH=FILE) in the environment "
+        "(`ray get-auth-token` on the head prints it)"
+    )
+
+
+def refused_authentication(error: BaseException, ray_said: str) -> bool:
+    told = f"{ray_said}\n{error}\n{error.__cause__ or ''}"
+    return type(error).__name__ == "AuthenticationError" or any(cue in told for cue in AUTH_REFUSED)
+
+
+class _RaySaid:
+    """What Ray wrote on stderr while joining, kept in a file."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self.replaced = False  # by our one line
+
+    def text(self) -> str:
+        self.file.seek(0)
+        return str(self.file.read().decode("utf-8", "replace"))
+
+
+@contextlib.contextmanager
+def _stderr_kept() -> Iterator[_RaySaid]:
+    """Ray's client writes its retries on file descriptor 2 from C++: held while joining, and
+    written out after, unless the one line that says why joining failed replaces them."""
+    import tempfile
+
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as file:
+        said = _RaySaid(file)
+        try:
+            saved = os.dup(2)
+        except OSError:  # no stderr to hold
+            yield said
+            return
+        os.dup2(file.fileno(), 2)
+        try:
+            yield said
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not said.replaced:
+                sys.stderr.write(said.text())
 
 
 def _check_reachable(address: str) -> None:

@@ -88,6 +88,33 @@ def _hugging_face_file(dataset: Any, index: int) -> str | None:
     return None
 
 
+def sample_shard(dataset: Any, index: Any) -> str | None:
+    """The shard file that holds ``dataset[index]`` where the library keeps rows in shard files
+    apart from the sample's own file: a Hugging Face ``datasets.Dataset``'s Arrow file (its
+    ``save_to_disk`` shards, ``load_dataset``'s cache files), read from its table's blocks."""
+    if not isinstance(index, int):
+        return None
+    try:
+        if getattr(dataset, "cache_files", None) is None or not callable(
+            getattr(dataset, "with_format", None)
+        ):
+            return None
+        indices = getattr(dataset, "_indices", None)  # select/shuffle: the row behind the index
+        row = int(indices.column(0)[index].as_py()) if indices is not None else index
+        table = dataset.data
+        blocks = getattr(table, "blocks", None)  # a ConcatenationTable: rows of column blocks
+        tables = [group[0] for group in blocks] if blocks is not None else [table]
+        first = 0
+        for part in tables:
+            if row < first + len(part):
+                path = getattr(part, "path", None)  # a MemoryMappedTable's file
+                return path if isinstance(path, str) and path else None
+            first += len(part)
+    except Exception:  # a dataset's attributes are the library's: never fail a verdict on them
+        return None
+    return None
+
+
 def sample_file(dataset: Any, index: Any, depth: int = 0) -> str | None:
     """The file that ``dataset[index]`` reads, or None when the dataset does not say."""
     if depth > 8 or not isinstance(index, int):

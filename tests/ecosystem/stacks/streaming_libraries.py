@@ -1,6 +1,7 @@
 """Clean jobs of the streaming libraries, unchanged: MosaicML ``streaming`` (MDS shards written
 here, read by a torch DataLoader) and litdata (chunks ``optimize``d here, read by a torch
-DataLoader, by litdata's own ``StreamingDataLoader`` and by loaderdoctor's drop-in). ARGV:
+DataLoader, by litdata's own ``StreamingDataLoader``; with ``LD_DROP_IN`` both also by
+loaderdoctor's drop-in). ARGV:
 library, data folder, ledger prefix; each loader writes the ids it delivered to PREFIX-NAME.json.
 ``LD_KILL_AT``: SIGKILL the worker that reads this id, once (a flag file in the data folder).
 """
@@ -50,6 +51,11 @@ def mosaic(folder: str, prefix: str) -> None:
     clean_stale_shared_memory()
     dataset = Planted(local=data, batch_size=8, shuffle=False)
     drain(torch.utils.data.DataLoader(dataset, batch_size=8, num_workers=2), f"{prefix}-torch.json")
+    if os.environ.get("LD_DROP_IN"):
+        from loaderdoctor import DataLoader
+
+        dropin = DataLoader(dataset, batch_size=8, num_workers=2, heal=True)
+        drain(dropin, f"{prefix}-dropin.json")
 
 
 def item(i: int) -> dict[str, Any]:

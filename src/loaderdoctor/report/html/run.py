@@ -94,6 +94,8 @@ def _incident_card(incident: RunIncident, page_dir: str | Path | None) -> str:
         where.append(f"key <code>{_e(repr(incident.key))}</code>")
     if incident.sample_file:
         where.append(f"file <code>{_e(incident.sample_file)}</code>")
+    if incident.shard:
+        where.append(f"shard <code>{_e(incident.shard)}</code>")
     if incident.batch is not None:
         where.append(f"batch {incident.batch}")
     if incident.epoch is not None:

@@ -15,7 +15,7 @@ from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, Situation
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.repair import record
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
-from loaderdoctor.supervise.samples import sample_file
+from loaderdoctor.supervise.samples import sample_file, sample_shard
 from loaderdoctor.supervise.worker.collate import SupervisedCollate
 from loaderdoctor.supervise.worker.context import WorkerContext
 from loaderdoctor.supervise.worker.exception_tags import read_tags
@@ -105,6 +105,7 @@ class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
             collect.facts_from_tags(ev, tags)
             ev.worker_id = None
             ev.sample_file = sample_file(self._ld_snapshot.dataset, ev.in_flight_index)
+            ev.sample_shard = sample_shard(self._ld_snapshot.dataset, ev.in_flight_index)
             diagnosis = diagnose(ev)
             record(self._ld_sup, diagnosis, "raised")
             error.__notes__ = [n for n in notes if not n.startswith(boundary.TAG_MARKER)]

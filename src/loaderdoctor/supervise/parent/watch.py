@@ -29,7 +29,7 @@ from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.worker_exceptions import ERRNO_PATTERN, exception_line
-from loaderdoctor.supervise.samples import sample_file
+from loaderdoctor.supervise.samples import sample_file, sample_shard
 from loaderdoctor.system.limits import open_files, process_open_files
 from loaderdoctor.torch_compat import IteratorBooks
 
@@ -372,6 +372,7 @@ class WorkerWatch:
             ev.in_flight_index = ev.batch_indices[0]
         # a stream item's file (its shard's URL) came with its name from the recorder
         ev.sample_file = sample_file(self.dataset, ev.in_flight_index) or ev.sample_file
+        ev.sample_shard = sample_shard(self.dataset, ev.in_flight_index)
 
     def hang(
         self, worker_id: int, tasks: Mapping[int, Any], timeout_message: str | None

@@ -17,7 +17,7 @@ from loaderdoctor.forensics.origin import origin_in_text
 from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise.errors import LoaderError, attach
 from loaderdoctor.supervise.parent import collect
-from loaderdoctor.supervise.samples import sample_file
+from loaderdoctor.supervise.samples import sample_file, sample_shard
 from loaderdoctor.supervise.worker.exception_tags import read_tags, strip_tags
 
 ERRNO_PATTERN = re.compile(r"\[Errno (\d+)\]")
@@ -81,6 +81,7 @@ def worker_exception(
     if culprit is None and ev.odd_indices and len(ev.odd_indices) == 1:
         culprit = ev.odd_indices[0]
     ev.sample_file = sample_file(dataset, culprit) or ev.sample_file
+    ev.sample_shard = sample_shard(dataset, culprit)
     ev.dataset_length = dataset_length(dataset)
     ev.sharing_strategy = ev.sharing_strategy or collect.sharing_strategy()
     diagnosis = diagnose(ev)

@@ -36,6 +36,7 @@ from loaderdoctor.supervise.streams import (
 )
 from loaderdoctor.supervise.worker.context import EventOutbox, WorkerContext, _failure
 from loaderdoctor.supervise.worker.exception_tags import record_exit, tag_exception
+from loaderdoctor.supervise.worker.library_names import LibraryNames
 from loaderdoctor.supervise.worker.sample_policy import (
     DroppedSamples,
     SamplePolicy,
@@ -412,8 +413,11 @@ class _SupervisedIterator:
                     self._state_off(error)
                 else:
                     self.position = self.mark = resume.skip
-        # Names items a pipeline's later stages drop the key of, or die on (WebDataset)
+        # Names items a pipeline's later stages drop the key of, or die on (WebDataset), and the
+        # chunk or shard file a streaming library reads an item from (litdata, MosaicML)
         self.names = NameTrail(slot)
+        self.library_names = LibraryNames(slot)
+        self.library_names.attach(dataset)
         self.iterator: Iterator[Any] = (
             iter(()) if self.done else self.names.open(dataset, self.position)
         )
@@ -475,7 +479,8 @@ class _SupervisedIterator:
                     self._go_on_after(position, error, report=False)
                     continue
                 if self.policy is None:
-                    tag_exception(error, self.worker_id, position=position, stage="fetch")
+                    named = self.library_names.tags(position)
+                    tag_exception(error, self.worker_id, position=position, stage="fetch", **named)
                     raise
                 self._go_on_after(position, error, report=True)
                 continue
