@@ -1,10 +1,11 @@
 """Streaming libraries, unchanged, under ``loaderdoctor run --heal`` and the drop-in class: the
 same batches as stock, and the truth about what was supervised.
 
-MosaicML ``streaming`` and litdata are not in the ``eco`` extra: mosaicml-streaming 0.13.0
-requires ``transformers<5`` (the extra has 5.x) and torchvision (no wheel for CI's CPU torch
-2.13.0; it imports ``streaming.vision`` at import), and litdata 0.2.76 requires torchvision
-too. Each test skips with the reason where its library cannot be imported.
+litdata runs in CI, installed by ``.ci/run`` without the torchvision it declares and never imports
+(``.ci/litdata.txt``). MosaicML ``streaming`` cannot: mosaicml-streaming 0.13.0 requires
+``transformers<5`` (the ``eco`` extra has 5.x) and imports torchvision at import (no wheel for CI's
+CPU torch 2.13.0); ``scripts/streaming_matrix.sh`` runs it in a venv of its own. Each test skips
+with the reason where its library cannot be imported.
 """
 
 from __future__ import annotations
