@@ -155,6 +155,9 @@ class Stop:
     limit: int | None
     budget: str
     likely: str
+    # every sample skipped so far with the failure most seen, the streak's and before: none is
+    # to blame once the failure is found shared
+    alike: tuple[Any, ...] = ()
 
 
 @dataclass
@@ -214,6 +217,7 @@ class SharedFailures:
             limit=limit,
             budget=self.budget.describe(),
             likely=likely_cause(signature),
+            alike=tuple(key for key, seen in self._skipped.items() if seen == signature),
         )
 
 
@@ -273,6 +277,114 @@ def stop_diagnosis(stop: Stop, epoch: int | None) -> Diagnosis:
     )
 
 
+# Distinct shapes at one place of the samples that make a field ragged by design (boxes per
+# image, tokens per sentence): one odd sample beside good ones shows two shapes, no more.
+RAGGED_SHAPES = 3
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """A field whose tensors differ in shape from sample to sample: ``position`` (the n-th
+    tensor of a sample), the shapes seen there, and the samples skipped for it."""
+
+    position: int
+    shapes: tuple[tuple[int, ...], ...]
+    first: tuple[tuple[int, ...], tuple[int, ...]]  # the first differing pair seen (kept, odd)
+    samples: tuple[Any, ...]
+    example: str
+
+
+@dataclass
+class RaggedFields:
+    """Watches the samples skipped because their batch did not collate: when one place of the
+    samples holds many shapes, each sample is fine and the batch's collating is the failure."""
+
+    threshold: int = RAGGED_SHAPES
+    stopped: Ragged | None = None
+    _shapes: dict[int, dict[tuple[int, ...], None]] = field(default_factory=dict)
+    _first: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    _samples: dict[Any, None] = field(default_factory=dict)
+
+    def skipped(self, sample: Any, shapes: Any, message: str | None) -> Ragged | None:
+        """A sample skipped from a batch that did not collate, with its tensor shapes and a kept
+        sample's (``{"odd": [...], "kept": [...]}``); the ``Ragged`` when healing must stop."""
+        if self.stopped is not None:
+            return self.stopped
+        odd, kept = _shape_lists(shapes, "odd"), _shape_lists(shapes, "kept")
+        if odd is None or kept is None or len(odd) != len(kept):
+            return None
+        self._samples[sample if _hashable(sample) else repr(sample)] = None
+        for position, (mine, theirs) in enumerate(zip(odd, kept)):
+            if mine == theirs or len(mine) != len(theirs):
+                continue
+            seen = self._shapes.setdefault(position, {})
+            seen.update({theirs: None, mine: None})
+            self._first.setdefault(position, (theirs, mine))
+            if len(seen) >= self.threshold:
+                self.stopped = Ragged(
+                    position=position,
+                    shapes=tuple(seen),
+                    first=self._first[position],
+                    samples=tuple(self._samples),
+                    example=" ".join((message or "").split()),
+                )
+        return self.stopped
+
+
+def _shape_lists(shapes: Any, key: str) -> list[tuple[int, ...]] | None:
+    value = shapes.get(key) if isinstance(shapes, dict) else None
+    if not isinstance(value, list):
+        return None
+    try:
+        return [tuple(int(size) for size in shape) for shape in value]
+    except (TypeError, ValueError):
+        return None
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(size) for size in shape) + "]"
+
+
+def ragged_diagnosis(ragged: Ragged, epoch: int | None) -> Diagnosis:
+    """The verdict of a ragged field: a collate problem, not the samples'; none is quarantined."""
+    cause = CAUSES["collate-error"]
+    kept, odd = ragged.first
+    shapes = ", ".join(_shape_text(shape) for shape in ragged.shapes[:8])
+    evidence = [
+        "each sample loads fine alone; only collating them together fails: tensor "
+        f"#{ragged.position} of a sample is {_shape_text(kept)} in one and {_shape_text(odd)} in "
+        f"another (first differing shapes)",
+        f"{len(ragged.shapes)} different shapes at that place ({shapes}): the field is ragged by "
+        "design, and every batch that mixes them fails the same way",
+        f"what collate_fn raised: {ragged.example}",
+        f"samples skipped for it so far, none quarantined: {_shown(ragged.samples)}",
+        "healing stopped: skipping on would drop the valid samples of every batch, every epoch",
+    ]
+    fixes = [
+        "Give the DataLoader a collate_fn that handles samples of different shapes: keep the "
+        "ragged field as a list (`collate_fn=lambda batch: tuple(zip(*batch))`, as torchvision's "
+        "detection references do), or pad it to the longest in the batch "
+        "(`torch.nn.utils.rnn.pad_sequence`) and return the lengths.",
+        "Or make every sample the same shape in the Dataset (pad or crop to a fixed size).",
+    ]
+    return Diagnosis(
+        cause=cause.id,
+        title="collate_fn cannot batch samples of different shapes (the batch's failure, "
+        "not a sample's)",
+        confidence=0.9,
+        worker_id=None,
+        pid=None,
+        signal=None,
+        exit_code=None,
+        indices=[],
+        evidence=evidence,
+        fixes=fixes,
+        explanation=cause.explanation,
+        epoch=epoch,
+        docs=cause.docs_url,
+    )
+
+
 def shared_by_the_workers(diagnosis: Diagnosis, control_note: str) -> Diagnosis:
     """The verdict when a sample's re-try alone failed and so did the control's: the failure is
     shared, not the sample's. The death's own evidence follows the control's finding."""
@@ -299,13 +411,17 @@ def shared_by_the_workers(diagnosis: Diagnosis, control_note: str) -> Diagnosis:
 __all__ = [
     "DEFAULT_BUDGET",
     "DEFAULT_MAX_SKIPPED",
+    "RAGGED_SHAPES",
     "SHARED_CAUSE",
     "SHARED_STREAK",
     "Budget",
+    "Ragged",
+    "RaggedFields",
     "SharedFailures",
     "Stop",
     "likely_cause",
     "normalise",
+    "ragged_diagnosis",
     "shared_by_the_workers",
     "stop_diagnosis",
 ]

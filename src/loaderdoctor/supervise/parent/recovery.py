@@ -148,6 +148,12 @@ class Recovery:
             counts_death=decision.counts_death,
             holds_back=decision.holds_back,
         )
+        if action.kind is ActionKind.QUARANTINE and ev.kind in ("death", "hang"):
+            shared = self.sup.blamed_for_a_death(ev.in_flight_index, diagnosis)
+            if shared is not None:  # sample after sample dies alike: not theirs
+                plan.diagnosis, plan.failure = shared, failure
+                plan.stopped_because = "stopped healing"
+                return plan
         if action.kind is ActionKind.RAISE:
             if action.shared:
                 plan.diagnosis = shared_by_the_workers(diagnosis, action.note)
@@ -201,6 +207,8 @@ class Recovery:
             reproduced_alone(diagnosis, at.culprit)
         quarantine = decision.action.kind is ActionKind.QUARANTINE and not self.iterable
         index = ev.in_flight_index
+        if quarantine and self.sup.blamed_for_a_death(index, diagnosis):
+            quarantine = False  # sample after sample dies alike: the next failure raises it
         return Plan(
             Move.SETTLE,
             diagnosis,
