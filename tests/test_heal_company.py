@@ -5,6 +5,8 @@ collate errors, real kills."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import warnings
 
 import pytest
@@ -101,3 +103,69 @@ def test_deaths_and_hangs_alike_on_sample_after_sample_are_a_shared_failure(how:
     assert diagnosis.evidence[1].startswith("8 different samples failed with the same error")
     assert diagnosis.evidence[2].startswith("likely cause: what the workers share, not the samples")
     assert loader.report.quarantine == []
+
+
+class FromServer(torch.utils.data.Dataset):
+    """Asks a local server for each sample, over a fresh connection."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> int:
+        import socket
+
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as connection:
+            connection.sendall(f"{index}\n".encode())
+            return int(connection.makefile().readline())
+
+
+def serve(listener: socket.socket, answers: int) -> None:
+    """Answer ``answers`` requests, then die (the listening socket closes)."""
+    with listener:
+        for _ in range(answers):
+            connection, _ = listener.accept()
+            with connection:
+                connection.sendall(connection.makefile().readline().encode())
+
+
+@pytest.mark.parametrize(
+    ("start_method", "error"),
+    [
+        # a forked worker holds the listening socket open: connections wait, unanswered
+        ("fork", "TimeoutError: timed out"),
+        ("spawn", "ConnectionRefusedError: [Errno 111] Connection refused"),
+    ],
+)
+def test_a_data_server_that_dies_mid_epoch_is_a_shared_failure(
+    start_method: str, error: str
+) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = threading.Thread(target=serve, args=(listener, 12), daemon=True)
+    server.start()
+    loader = loaderdoctor.DataLoader(
+        FromServer(listener.getsockname()[1]),
+        batch_size=4,
+        num_workers=2,
+        heal=True,
+        multiprocessing_context=start_method,
+    )
+    delivered: list[int] = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(loaderdoctor.HealingStoppedError) as stopped:
+                for batch in loader:
+                    delivered.extend(int(v) for v in batch)
+    finally:
+        listener.close()
+        server.join(10)
+    diagnosis = stopped.value.diagnosis
+    assert diagnosis.cause == "shared-failure"
+    assert diagnosis.evidence[0] == (
+        f"8 different samples failed with the same error, with no sample delivered between: {error}"
+    )
+    assert loader.report.quarantine == []
+    assert len(delivered) == len(set(delivered)) <= 12  # what the server answered, once each
