@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -241,8 +243,9 @@ def _numeric_first(value: Any) -> tuple[int, Any]:
     return (1, repr(value))
 
 
-def stop_diagnosis(stop: Stop, epoch: int | None) -> Diagnosis:
-    """The verdict of a stop: the failure is not the samples'; it names the shared message."""
+def stop_diagnosis(stop: Stop, epoch: int | None, inherited: list[str] | None = None) -> Diagnosis:
+    """The verdict of a stop: the failure is not the samples'; it names the shared message, and
+    what the workers inherit from the main process that can share it (``inherited_state``)."""
     cause = CAUSES[SHARED_CAUSE]
     if stop.reason == "shared":
         head = (
@@ -254,9 +257,13 @@ def stop_diagnosis(stop: Stop, epoch: int | None) -> Diagnosis:
             f"{stop.skipped} samples were skipped, more than {stop.budget} allows "
             f"({stop.limit}); the most common error: {stop.example}"
         )
+    likely = stop.likely
+    if inherited and likely == GENERIC_CAUSE:
+        likely = "what the workers inherit from the main process, named below"
     evidence = [
         head,
-        f"likely cause: {stop.likely}",
+        f"likely cause: {likely}",
+        *(f"inherited from the main process: {note}" for note in inherited or []),
         f"samples: {_shown(stop.samples)}",
         "healing stopped: skipping on would blame samples for a failure they share",
     ]
@@ -385,10 +392,14 @@ def ragged_diagnosis(ragged: Ragged, epoch: int | None) -> Diagnosis:
     )
 
 
-def shared_by_the_workers(diagnosis: Diagnosis, control_note: str) -> Diagnosis:
+def shared_by_the_workers(
+    diagnosis: Diagnosis, control_note: str, inherited: list[str] | None = None
+) -> Diagnosis:
     """The verdict when a sample's re-try alone failed and so did the control's: the failure is
-    shared, not the sample's. The death's own evidence follows the control's finding."""
+    shared, not the sample's; ``inherited``: what the workers inherit that can share it
+    (``inherited_state``). The death's own evidence follows the control's finding."""
     cause = CAUSES[SHARED_CAUSE]
+    suspects = [f"inherited from the main process: {note}" for note in inherited or []]
     return Diagnosis(
         cause=cause.id,
         title=cause.title,
@@ -398,7 +409,12 @@ def shared_by_the_workers(diagnosis: Diagnosis, control_note: str) -> Diagnosis:
         signal=diagnosis.signal,
         exit_code=diagnosis.exit_code,
         indices=[],
-        evidence=[control_note, f"what each worker showed: {diagnosis.title}", *diagnosis.evidence],
+        evidence=[
+            control_note,
+            *suspects,
+            f"what each worker showed: {diagnosis.title}",
+            *diagnosis.evidence,
+        ],
         fixes=list(cause.fixes),
         explanation=cause.explanation,
         batch=diagnosis.batch,
@@ -406,6 +422,125 @@ def shared_by_the_workers(diagnosis: Diagnosis, control_note: str) -> Diagnosis:
         python_stack=diagnosis.python_stack,
         docs=cause.docs_url,
     )
+
+
+# How deep the dataset's attributes are searched: dataset.db, dataset.reader.env
+INHERITED_DEPTH = 2
+
+
+def inherited_state(dataset: Any, depth: int = INHERITED_DEPTH) -> list[str]:
+    """What a worker inherits from the main process through the dataset that can make every
+    sample fail alike: a semaphore or lock (and whether it is taken now), a Manager proxy, a
+    handle of a kind lint's LD106 knows (an LMDB environment, a sqlite3 connection, a file, a
+    socket); and a lock of the dataset's module held by a thread now. One line each."""
+    notes: list[str] = []
+    seen: set[int] = set()
+    level = [("self", dataset)]
+    for _ in range(depth):
+        below = []
+        for path, owner in level:
+            for name, value in _attributes_of(owner):
+                where = f"{path}.{name}"
+                if id(value) in seen:
+                    continue
+                seen.add(id(value))
+                note = _inherited_note(value)
+                if note is not None:
+                    notes.append(f"{where}, {note}")
+                elif not isinstance(value, (str, bytes, int, float, bool, type(None))):
+                    below.append((where, value))
+        level = below
+    return notes + _held_module_locks(sys.modules.get(type(dataset).__module__))
+
+
+def _held_module_locks(module: Any) -> list[str]:
+    """The threading locks among a module's globals held now (a dataset guarded by one)."""
+    if module is None:
+        return []
+    return [
+        f"{name} (a global of {module.__name__}), a threading lock held now by a thread of the "
+        "main process: a worker forked meanwhile inherits it held, and waits for ever"
+        for name, value in list(vars(module).items())[:MAX_GLOBALS]
+        if _held_thread_lock(value)
+    ]
+
+
+def _held_thread_lock(value: Any) -> bool:
+    # (an RLock cannot tell whether it is held before Python 3.14: only plain locks are asked)
+    return isinstance(value, _THREAD_LOCK) and value.locked()
+
+
+MAX_GLOBALS = 512
+_THREAD_LOCK = type(threading.Lock())
+
+
+def _attributes_of(value: Any) -> list[tuple[str, Any]]:
+    try:
+        return list(vars(value).items())[:64]
+    except TypeError:
+        return []
+
+
+def _inherited_note(value: Any) -> str | None:
+    """What ``value`` shares between the main process and its workers, or None."""
+    from multiprocessing.managers import BaseProxy
+    from multiprocessing.synchronize import Semaphore, SemLock
+
+    if isinstance(value, Semaphore):
+        free = value.get_value()
+        most = getattr(getattr(value, "_semlock", None), "maxvalue", None)
+        kind = type(value).__name__
+        if most is None or free >= most:
+            return f"a multiprocessing.{kind} shared by every worker ({free} free)"
+        return (
+            f"a multiprocessing.{kind} shared by every worker: {most - free} of its {most} slots "
+            "are taken now. A worker killed while it holds a slot leaks it (the semaphore is not "
+            "given back when its holder dies), and every later acquire waits for ever"
+        )
+    if isinstance(value, SemLock):
+        return (
+            f"a multiprocessing.{type(value).__name__} shared by every worker: a worker killed "
+            "while it holds it leaks it, and every later acquire waits for ever"
+        )
+    if _held_thread_lock(value):
+        return (
+            "a threading lock held now by a thread of the main process: a worker forked "
+            "meanwhile inherits it held, and waits for ever"
+        )
+    if isinstance(value, BaseProxy):
+        return (
+            f"a multiprocessing Manager proxy ({type(value).__name__}): every worker calls the "
+            "one manager process, and when that process is gone every call fails"
+        )
+    handle = _handle_kind(value)
+    if handle is None:
+        return None
+    return (
+        f"{handle} opened in the main process (Dataset.__init__) and used by every worker: forked "
+        "workers share its state (file offsets, locks, reader slots) and a spawned one gets a "
+        "copy [LD106]. Open it lazily, once per worker (in __getitem__ or worker_init_fn)"
+    )
+
+
+# Handle types a worker inherits from the main process by name: the classes lint's LD106 names
+# (HANDLE_OPENERS, its clients), and what its opener functions return.
+_HANDLE_RESULTS = ("sqlite3.Connection", "tarfile.TarFile", "shelve.Shelf")
+
+
+def _handle_kind(value: Any) -> str | None:
+    from loaderdoctor.lint.rules_dataset import HANDLE_OPENERS
+    from loaderdoctor.supervise.worker.shared_handles import handle_kind
+
+    known = handle_kind(value)
+    if known is not None:
+        return f"a handle ({known})"
+    for dotted in sorted(HANDLE_OPENERS) + list(_HANDLE_RESULTS):
+        module_name, _, name = dotted.rpartition(".")
+        module = sys.modules.get(module_name)
+        cls = getattr(module, name, None) if module is not None and name[:1].isupper() else None
+        if isinstance(cls, type) and isinstance(value, cls):
+            return f"a handle ({dotted})"
+    return None
 
 
 __all__ = [
@@ -419,6 +554,7 @@ __all__ = [
     "RaggedFields",
     "SharedFailures",
     "Stop",
+    "inherited_state",
     "likely_cause",
     "normalise",
     "ragged_diagnosis",

@@ -48,7 +48,7 @@ from loaderdoctor.supervise.parent.repair import (
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.parent.watch import PoolFailure, WorkerWatch
 from loaderdoctor.supervise.samples import sample_file
-from loaderdoctor.supervise.shared_failure import shared_by_the_workers
+from loaderdoctor.supervise.shared_failure import inherited_state, shared_by_the_workers
 from loaderdoctor.supervise.streams import StreamProgress
 
 
@@ -156,7 +156,8 @@ class Recovery:
                 return plan
         if action.kind is ActionKind.RAISE:
             if action.shared:
-                plan.diagnosis = shared_by_the_workers(diagnosis, action.note)
+                inherited = inherited_state(self.sup.dataset)
+                plan.diagnosis = shared_by_the_workers(diagnosis, action.note, inherited)
             elif action.note:
                 diagnosis.evidence.append(action.note)
             plan.failure = failure

@@ -44,6 +44,7 @@ from loaderdoctor.supervise.shared_failure import (
     Budget,
     RaggedFields,
     SharedFailures,
+    inherited_state,
     ragged_diagnosis,
     stop_diagnosis,
 )
@@ -474,7 +475,7 @@ class Supervision:
         from loaderdoctor.forensics.verdict_text import format_verdict
         from loaderdoctor.supervise.errors import HealingStoppedError
 
-        diagnosis = stop_diagnosis(stop, self.epoch)
+        diagnosis = stop_diagnosis(stop, self.epoch, inherited_state(self.dataset))
         if self.shared_stop is None:
             if stop.reason == "shared":
                 self.quarantine_release(stop.alike)
@@ -497,7 +498,8 @@ class Supervision:
         stop = self.shared.failed(index, diagnosis.cause, how)
         if stop is None:
             return None
-        verdict = stop_diagnosis(replace(stop, likely=DEATHS_ALIKE), self.epoch)
+        inherited = inherited_state(self.dataset)
+        verdict = stop_diagnosis(replace(stop, likely=DEATHS_ALIKE), self.epoch, inherited)
         verdict.evidence[0:0] = [f"each worker showed: {diagnosis.title} [{diagnosis.cause}]"]
         verdict.worker_id, verdict.pid, verdict.signal = (
             diagnosis.worker_id,
