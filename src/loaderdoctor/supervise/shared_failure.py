@@ -17,6 +17,7 @@ import re
 import sys
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -281,6 +282,24 @@ def stop_diagnosis(stop: Stop, epoch: int | None, inherited: list[str] | None = 
         explanation=cause.explanation,
         epoch=epoch,
         docs=cause.docs_url,
+    )
+
+
+def mostly_alike(failures: Sequence[tuple[str | None, str | None]], tried: int) -> str | None:
+    """A scan's rule: when one failure (``(exception type, message)`` per failed sample,
+    normalised) is more than half of the ``tried`` samples, past ``MIN_TRIED_FOR_FRACTION``, the
+    sentence that says it is shared; else None. Bad files are rarely most of a dataset; a data
+    root, a handle or a server the samples share is."""
+    if tried < MIN_TRIED_FOR_FRACTION or not failures:
+        return None
+    counts = Counter(normalise(kind, message) for kind, message in failures)
+    signature, count = counts.most_common(1)[0]
+    if 2 * count <= tried:
+        return None
+    return (
+        f"{count} of the {tried} samples tried failed the same way ({signature}): the failure is "
+        f"shared, not the samples' (likely cause: {likely_cause(signature)}); the scan stopped, "
+        "and no quarantine file is written"
     )
 
 
@@ -556,6 +575,7 @@ __all__ = [
     "Stop",
     "inherited_state",
     "likely_cause",
+    "mostly_alike",
     "normalise",
     "ragged_diagnosis",
     "shared_by_the_workers",
