@@ -65,9 +65,8 @@ def scan_dataset(
 
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
         raise TypeError("scan needs a map-style dataset (__getitem__ and __len__)")
-    total = len(dataset)
     shard = shard or Shard(0, 1)
-    state = resume if resume is not None else ScanState(spec, total)
+    state = resume if resume is not None else ScanState(spec, len(dataset))
     resumed = len(state)  # every rank reads the same checkpoints: this counts them all
     joined = sharding.join(shard)  # after every rank checked for old checkpoints: saves start here
     saver = _Saver(checkpoint, checkpoint_every, state)
