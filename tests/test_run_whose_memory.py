@@ -4,6 +4,7 @@ worker's growth of its own objects (RSS and private memory together) is not copy
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import textwrap
 from pathlib import Path
@@ -169,8 +170,21 @@ def test_a_real_oom_kill_of_a_worker_for_the_trainers_growth(tmp_path: Path) -> 
             timeout=300,
         )
     report = json.loads((report_dir / "report.json").read_text())
-    causes = [incident["cause"] for incident in report["incidents"]]
-    assert causes == ["oom-killed"], result.stdout + result.stderr
-    evidence = report["incidents"][0]["evidence"]
-    assert evidence[0].startswith("whose memory: training process pid "), evidence
-    assert evidence[1].startswith("OOM protection (the workers' oom_score_adj is raised")
+    # The kernel picks: a worker (its oom_score_adj raised), or the trainer itself when the
+    # workers' whole charge is smaller than what their raise is worth at that moment. Each way,
+    # the trainer's growth is what the report names.
+    if report["incidents"]:
+        causes = [incident["cause"] for incident in report["incidents"]]
+        assert causes == ["oom-killed"], result.stdout + result.stderr
+        evidence = report["incidents"][0]["evidence"]
+        assert evidence[0].startswith("whose memory: training process pid "), evidence
+        assert evidence[1].startswith("OOM protection (the workers' oom_score_adj is raised")
+    else:
+        assert report["exit_code"] == 137, result.stdout + result.stderr
+        said = (result.stdout + result.stderr).splitlines()
+        verdicts = [line.strip() for line in said if line.strip().startswith("verdict:")]
+        assert fnmatch.filter(
+            verdicts,
+            "verdict: no DataLoader worker died; the training process's own memory grew "
+            "(training process pid *: RSS * MiB → * MiB over * s (*))",
+        ), result.stdout + result.stderr
