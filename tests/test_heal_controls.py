@@ -113,3 +113,27 @@ def test_the_users_timeout_holds_in_the_re_try_alone() -> None:
         "quarantined",
         [6],
     )
+
+
+def test_healing_a_real_bad_sample_costs_one_extra_probe_at_most(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loaderdoctor.supervise.parent import iterator
+
+    probed: list[list[int]] = []
+    probe = iterator.probe_alone
+
+    def counted(snapshot: object, indices: list[int], **kwargs: object) -> object:
+        probed.append(list(indices))
+        return probe(snapshot, indices, **kwargs)
+
+    monkeypatch.setattr(iterator, "probe_alone", counted)
+    loader = loaderdoctor.DataLoader(OneBad(), batch_size=4, num_workers=1, heal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        delivered = sorted(int(v) for batch in loader for v in batch)
+    assert delivered == [i for i in range(16) if i != 9]
+    # the sample alone, then one control delivered earlier: nothing else is re-tried
+    assert len(probed) == 2, probed
+    assert probed[0] == [9]
+    assert probed[1][0] in range(8)

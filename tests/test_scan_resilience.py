@@ -283,3 +283,23 @@ def test_an_empty_dataset_is_one_line(tmp_path: Path) -> None:
         timeout=60, cwd=str(tmp_path),
     )  # fmt: skip
     assert result.returncode == 2 and "has no samples" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_scan_whose_samples_mostly_fail_alike_stops_and_writes_no_quarantine(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "q.json"
+    result = run_python(
+        ["-m", "loaderdoctor", "scan", f"{SCAN}:missing_root", "--out", str(out)], timeout=300
+    )
+    assert not out.exists(), result.stdout
+    shared = [line for line in result.stdout.splitlines() if line.startswith("shared failure: ")]
+    assert len(shared) == 1, result.stdout + result.stderr
+    assert shared[0] == (
+        "shared failure: 192 of the 200 samples tried failed the same way (FileNotFoundError: "
+        "[Errno <n>] No such file or directory: '<path>'): the failure is shared, not the "
+        "samples' (likely cause: a file root that does not exist (a wrong data path, an "
+        "unmounted volume): every sample's file is missing); the scan stopped, and no "
+        "quarantine file is written"
+    )

@@ -310,3 +310,38 @@ def test_stateful_dataloader_stops_healing_on_a_shared_failure_too() -> None:
     )
     assert loader.report.quarantine == []
     del loader, caught  # torchdata's iterator ends before the interpreter's globals go
+
+
+def test_inherited_state_names_what_workers_share_from_the_main_process() -> None:
+    import multiprocessing
+    import socket
+    import threading
+
+    from loaderdoctor.supervise.shared_failure import inherited_state
+
+    class Holder:
+        def __init__(self) -> None:
+            self.slots = multiprocessing.BoundedSemaphore(3)
+            self.free_lock = threading.Lock()
+            self.held_lock = threading.Lock()
+            self.nested = type("Reader", (), {})()
+            self.nested.sock = socket.socket()
+            self.name = "plain values are not suspects"
+
+    holder = Holder()
+    holder.slots.acquire()
+    holder.held_lock.acquire()
+    try:
+        notes = inherited_state(holder)
+    finally:
+        holder.nested.sock.close()
+    assert [note.split(",")[0] for note in notes] == [
+        "self.slots",
+        "self.held_lock",
+        "self.nested.sock",
+    ]
+    assert notes[0].startswith(
+        "self.slots, a multiprocessing.BoundedSemaphore shared by every worker: 1 of its 3 slots "
+        "are taken now."
+    )
+    assert notes[2].startswith("self.nested.sock, a handle (socket) opened in the main process")

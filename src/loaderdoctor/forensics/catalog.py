@@ -766,7 +766,10 @@ CAUSES: dict[str, Cause] = {
             fixes=(
                 "Read the shared message and its likely cause above, and fix that one thing "
                 "(the data path, the import, the device); no sample needs fixing.",
-                "Reproduce it in the main process: `dataset[0]` fails the same way.",
+                "Load one of the samples named above in the main process (`dataset[i]`): failing "
+                "there too, the cause is the code, the data path or the machine; loading fine "
+                "there, it is what the workers inherit or share (a handle opened in __init__, a "
+                "lock or semaphore, a server).",
                 "If many samples really are bad, raise the budget: `DataLoader(..., "
                 "max_skipped=0.9)` or `loaderdoctor run --heal --max-skipped 0.9`.",
             ),

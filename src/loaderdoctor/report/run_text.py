@@ -119,11 +119,23 @@ def format_verdict(report: RunReport) -> str:
             )
         return f"verdict: {died})"
     if report.exit_code != 0 and not (report.interrupted or report.signal == "SIGINT"):
+        grew = _trainer_growth(report)
+        if grew is not None:
+            return f"verdict: no DataLoader worker died; {grew}"
         ended = report.job.ended_by if report.job is not None else None
         if ended is not None:
             return f"verdict: no DataLoader worker died; {ended.node}'s command failed on its own"
         return "verdict: no DataLoader worker died; the command failed on its own"
     return "verdict: no DataLoader worker died"
+
+
+def _trainer_growth(report: RunReport) -> str | None:
+    """The training process's own growth, when the memory timeline found it."""
+    findings = report.memory.findings if report.memory is not None else []
+    for finding in findings:
+        if finding.id == "trainer-memory-growth" and finding.evidence:
+            return f"the training process's own memory grew ({finding.evidence[0]})"
+    return None
 
 
 def format_delivered(report: RunReport) -> str:

@@ -97,6 +97,8 @@ def print_report(report: ScanReport, console: Console, quarantine_path: str | No
 def _print_bad(report: ScanReport, console: Console, quarantine_path: str | None) -> None:
     from rich.markup import escape
 
+    if report.shared_failure is not None:
+        console.print(escape(f"shared failure: {report.shared_failure}"))
     if report.bad:
         _print_samples("bad samples", report.bad, console)
         if quarantine_path is not None:

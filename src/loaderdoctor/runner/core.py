@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from loaderdoctor.atomic import write_json_atomically
 from loaderdoctor.jsonshape import check_shape
 from loaderdoctor.runner import protocol
-from loaderdoctor.runner.memory import MemorySampler
+from loaderdoctor.runner.memory import MemorySampler, judge_oom_kills
 from loaderdoctor.runner.model import (
     UNKNOWN_EXIT_CODE,
     Delivered,
@@ -514,7 +514,7 @@ def merge(
     delivered = Delivered(
         sum(r.delivered.batches for r in ranks), sum(r.delivered.samples for r in ranks)
     )
-    return RunReport(
+    report = RunReport(
         status=run_status(exit_code, incidents, delivered.samples),
         command=command,
         exit_code=exit_code,
@@ -541,6 +541,8 @@ def merge(
             ]
         ),
     )
+    judge_oom_kills(report)
+    return report
 
 
 def data_findings_of(states: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from loaderdoctor.runner.model import MemoryFinding, MemoryReport, ProcessMemory
+from loaderdoctor.runner.model import MemoryFinding, MemoryReport, ProcessMemory, RunReport
 
 WORKER_NAME = "pt_data_worker"  # torch names its worker processes so (worker.py, _worker_loop)
 MAX_POINTS = 240  # per series; older points are thinned by two when it fills
@@ -222,10 +222,17 @@ class Growth:
         return self.slope_bytes_per_s * self.span_s
 
 
-def linear_growth(memory: ProcessMemory) -> Growth | None:
-    """Least-squares line through the worker's private memory (USS, else PSS, else RSS)."""
+PRIVATE_FIRST = ((2, "USS"), (3, "PSS"), (1, "RSS"))
+RSS_ONLY = ((1, "RSS"),)
+
+
+def linear_growth(
+    memory: ProcessMemory, columns: tuple[tuple[int, str], ...] = PRIVATE_FIRST
+) -> Growth | None:
+    """Least-squares line through the process's private memory (USS, else PSS, else RSS; or
+    the ``columns`` given)."""
     chosen = None
-    for column, name in ((2, "USS"), (3, "PSS"), (1, "RSS")):
+    for column, name in columns:
         points = [(row[0], row[column]) for row in memory.series if row[column] is not None]
         if len(points) >= GROWTH_MIN_POINTS:
             chosen = name
@@ -266,18 +273,88 @@ def find_memory_growth(processes: list[ProcessMemory]) -> list[MemoryFinding]:
             groups.setdefault((memory.parent_pid, kind), []).append(memory)
     copy_on_read: list[Growth] = []
     leaks: list[Growth] = []
+    own: list[Growth] = []  # fork workers whose growth is their own objects'
     for (_, kind), workers in sorted(groups.items(), key=lambda item: str(item[0])):
-        growths = [linear_growth(w) for w in workers]
-        judged = [g for g in growths if g is not None]
-        growing = [g for g in judged if _grows(g)]
+        growths = [(w, linear_growth(w)) for w in workers]
+        judged = [(w, g) for w, g in growths if g is not None]
+        growing = [(w, g) for w, g in judged if _grows(g)]
         # Copy-on-read touches every worker alike: most of the judged workers must grow.
         if judged and len(growing) * 2 > len(judged):
-            (copy_on_read if kind == "fork" else leaks).extend(growing)
+            for worker, growth in growing:
+                if kind != "fork":
+                    leaks.append(growth)
+                elif _own_objects(worker, growth):
+                    own.append(growth)
+                else:
+                    copy_on_read.append(growth)
     findings = []
     if copy_on_read:
         findings.append(_copy_on_read_finding(copy_on_read))
     if leaks:
-        findings.append(_memory_growth_finding(leaks))
+        findings.append(_memory_growth_finding(leaks, NOT_FORKED))
+    if own:
+        findings.append(_memory_growth_finding(own, OWN_OBJECTS))
+    findings.extend(_trainer_growth(processes))
+    return findings
+
+
+NOT_FORKED = (
+    "The workers were not forked (spawn or forkserver), so this is not copy-on-read: the "
+    "Dataset or a transform keeps what it loads (a cache, a list that is appended to, open files)."
+)
+OWN_OBJECTS = (
+    "Each worker's resident memory (RSS) grows with its private memory, so this is not "
+    "copy-on-read (which turns pages the worker already shares with the main process private, "
+    "and leaves its RSS as it was): each worker allocates and keeps new objects of its own (a "
+    "per-worker cache, a list that is appended to)."
+)
+TRAINER_GROWTH = "trainer-memory-growth"
+
+
+def _own_objects(worker: ProcessMemory, growth: Growth) -> bool:
+    """A fork worker whose RSS grows by at least half its private growth allocates new memory;
+    copy-on-read only moves pages it already maps from shared to private."""
+    if growth.metric == "RSS":  # no private figures: the two cannot be told apart
+        return False
+    rss = linear_growth(worker, RSS_ONLY)
+    return rss is not None and rss.grown_bytes * 2 >= growth.grown_bytes
+
+
+def _trainer_growth(processes: list[ProcessMemory]) -> list[MemoryFinding]:
+    """A training process whose RSS grows steadily while no worker of its grows a quarter as
+    much: the training loop leaks, not the DataLoader (and the OOM killer, told to spare the
+    trainer, may still end a worker first)."""
+    findings = []
+    for main in processes:
+        if main.role != "main":
+            continue
+        children = [w for w in processes if w.parent_pid == main.pid]
+        growth = linear_growth(_while_loading(main, children), RSS_ONLY)
+        if growth is None or not _grows(growth):
+            continue
+        workers = [linear_growth(w, RSS_ONLY) for w in children]
+        if any(w is not None and w.grown_bytes * 4 > growth.grown_bytes for w in workers):
+            continue
+        findings.append(
+            MemoryFinding(
+                id=TRAINER_GROWTH,
+                title="The training process's own memory grows steadily (not the DataLoader's)",
+                explanation=(
+                    "The RSS of the training process itself grows while its DataLoader workers "
+                    "stay small: the training loop keeps what it should let go (a list of losses "
+                    "kept with their autograd graphs, outputs appended every step, a growing "
+                    "cache). Fewer workers do not help."
+                ),
+                fixes=[
+                    "Keep numbers, not tensors with their graphs: `losses.append(loss.item())` "
+                    "(or `loss.detach()`), not `losses.append(loss)`.",
+                    "Look for lists or dicts in the training loop that grow every step, and "
+                    "profile the training process (`memray run train.py`).",
+                ],
+                pids=[main.pid],
+                evidence=[_growth_line(growth).replace("worker pid", "training process pid")],
+            )
+        )
     return findings
 
 
@@ -307,15 +384,11 @@ def _copy_on_read_finding(growths: list[Growth]) -> MemoryFinding:
     )
 
 
-def _memory_growth_finding(growths: list[Growth]) -> MemoryFinding:
+def _memory_growth_finding(growths: list[Growth], explanation: str) -> MemoryFinding:
     return MemoryFinding(
         id="worker-memory-growth",
         title="Every worker's memory grows steadily over the epoch",
-        explanation=(
-            "The workers were not forked (spawn or forkserver), so this is not "
-            "copy-on-read: the Dataset or a transform keeps what it loads (a cache, a "
-            "list that is appended to, open files)."
-        ),
+        explanation=explanation,
         fixes=[
             "Look for caches and lists in the Dataset that grow in __getitem__; bound "
             "them (functools.lru_cache(maxsize=...)) or drop them.",
@@ -332,3 +405,36 @@ def _growth_line(growth: Growth) -> str:
         f"{_mib(growth.end_bytes)} over {growth.span_s:.1f} s "
         f"(+{growth.slope_bytes_per_s / MiB:.1f} MiB/s, r² {growth.r2:.2f})"
     )
+
+
+def _while_loading(main: ProcessMemory, workers: list[ProcessMemory]) -> ProcessMemory:
+    """The training process's series from its first worker's start to its own peak: its
+    imports before and the fall after a kill are no growth of the training loop."""
+    starts = [w.series[0][0] for w in workers if w.series]
+    begin = min(starts) if starts else 0.0
+    rows = [row for row in main.series if row[0] >= begin]
+    if rows:
+        peak = max(range(len(rows)), key=lambda i: rows[i][1])
+        rows = rows[: peak + 1]
+    return replace(main, series=rows)
+
+
+def judge_oom_kills(report: RunReport) -> None:
+    """An OOM kill is judged by who grew: where the training process's own growth is the only
+    large one, each worker the OOM killer ended says so first (its verdict alone would ask for
+    fewer workers, which frees nothing the trainer keeps)."""
+    memory = report.memory
+    trainer = [f for f in memory.findings if f.id == TRAINER_GROWTH] if memory else []
+    if not trainer:
+        return
+    for incident in report.incidents:
+        if incident.cause != "oom-killed":
+            continue
+        incident.title = "Out of memory: the training process grew, and the kernel killed a worker"
+        incident.evidence[0:0] = [
+            f"whose memory: {trainer[0].evidence[0]}, the only large growth of the run; the "
+            "workers stayed small",
+            "OOM protection (the workers' oom_score_adj is raised above the training process's) "
+            "made the kernel pick a worker: it died of the training process's growth",
+        ]
+        incident.fixes[0:0] = [f for f in trainer[0].fixes if f not in incident.fixes]

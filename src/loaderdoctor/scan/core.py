@@ -65,16 +65,15 @@ def scan_dataset(
 
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
         raise TypeError("scan needs a map-style dataset (__getitem__ and __len__)")
-    total = len(dataset)
     shard = shard or Shard(0, 1)
-    state = resume if resume is not None else ScanState(spec, total)
+    state = resume if resume is not None else ScanState(spec, len(dataset))
     resumed = len(state)  # every rank reads the same checkpoints: this counts them all
     joined = sharding.join(shard)  # after every rank checked for old checkpoints: saves start here
     saver = _Saver(checkpoint, checkpoint_every, state)
     cap = None
     try:
         cap = _memory_cap(mem_limit)
-        state, seconds = _scan_and_gather(
+        state, seconds, shared = _scan_and_gather(
             dataset,
             state,
             shard,
@@ -99,6 +98,7 @@ def scan_dataset(
         mem_cap=cap.how if cap is not None else None,
         ranks=shard.world_size,
         resumed=resumed,
+        shared_failure=shared,
     )
 
 
@@ -152,14 +152,15 @@ def _scan_and_gather(
     num_workers: int,
     timeout: float,
     progress: Progress | None,
-) -> tuple[ScanState, float]:
-    """Scan this rank's indices not scanned yet, then gather every rank's results and seconds."""
+) -> tuple[ScanState, float, str | None]:
+    """Scan this rank's indices not scanned yet, then gather every rank's results and seconds;
+    the third: why the scan stopped early (most samples failed alike), or None."""
     from loaderdoctor.scan import shard as sharding
 
     mine = shard.indices(len(dataset))
     start = time.perf_counter()
     try:
-        _scan(
+        shared = _scan(
             dataset,
             [i for i in mine if not state.done(i)],
             state,
@@ -176,7 +177,7 @@ def _scan_and_gather(
     if shard.world_size > 1 and shard.is_leader:
         saver.state = state  # every rank's results, kept until the report is written
         saver.save()
-    return state, seconds
+    return state, seconds, shared
 
 
 def _scan(
@@ -190,7 +191,9 @@ def _scan(
     timeout: float,
     progress: Progress | None,
     saver: _Saver,
-) -> None:
+) -> str | None:
+    """Scan ``remaining`` in rounds; the sentence that stopped it when most samples failed the
+    same way (the failure is shared), else None."""
     from loaderdoctor.supervise.samples import sample_file
 
     wrapped = SummarizingDataset(dataset, warm_up_limit_s=timeout / 4)
@@ -205,10 +208,12 @@ def _scan(
 
     for _ in range(MAX_ROUNDS):
         if not remaining:
-            return
+            return None
         failure = _scan_round(
             wrapped, remaining, state, cap, num_workers, timeout, on_loaded=loaded_one
         )
+        if isinstance(failure, str):  # most samples fail alike: not theirs, the scan stops
+            return failure
         before = len(remaining)
         remaining = [i for i in remaining if not state.done(i)]
         if failure is not None and len(remaining) == before:
@@ -224,6 +229,7 @@ def _scan(
         state.bad[index] = BadSample(
             index, "unknown", sample_file(dataset, index), "not scanned: too many failures"
         )
+    return None
 
 
 def _scan_round(
@@ -252,7 +258,7 @@ def _scan_round(
         max_skipped=1.0,  # a scan names every bad sample, however many fail alike
         hang_timeout=timeout,
     )
-    failure: LoaderError | None = None
+    failure: LoaderError | str | None = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HealWarning)  # every action is in loader.report
         try:
@@ -262,6 +268,11 @@ def _scan_round(
                     if startup is not None:
                         state.startup.append(startup)
                     on_loaded()
+                failure = _mostly_alike(loader.incidents, state)
+                if failure is not None:
+                    break
+            else:  # (a batch of failures only is never delivered: judged at the end too)
+                failure = _mostly_alike(loader.incidents, state)
         except LoaderError as error:
             failure = error
         finally:  # also on Ctrl-C: the verdicts so far go into the checkpoint
@@ -273,13 +284,32 @@ def _scan_round(
                         if isinstance(index, int):
                             death = _bad_sample(index, incident.diagnosis, wrapped.inner, cap)
                             state.deaths.setdefault(index, death)
-            if failure is not None and failure.diagnosis is not None:
+            if isinstance(failure, LoaderError) and failure.diagnosis is not None:
                 diagnoses.append(failure.diagnosis)
             for diagnosis in diagnoses:
                 for index in diagnosis.indices:
                     if isinstance(index, int) and not state.done(index):
                         state.bad[index] = _bad_sample(index, diagnosis, wrapped.inner, cap)
     return failure
+
+
+def _mostly_alike(incidents: Any, state: ScanState) -> str | None:
+    """The sentence that stops a scan whose samples mostly fail the same way, or None."""
+    from loaderdoctor.supervise.shared_failure import mostly_alike
+
+    failures = [
+        (_exception_type(incident.diagnosis), _message(incident.diagnosis))
+        for incident in incidents
+        if incident.action not in FLAKY_ACTIONS
+    ]
+    return mostly_alike(failures, len(state.loaded) + len(state.bad) + len(failures))
+
+
+def _exception_type(diagnosis: Any) -> str:
+    """A sample's failure as the signature's type: the exception's, else the cause's id."""
+    message = _message(diagnosis)
+    head = message.split(":", 1)[0]
+    return head if head.isidentifier() else str(diagnosis.cause)
 
 
 def keep_summaries(summaries: list[Summary]) -> list[Summary]:

@@ -203,6 +203,8 @@ class ScanJob:
         """The quarantine file's path if written: when bad samples were found, or to replace a
         stale file of an earlier scan (a clean scan leaves no file behind)."""
         out = self.request.out
+        if report.shared_failure is not None:  # the samples are not to blame: no file of them
+            return None
         if not report.bad and not os.path.exists(out):
             return None
         try:

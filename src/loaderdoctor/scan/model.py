@@ -110,6 +110,8 @@ class ScanReport:
     flaky: list[FlakySample] = field(default_factory=list)
     # On a Ray cluster: the shards, each with the node that scanned it (empty otherwise).
     shards: list[ShardRun] = field(default_factory=list)
+    # Most samples failed the same way: the scan stopped, saying so, and wrote no quarantine file
+    shared_failure: str | None = None
     schema: int = SCHEMA
 
     @property
@@ -163,4 +165,5 @@ class ScanReport:
             worker_startup=list(data.get("worker_startup", [])),
             flaky=[FlakySample(**item) for item in data.get("flaky", [])],
             shards=[ShardRun(**item) for item in data.get("shards", [])],
+            shared_failure=data.get("shared_failure"),
         )

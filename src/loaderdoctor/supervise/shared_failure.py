@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +158,9 @@ class Stop:
     limit: int | None
     budget: str
     likely: str
+    # every sample skipped so far with the failure most seen, the streak's and before: none is
+    # to blame once the failure is found shared
+    alike: tuple[Any, ...] = ()
 
 
 @dataclass
@@ -214,6 +220,7 @@ class SharedFailures:
             limit=limit,
             budget=self.budget.describe(),
             likely=likely_cause(signature),
+            alike=tuple(key for key, seen in self._skipped.items() if seen == signature),
         )
 
 
@@ -237,8 +244,9 @@ def _numeric_first(value: Any) -> tuple[int, Any]:
     return (1, repr(value))
 
 
-def stop_diagnosis(stop: Stop, epoch: int | None) -> Diagnosis:
-    """The verdict of a stop: the failure is not the samples'; it names the shared message."""
+def stop_diagnosis(stop: Stop, epoch: int | None, inherited: list[str] | None = None) -> Diagnosis:
+    """The verdict of a stop: the failure is not the samples'; it names the shared message, and
+    what the workers inherit from the main process that can share it (``inherited_state``)."""
     cause = CAUSES[SHARED_CAUSE]
     if stop.reason == "shared":
         head = (
@@ -250,9 +258,13 @@ def stop_diagnosis(stop: Stop, epoch: int | None) -> Diagnosis:
             f"{stop.skipped} samples were skipped, more than {stop.budget} allows "
             f"({stop.limit}); the most common error: {stop.example}"
         )
+    likely = stop.likely
+    if inherited and likely == GENERIC_CAUSE:
+        likely = "what the workers inherit from the main process, named below"
     evidence = [
         head,
-        f"likely cause: {stop.likely}",
+        f"likely cause: {likely}",
+        *(f"inherited from the main process: {note}" for note in inherited or []),
         f"samples: {_shown(stop.samples)}",
         "healing stopped: skipping on would blame samples for a failure they share",
     ]
@@ -273,10 +285,140 @@ def stop_diagnosis(stop: Stop, epoch: int | None) -> Diagnosis:
     )
 
 
-def shared_by_the_workers(diagnosis: Diagnosis, control_note: str) -> Diagnosis:
+def mostly_alike(failures: Sequence[tuple[str | None, str | None]], tried: int) -> str | None:
+    """A scan's rule: when one failure (``(exception type, message)`` per failed sample,
+    normalised) is more than half of the ``tried`` samples, past ``MIN_TRIED_FOR_FRACTION``, the
+    sentence that says it is shared; else None. Bad files are rarely most of a dataset; a data
+    root, a handle or a server the samples share is."""
+    if tried < MIN_TRIED_FOR_FRACTION or not failures:
+        return None
+    counts = Counter(normalise(kind, message) for kind, message in failures)
+    signature, count = counts.most_common(1)[0]
+    if 2 * count <= tried:
+        return None
+    return (
+        f"{count} of the {tried} samples tried failed the same way ({signature}): the failure is "
+        f"shared, not the samples' (likely cause: {likely_cause(signature)}); the scan stopped, "
+        "and no quarantine file is written"
+    )
+
+
+# Distinct shapes at one place of the samples that make a field ragged by design (boxes per
+# image, tokens per sentence): one odd sample beside good ones shows two shapes, no more.
+RAGGED_SHAPES = 3
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """A field whose tensors differ in shape from sample to sample: ``position`` (the n-th
+    tensor of a sample), the shapes seen there, and the samples skipped for it."""
+
+    position: int
+    shapes: tuple[tuple[int, ...], ...]
+    first: tuple[tuple[int, ...], tuple[int, ...]]  # the first differing pair seen (kept, odd)
+    samples: tuple[Any, ...]
+    example: str
+
+
+@dataclass
+class RaggedFields:
+    """Watches the samples skipped because their batch did not collate: when one place of the
+    samples holds many shapes, each sample is fine and the batch's collating is the failure."""
+
+    threshold: int = RAGGED_SHAPES
+    stopped: Ragged | None = None
+    _shapes: dict[int, dict[tuple[int, ...], None]] = field(default_factory=dict)
+    _first: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    _samples: dict[Any, None] = field(default_factory=dict)
+
+    def skipped(self, sample: Any, shapes: Any, message: str | None) -> Ragged | None:
+        """A sample skipped from a batch that did not collate, with its tensor shapes and a kept
+        sample's (``{"odd": [...], "kept": [...]}``); the ``Ragged`` when healing must stop."""
+        if self.stopped is not None:
+            return self.stopped
+        odd, kept = _shape_lists(shapes, "odd"), _shape_lists(shapes, "kept")
+        if odd is None or kept is None or len(odd) != len(kept):
+            return None
+        self._samples[sample if _hashable(sample) else repr(sample)] = None
+        for position, (mine, theirs) in enumerate(zip(odd, kept)):
+            if mine == theirs or len(mine) != len(theirs):
+                continue
+            seen = self._shapes.setdefault(position, {})
+            seen.update({theirs: None, mine: None})
+            self._first.setdefault(position, (theirs, mine))
+            if len(seen) >= self.threshold:
+                self.stopped = Ragged(
+                    position=position,
+                    shapes=tuple(seen),
+                    first=self._first[position],
+                    samples=tuple(self._samples),
+                    example=" ".join((message or "").split()),
+                )
+        return self.stopped
+
+
+def _shape_lists(shapes: Any, key: str) -> list[tuple[int, ...]] | None:
+    value = shapes.get(key) if isinstance(shapes, dict) else None
+    if not isinstance(value, list):
+        return None
+    try:
+        return [tuple(int(size) for size in shape) for shape in value]
+    except (TypeError, ValueError):
+        return None
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(size) for size in shape) + "]"
+
+
+def ragged_diagnosis(ragged: Ragged, epoch: int | None) -> Diagnosis:
+    """The verdict of a ragged field: a collate problem, not the samples'; none is quarantined."""
+    cause = CAUSES["collate-error"]
+    kept, odd = ragged.first
+    shapes = ", ".join(_shape_text(shape) for shape in ragged.shapes[:8])
+    evidence = [
+        "each sample loads fine alone; only collating them together fails: tensor "
+        f"#{ragged.position} of a sample is {_shape_text(kept)} in one and {_shape_text(odd)} in "
+        f"another (first differing shapes)",
+        f"{len(ragged.shapes)} different shapes at that place ({shapes}): the field is ragged by "
+        "design, and every batch that mixes them fails the same way",
+        f"what collate_fn raised: {ragged.example}",
+        f"samples skipped for it so far, none quarantined: {_shown(ragged.samples)}",
+        "healing stopped: skipping on would drop the valid samples of every batch, every epoch",
+    ]
+    fixes = [
+        "Give the DataLoader a collate_fn that handles samples of different shapes: keep the "
+        "ragged field as a list (`collate_fn=lambda batch: tuple(zip(*batch))`, as torchvision's "
+        "detection references do), or pad it to the longest in the batch "
+        "(`torch.nn.utils.rnn.pad_sequence`) and return the lengths.",
+        "Or make every sample the same shape in the Dataset (pad or crop to a fixed size).",
+    ]
+    return Diagnosis(
+        cause=cause.id,
+        title="collate_fn cannot batch samples of different shapes (the batch's failure, "
+        "not a sample's)",
+        confidence=0.9,
+        worker_id=None,
+        pid=None,
+        signal=None,
+        exit_code=None,
+        indices=[],
+        evidence=evidence,
+        fixes=fixes,
+        explanation=cause.explanation,
+        epoch=epoch,
+        docs=cause.docs_url,
+    )
+
+
+def shared_by_the_workers(
+    diagnosis: Diagnosis, control_note: str, inherited: list[str] | None = None
+) -> Diagnosis:
     """The verdict when a sample's re-try alone failed and so did the control's: the failure is
-    shared, not the sample's. The death's own evidence follows the control's finding."""
+    shared, not the sample's; ``inherited``: what the workers inherit that can share it
+    (``inherited_state``). The death's own evidence follows the control's finding."""
     cause = CAUSES[SHARED_CAUSE]
+    suspects = [f"inherited from the main process: {note}" for note in inherited or []]
     return Diagnosis(
         cause=cause.id,
         title=cause.title,
@@ -286,7 +428,12 @@ def shared_by_the_workers(diagnosis: Diagnosis, control_note: str) -> Diagnosis:
         signal=diagnosis.signal,
         exit_code=diagnosis.exit_code,
         indices=[],
-        evidence=[control_note, f"what each worker showed: {diagnosis.title}", *diagnosis.evidence],
+        evidence=[
+            control_note,
+            *suspects,
+            f"what each worker showed: {diagnosis.title}",
+            *diagnosis.evidence,
+        ],
         fixes=list(cause.fixes),
         explanation=cause.explanation,
         batch=diagnosis.batch,
@@ -296,16 +443,141 @@ def shared_by_the_workers(diagnosis: Diagnosis, control_note: str) -> Diagnosis:
     )
 
 
+# How deep the dataset's attributes are searched: dataset.db, dataset.reader.env
+INHERITED_DEPTH = 2
+
+
+def inherited_state(dataset: Any, depth: int = INHERITED_DEPTH) -> list[str]:
+    """What a worker inherits from the main process through the dataset that can make every
+    sample fail alike: a semaphore or lock (and whether it is taken now), a Manager proxy, a
+    handle of a kind lint's LD106 knows (an LMDB environment, a sqlite3 connection, a file, a
+    socket); and a lock of the dataset's module held by a thread now. One line each."""
+    notes: list[str] = []
+    seen: set[int] = set()
+    level = [("self", dataset)]
+    for _ in range(depth):
+        below = []
+        for path, owner in level:
+            for name, value in _attributes_of(owner):
+                where = f"{path}.{name}"
+                if id(value) in seen:
+                    continue
+                seen.add(id(value))
+                note = _inherited_note(value)
+                if note is not None:
+                    notes.append(f"{where}, {note}")
+                elif not isinstance(value, (str, bytes, int, float, bool, type(None))):
+                    below.append((where, value))
+        level = below
+    return notes + _held_module_locks(sys.modules.get(type(dataset).__module__))
+
+
+def _held_module_locks(module: Any) -> list[str]:
+    """The threading locks among a module's globals held now (a dataset guarded by one)."""
+    if module is None:
+        return []
+    return [
+        f"{name} (a global of {module.__name__}), a threading lock held now by a thread of the "
+        "main process: a worker forked meanwhile inherits it held, and waits for ever"
+        for name, value in list(vars(module).items())[:MAX_GLOBALS]
+        if _held_thread_lock(value)
+    ]
+
+
+def _held_thread_lock(value: Any) -> bool:
+    # (an RLock cannot tell whether it is held before Python 3.14: only plain locks are asked)
+    return isinstance(value, _THREAD_LOCK) and value.locked()
+
+
+MAX_GLOBALS = 512
+_THREAD_LOCK = type(threading.Lock())
+
+
+def _attributes_of(value: Any) -> list[tuple[str, Any]]:
+    try:
+        return list(vars(value).items())[:64]
+    except TypeError:
+        return []
+
+
+def _inherited_note(value: Any) -> str | None:
+    """What ``value`` shares between the main process and its workers, or None."""
+    from multiprocessing.managers import BaseProxy
+    from multiprocessing.synchronize import Semaphore, SemLock
+
+    if isinstance(value, Semaphore):
+        free = value.get_value()
+        most = getattr(getattr(value, "_semlock", None), "maxvalue", None)
+        kind = type(value).__name__
+        if most is None or free >= most:
+            return f"a multiprocessing.{kind} shared by every worker ({free} free)"
+        return (
+            f"a multiprocessing.{kind} shared by every worker: {most - free} of its {most} slots "
+            "are taken now. A worker killed while it holds a slot leaks it (the semaphore is not "
+            "given back when its holder dies), and every later acquire waits for ever"
+        )
+    if isinstance(value, SemLock):
+        return (
+            f"a multiprocessing.{type(value).__name__} shared by every worker: a worker killed "
+            "while it holds it leaks it, and every later acquire waits for ever"
+        )
+    if _held_thread_lock(value):
+        return (
+            "a threading lock held now by a thread of the main process: a worker forked "
+            "meanwhile inherits it held, and waits for ever"
+        )
+    if isinstance(value, BaseProxy):
+        return (
+            f"a multiprocessing Manager proxy ({type(value).__name__}): every worker calls the "
+            "one manager process, and when that process is gone every call fails"
+        )
+    handle = _handle_kind(value)
+    if handle is None:
+        return None
+    return (
+        f"{handle} opened in the main process (Dataset.__init__) and used by every worker: forked "
+        "workers share its state (file offsets, locks, reader slots) and a spawned one gets a "
+        "copy [LD106]. Open it lazily, once per worker (in __getitem__ or worker_init_fn)"
+    )
+
+
+# Handle types a worker inherits from the main process by name: the classes lint's LD106 names
+# (HANDLE_OPENERS, its clients), and what its opener functions return.
+_HANDLE_RESULTS = ("sqlite3.Connection", "tarfile.TarFile", "shelve.Shelf")
+
+
+def _handle_kind(value: Any) -> str | None:
+    from loaderdoctor.lint.rules_dataset import HANDLE_OPENERS
+    from loaderdoctor.supervise.worker.shared_handles import handle_kind
+
+    known = handle_kind(value)
+    if known is not None:
+        return f"a handle ({known})"
+    for dotted in sorted(HANDLE_OPENERS) + list(_HANDLE_RESULTS):
+        module_name, _, name = dotted.rpartition(".")
+        module = sys.modules.get(module_name)
+        cls = getattr(module, name, None) if module is not None and name[:1].isupper() else None
+        if isinstance(cls, type) and isinstance(value, cls):
+            return f"a handle ({dotted})"
+    return None
+
+
 __all__ = [
     "DEFAULT_BUDGET",
     "DEFAULT_MAX_SKIPPED",
+    "RAGGED_SHAPES",
     "SHARED_CAUSE",
     "SHARED_STREAK",
     "Budget",
+    "Ragged",
+    "RaggedFields",
     "SharedFailures",
     "Stop",
+    "inherited_state",
     "likely_cause",
+    "mostly_alike",
     "normalise",
+    "ragged_diagnosis",
     "shared_by_the_workers",
     "stop_diagnosis",
 ]

@@ -48,7 +48,7 @@ from loaderdoctor.supervise.parent.repair import (
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.parent.watch import PoolFailure, WorkerWatch
 from loaderdoctor.supervise.samples import sample_file
-from loaderdoctor.supervise.shared_failure import shared_by_the_workers
+from loaderdoctor.supervise.shared_failure import inherited_state, shared_by_the_workers
 from loaderdoctor.supervise.streams import StreamProgress
 
 
@@ -148,9 +148,16 @@ class Recovery:
             counts_death=decision.counts_death,
             holds_back=decision.holds_back,
         )
+        if action.kind is ActionKind.QUARANTINE and ev.kind in ("death", "hang"):
+            shared = self.sup.blamed_for_a_death(ev.in_flight_index, diagnosis)
+            if shared is not None:  # sample after sample dies alike: not theirs
+                plan.diagnosis, plan.failure = shared, failure
+                plan.stopped_because = "stopped healing"
+                return plan
         if action.kind is ActionKind.RAISE:
             if action.shared:
-                plan.diagnosis = shared_by_the_workers(diagnosis, action.note)
+                inherited = inherited_state(self.sup.dataset)
+                plan.diagnosis = shared_by_the_workers(diagnosis, action.note, inherited)
             elif action.note:
                 diagnosis.evidence.append(action.note)
             plan.failure = failure
@@ -201,6 +208,8 @@ class Recovery:
             reproduced_alone(diagnosis, at.culprit)
         quarantine = decision.action.kind is ActionKind.QUARANTINE and not self.iterable
         index = ev.in_flight_index
+        if quarantine and self.sup.blamed_for_a_death(index, diagnosis):
+            quarantine = False  # sample after sample dies alike: the next failure raises it
         return Plan(
             Move.SETTLE,
             diagnosis,

@@ -14,7 +14,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loaderdoctor import boundary, torch_compat
@@ -42,7 +42,10 @@ from loaderdoctor.supervise.parent.quarantine import now as quarantine_now
 from loaderdoctor.supervise.shared_failure import (
     DEFAULT_BUDGET,
     Budget,
+    RaggedFields,
     SharedFailures,
+    inherited_state,
+    ragged_diagnosis,
     stop_diagnosis,
 )
 from loaderdoctor.supervise.worker import shared_handles
@@ -53,6 +56,11 @@ from loaderdoctor.system.oom_priority import (
     oom_protection,
 )
 
+DEATHS_ALIKE = (
+    "what the workers share, not the samples: a server or mount the dataset reads from, state "
+    "inherited from the main process (a lock, a semaphore, a handle opened in __init__), the "
+    "machine"
+)
 SUBSTITUTE_NOTE = "its place in a batch of epoch"
 
 
@@ -201,6 +209,7 @@ class Supervision:
             else None
         )
         self.shared_stop: Diagnosis | None = None
+        self.ragged = RaggedFields()  # samples skipped from batches that did not collate
         self.handles_warned = False  # a worker found a handle shared with the main process
         # feature -> why it is off for this loader (a protocol of the user's objects that raised)
         self.features_off: dict[str, str] = {}
@@ -431,6 +440,7 @@ class Supervision:
         warn_sample_action(diagnosis.title, diagnosis.cause, action, event, self.sample_actions)
         self.sample_actions += 1
         self.quarantine_add(index, diagnosis)
+        self.stop_if_ragged(index, event)
         self.stop_if_shared(index, event)
 
     def feature_off(self, feature: str, reason: str) -> None:
@@ -465,14 +475,61 @@ class Supervision:
         from loaderdoctor.forensics.verdict_text import format_verdict
         from loaderdoctor.supervise.errors import HealingStoppedError
 
-        diagnosis = stop_diagnosis(stop, self.epoch)
+        diagnosis = stop_diagnosis(stop, self.epoch, inherited_state(self.dataset))
         if self.shared_stop is None:
             if stop.reason == "shared":
-                self.quarantine_release(stop.samples)
+                self.quarantine_release(stop.alike)
             self.record(diagnosis, "raised")
             self.shared_stop = diagnosis
         raise HealingStoppedError(
             f"loaderdoctor stopped healing: {stop.signature}\n{format_verdict(diagnosis)}",
+            diagnosis,
+        )
+
+    def blamed_for_a_death(self, index: Any, diagnosis: Diagnosis) -> Diagnosis | None:
+        """A sample about to be quarantined for a death or hang counts as a failed sample, as
+        an exception does: the verdict to raise when that makes the failure a shared one (the
+        streak's samples leave the quarantine), else None."""
+        if self.shared is None or not self.settings.heal:
+            return None
+        if self.shared_stop is not None:
+            return self.shared_stop
+        how = f"{diagnosis.title} ({diagnosis.signal})" if diagnosis.signal else diagnosis.title
+        stop = self.shared.failed(index, diagnosis.cause, how)
+        if stop is None:
+            return None
+        inherited = inherited_state(self.dataset)
+        verdict = stop_diagnosis(replace(stop, likely=DEATHS_ALIKE), self.epoch, inherited)
+        verdict.evidence[0:0] = [f"each worker showed: {diagnosis.title} [{diagnosis.cause}]"]
+        verdict.worker_id, verdict.pid, verdict.signal = (
+            diagnosis.worker_id,
+            diagnosis.pid,
+            diagnosis.signal,
+        )
+        if stop.reason == "shared":
+            self.quarantine_release(stop.alike)
+        self.shared_stop = verdict
+        return verdict
+
+    def stop_if_ragged(self, index: Any, event: dict[str, Any]) -> None:
+        """Raise ``HealingStoppedError`` when the samples skipped from batches that did not
+        collate show a ragged field: every batch fails the same way, no sample is to blame
+        (they leave the quarantine)."""
+        if not self.settings.heal or not isinstance(event.get("shapes"), dict):
+            return
+        ragged = self.ragged.skipped(index, event["shapes"], event.get("message"))
+        if ragged is None:
+            return
+        from loaderdoctor.forensics.verdict_text import format_verdict
+        from loaderdoctor.supervise.errors import HealingStoppedError
+
+        diagnosis = ragged_diagnosis(ragged, self.epoch)
+        if self.shared_stop is None:
+            self.quarantine_release(ragged.samples)
+            self.record(diagnosis, "raised")
+            self.shared_stop = diagnosis
+        raise HealingStoppedError(
+            f"loaderdoctor stopped healing: {diagnosis.title}\n{format_verdict(diagnosis)}",
             diagnosis,
         )
 

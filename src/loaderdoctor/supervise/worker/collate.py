@@ -101,10 +101,37 @@ class SupervisedCollate:
             batch = self.collate_fn(kept)
         except Exception:  # the user's collate_fn raises anything
             return None
-        for index in odd:
-            event = {**_failure(error, index, 1, "collate"), "action": "skipped"}
-            self.context.outbox.record(event)
+        kept_shapes = tensor_shapes(kept[0])
+        for sample, index in zip(samples, indices):
+            if repr(index) in odd_set:
+                event = {**_failure(error, index, 1, "collate"), "action": "skipped"}
+                # What the main process needs to tell a ragged field (many lengths: the batch's
+                # failure) from one odd sample: the tensor shapes beside a kept sample's.
+                event["shapes"] = {"odd": tensor_shapes(sample), "kept": kept_shapes}
+                self.context.outbox.record(event)
         return batch
+
+
+def tensor_shapes(sample: Any, most: int = 32) -> list[list[int]] | None:
+    """The shapes of a sample's tensors and arrays, in order (a tuple's, a dict's by sorted key),
+    or None where it holds something else than such leaves and containers of them."""
+    shapes: list[list[int]] = []
+    pending = [sample]
+    while pending and len(shapes) < most:
+        value = pending.pop(0)
+        shape = getattr(value, "shape", None)
+        if shape is not None and getattr(value, "dtype", None) is not None:
+            try:
+                shapes.append([int(size) for size in shape])
+            except (TypeError, ValueError):  # a shape that is not sizes
+                return None
+        elif isinstance(value, dict):
+            pending[:0] = [value[key] for key in sorted(value, key=str)]
+        elif isinstance(value, (list, tuple)):
+            pending[:0] = list(value)
+        elif not isinstance(value, (int, float, bool, str, bytes)):
+            return None
+    return shapes
 
 
 def _with_events(context: WorkerContext, batch: Any, samples: int) -> Any:

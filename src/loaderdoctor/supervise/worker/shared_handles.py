@@ -26,7 +26,7 @@ DEPTH = 2  # dataset.client, dataset.client.sock
 MAX_ATTRIBUTES = 64  # per object: a dataset with a huge __dict__ is not searched whole
 
 
-def _open_handle(value: Any) -> str | None:
+def handle_kind(value: Any) -> str | None:
     """What kind of handle ``value`` is, if it is an open one (None otherwise)."""
     if isinstance(value, socket.socket):
         return "socket" if value.fileno() >= 0 else None
@@ -63,7 +63,7 @@ def find_handles(dataset: Any, depth: int = DEPTH) -> dict[str, tuple[int, str]]
         for path, owner in level:
             for name, value in _attributes(owner):
                 where = f"{path}.{name}"
-                kind = _open_handle(value)
+                kind = handle_kind(value)
                 if kind is not None:
                     found[where] = (id(value), kind)
                 elif not isinstance(value, (str, bytes, int, float, bool, type(None))):
@@ -97,4 +97,4 @@ def warning_text(event: dict[str, Any]) -> str:
     )
 
 
-__all__ = ["EVENT_KIND", "event", "find_handles", "inherited", "warning_text"]
+__all__ = ["EVENT_KIND", "event", "find_handles", "handle_kind", "inherited", "warning_text"]
