@@ -50,6 +50,8 @@ def _owner_instance(owner: str) -> Any:
         return multiprocessing.current_process()
     if owner == "multiprocessing.resource_sharer._ResourceSharer":
         return multiprocessing.resource_sharer._ResourceSharer()  # type: ignore[attr-defined]
+    if owner == "multiprocessing.synchronize.Semaphore":
+        return multiprocessing.BoundedSemaphore(3)
     if owner == "argparse.ArgumentParser":
         return argparse.ArgumentParser()
     return importlib.import_module(owner)
@@ -91,6 +93,7 @@ def test_the_accessors_read_what_they_name() -> None:
     parser = argparse.ArgumentParser()
     parser.add_subparsers().add_parser("scan")
     assert list(cpython_compat.subcommand_parsers(parser).choices) == ["scan"]
+    assert cpython_compat.semaphore_slots(multiprocessing.BoundedSemaphore(3)) == 3
     sharer = cpython_compat.resource_sharer_class()
     assert cpython_compat.sharer_serve(sharer) is inspect.getattr_static(sharer, "_serve")
 

@@ -17,6 +17,8 @@ Each accessor says why the public API does not do.
   was inherited from the parent (then it is the parent's to remove).
 - ``multiprocessing.resource_sharer._ResourceSharer``, its ``_serve`` and ``_listener``: the
   thread that hands tensors' descriptors to the main process, guarded for EMFILE.
+- ``multiprocessing.synchronize.Semaphore._semlock``: a semaphore's slot count (``maxvalue``),
+  to say how many of its slots are taken when workers that hold them are killed.
 - ``argparse._SubParsersAction`` and ``ArgumentParser._actions``: the subcommand's own usage
   line for an unknown option (argparse gives the top level's).
 """
@@ -40,6 +42,7 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("multiprocessing.resource_sharer", "_ResourceSharer"),
     ("multiprocessing.resource_sharer._ResourceSharer", "_serve"),
     ("multiprocessing.resource_sharer._ResourceSharer", "_listener"),
+    ("multiprocessing.synchronize.Semaphore", "_semlock"),
     ("argparse", "_SubParsersAction"),
     ("argparse.ArgumentParser", "_actions"),
 )
@@ -113,6 +116,13 @@ def sharer_listener(sharer: Any) -> Any:
     return sharer._listener
 
 
+def semaphore_slots(semaphore: Any) -> int | None:
+    """How many slots a ``multiprocessing`` (Bounded)Semaphore was made with; None where this
+    Python does not say."""
+    most = getattr(getattr(semaphore, "_semlock", None), "maxvalue", None)
+    return most if isinstance(most, int) else None
+
+
 def subcommand_parsers(parser: argparse.ArgumentParser) -> Any:
     """The ``add_subparsers()`` action of ``parser`` (its ``choices``: name -> parser)."""
     (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -126,6 +136,7 @@ __all__ = [
     "queue_read_lock",
     "queue_reader",
     "resource_sharer_class",
+    "semaphore_slots",
     "set_feeder_error_hook",
     "set_sharer_serve",
     "sharer_listener",

@@ -482,6 +482,18 @@ def exit_code_of(returncode: int) -> tuple[int, str | None]:
     return returncode, None
 
 
+def quarantine_of(states: list[dict[str, Any]], incidents: list[Any]) -> list[Any]:
+    """Every index quarantined by any process (its state) or incident, once each, in order."""
+    quarantine: list[Any] = []
+    for state in states:
+        quarantine.extend(q for q in state.get("quarantine", []) if q not in quarantine)
+    for incident in incidents:
+        if incident.action == "quarantined":
+            quarantine.extend(i for i in incident.indices if i not in quarantine)
+    quarantine.sort(key=protocol.numeric_order)
+    return quarantine
+
+
 def merge(
     report_dir: str | os.PathLike[str],
     *,
@@ -498,13 +510,7 @@ def merge(
     states = protocol.read_states(incidents_dir)
     incidents = read_incidents(incidents_dir, states, started_wall)
     ranks = process_summaries(states, incidents)
-    quarantine: list[Any] = []
-    for state in states:
-        quarantine.extend(q for q in state.get("quarantine", []) if q not in quarantine)
-    for incident in incidents:
-        if incident.action == "quarantined":
-            quarantine.extend(i for i in incident.indices if i not in quarantine)
-    quarantine.sort(key=protocol.numeric_order)
+    quarantine = quarantine_of(states, incidents)
     if returncode is None:
         exit_code, signal_name = UNKNOWN_EXIT_CODE, None
     else:

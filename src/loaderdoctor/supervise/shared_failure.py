@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoctor import cpython_compat
 from loaderdoctor.forensics.catalog import CAUSES
 from loaderdoctor.forensics.evidence import Diagnosis
 
@@ -507,7 +508,7 @@ def _inherited_note(value: Any) -> str | None:
 
     if isinstance(value, Semaphore):
         free = value.get_value()
-        most = getattr(getattr(value, "_semlock", None), "maxvalue", None)
+        most = cpython_compat.semaphore_slots(value)
         kind = type(value).__name__
         if most is None or free >= most:
             return f"a multiprocessing.{kind} shared by every worker ({free} free)"
