@@ -444,6 +444,31 @@ def shared_by_the_workers(
     )
 
 
+# The verdicts that blame the sample in flight, which inherited state can make every sample meet
+BLAMES_THE_SAMPLE = frozenset({"sample-error", "worker-hang", "native-crash"})
+MAX_SUSPECTS = 3
+
+
+def suspect_inherited(diagnosis: Diagnosis, inherited: list[str]) -> None:
+    """A verdict that blames a sample, where the dataset holds state every worker inherits
+    (``inherited_state``): with no control to clear the sample (healing off, or stopped), the
+    verdict names that state beside the sample and says to rule it out before the sample."""
+    if diagnosis.cause not in BLAMES_THE_SAMPLE or not inherited:
+        return
+    diagnosis.evidence.extend(
+        f"the dataset holds what every worker inherits from the main process, which can fail "
+        f"every sample alike: {note}"
+        for note in inherited[:MAX_SUSPECTS]
+    )
+    diagnosis.fixes.insert(
+        0,
+        "Before blaming the sample: the dataset holds state its workers inherit (named in the "
+        "evidence). Run `dataset[INDEX]` in the main process; if it loads there, make that "
+        "state per worker (open it lazily in __getitem__ or worker_init_fn).",
+    )
+    diagnosis.confidence = min(diagnosis.confidence, 0.6)
+
+
 # How deep the dataset's attributes are searched: dataset.db, dataset.reader.env
 INHERITED_DEPTH = 2
 
@@ -580,5 +605,6 @@ __all__ = [
     "normalise",
     "ragged_diagnosis",
     "shared_by_the_workers",
+    "suspect_inherited",
     "stop_diagnosis",
 ]
