@@ -7,6 +7,7 @@ row says what a failure becomes, and that the policy was asked once.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from typing import Any
 
@@ -17,6 +18,7 @@ from loaderdoctor.forensics import Evidence
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.errors import HealingStoppedError
 from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, HealPolicy
+from loaderdoctor.supervise.parent import repair
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.recovery import HandOver, Raise, Recovery, Resumed
@@ -57,7 +59,7 @@ def _recovery(heal: bool = True, probe_finds: Any = None) -> tuple[Recovery, Sup
         sup,
         ledger,
         FlightRecorder(2),
-        EventReader(tempfile.mkdtemp(prefix="ld-plan-"), sup.take_event),
+        EventReader(tempfile.mkdtemp(prefix="ld-plan-"), functools.partial(repair.take_event, sup)),
         streams=None,
         respawns=0,
         context=None,

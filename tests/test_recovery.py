@@ -7,6 +7,7 @@ Raise) and as the exact changes to the books.
 
 from __future__ import annotations
 
+import functools
 import gc
 import tempfile
 import warnings
@@ -22,6 +23,7 @@ from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.errors import WorkerDiedError
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
+from loaderdoctor.supervise.parent import repair
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.recovery import (
@@ -141,7 +143,9 @@ def _setup(
         sup,
         ledger,
         FlightRecorder(2),
-        EventReader(tempfile.mkdtemp(prefix="ld-recovery-"), sup.take_event),
+        EventReader(
+            tempfile.mkdtemp(prefix="ld-recovery-"), functools.partial(repair.take_event, sup)
+        ),
         streams=None,
         respawns=0,
         context=None,

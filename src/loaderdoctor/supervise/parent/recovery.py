@@ -165,7 +165,7 @@ class Recovery:
             return plan
         # a stream handed to plain torch resumes nothing: its culprit is not re-tried
         resumes = self.repair.streams is not None and action.kind is not ActionKind.FALL_BACK
-        stream = self._stream_culprit(ev, diagnosis) if resumes else None
+        stream = self._stream_culprit(ev, plan) if resumes else None
         return self._healing(plan, decision, ev.in_flight_index if stream is None else None, stream)
 
     def _healing(
@@ -341,11 +341,11 @@ class Recovery:
             return True
         return False
 
-    def _stream_culprit(self, ev: Evidence, diagnosis: Diagnosis) -> tuple[str, str]:
+    def _stream_culprit(self, ev: Evidence, plan: Plan) -> tuple[str, str]:
         """The item in flight at a death is re-tried once when the stream resumes, as a
         map-style sample is; one that kills its worker again ends that worker's stream just
         before it (a generator cannot be read past it): (action, detail)."""
-        streams = self.repair.streams
+        streams, diagnosis = self.repair.streams, plan.diagnosis
         assert streams is not None
         worker, position = ev.worker_id, ev.iterable_position
         if worker is None or position is None:
@@ -354,8 +354,9 @@ class Recovery:
             )
             return "respawned", ""
         named = f"item #{position} of worker {worker}'s stream"
-        streams.incident = diagnosis  # a replay found not to match says so in its evidence
-        if streams.culprit(worker, position, diagnosis):
+        retried = streams.culprit(worker, position)
+        plan.stream_at = (worker, position, retried)  # linked once written: ``incident_written``
+        if retried:
             diagnosis.evidence.append(
                 f"{named} is re-tried once: worker {worker}'s stream resumes at that item"
             )

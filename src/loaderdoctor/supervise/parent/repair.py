@@ -21,14 +21,14 @@ import copy
 import enum
 import functools
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from loaderdoctor import torch_compat
-from loaderdoctor.forensics import Diagnosis, Evidence
+from loaderdoctor import boundary, torch_compat
+from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise import sharing
@@ -44,16 +44,25 @@ from loaderdoctor.supervise.heal import (
     length_of,
     user_stacklevel,
     warn_healed,
+    warn_sample_action,
 )
 from loaderdoctor.supervise.heal_policy import Action, ActionKind
+from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.collect import EventReader
+from loaderdoctor.supervise.parent.incidents import FollowUp, Incident
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.parent.watch import TIMEOUT_PREFIX, PoolFailure, WorkerWatch
+from loaderdoctor.supervise.shared_failure import (
+    inherited_state,
+    ragged_diagnosis,
+    stop_diagnosis,
+)
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress
 from loaderdoctor.supervise.worker.datasets import SupervisedBatchedMapDataset
 from loaderdoctor.supervise.worker.loader_view import wrap_dataset
+from loaderdoctor.supervise.worker.sample_policy import HealedBatch
 
 # How long a respawn waits for the result queue's writer lock before it calls the queue poisoned
 # (held by a worker killed mid-write); a healthy writer holds it for one batch's write.
@@ -63,28 +72,165 @@ TABLE_FULL_NOTE = (
     "the running workers' table of quarantined samples is full: the pool is rebuilt, and its new "
     "workers start knowing the whole quarantine"
 )
+SUBSTITUTE_NOTE = "its place in a batch of epoch"
 FALL_BACK_WARNING = (
     "loaderdoctor's own machinery failed (internal-error, please report it); this DataLoader "
     "continues as a plain torch DataLoader, without supervision.\n"
 )
 
 
-def record(supervision: Supervision, diagnosis: Diagnosis, action: str, outcome: str = "") -> None:
+def record(
+    supervision: Supervision,
+    diagnosis: Diagnosis,
+    action: str,
+    outcome: str = "",
+    event: dict[str, Any] | None = None,
+) -> Incident:
     """Write one incident and say it: a raise is said by the error itself; plain torch taking
-    over in a ``RuntimeWarning`` with the verdict; anything healed in a ``HealWarning`` that
+    over in a ``RuntimeWarning`` with the verdict; a sample skipped or replaced in a worker
+    (``event``) in a rate-limited ``HealWarning``; anything else healed in a ``HealWarning`` that
     ends with ``outcome`` (what was done, to what; the action by default). The one place an
-    incident of a failure is written: the incident is final here."""
-    supervision.record(diagnosis, action)
+    incident is written: it is final here (what is learnt later is a ``follow_up``)."""
+    incident = supervision.log.append(diagnosis, action)
     if action == "raised":
-        return
+        return incident
+    if event is not None:
+        seen, supervision.sample_actions = (
+            supervision.sample_actions,
+            supervision.sample_actions + 1,
+        )
+        warn_sample_action(diagnosis.title, diagnosis.cause, action, event, seen)
+        return incident
     if action == "fell-back":
         warnings.warn(
             FALL_BACK_WARNING + format_verdict(diagnosis),
             RuntimeWarning,
             stacklevel=user_stacklevel(),
         )
-        return
+        return incident
     warn_healed(diagnosis.title, diagnosis.cause, outcome or action)
+    return incident
+
+
+def follow_up(supervision: Supervision, learnt: Iterable[tuple[int, str, Any]]) -> None:
+    """Link what was learnt after an incident was written to it: (its id, an evidence line,
+    a stream culprit's key or None), each a ``FollowUp`` record of its own."""
+    for of, line, key in learnt:
+        supervision.log.follow_up(FollowUp(of, (line,), key))
+
+
+# --- what the workers decided alone: a sample skipped or replaced ---------------------------
+def take_events(supervision: Supervision, events: Iterable[dict[str, Any]]) -> None:
+    for event in events:
+        take_event(supervision, event)
+
+
+def take_in_process_events(supervision: Supervision) -> None:
+    """The events the loader's in-process iterators sent alone (``in_process_events``)."""
+    events = supervision.in_process_events
+    while events:
+        take_event(supervision, events.pop(0))
+
+
+def delivered_batch(supervision: Supervision, indices: Any, data: Any) -> Any:
+    """A map-style batch handed to the user: its samples' skips and replacements count first,
+    then the batch (``Supervision.delivered_batch``, which unwraps it)."""
+    if isinstance(data, HealedBatch):
+        take_events(supervision, data.events)
+    return supervision.delivered_batch(indices, data)
+
+
+def take_event(supervision: Supervision, event: dict[str, Any]) -> None:
+    """A skip or replace decided in a worker (or in this process) enters the counts and log."""
+    kind = event.get("kind")
+    if kind == boundary.SHARED_HANDLE_EVENT:
+        supervision.warn_shared_handles(event)
+        return
+    if kind == boundary.RNG_STATES_EVENT:
+        supervision.data.worker_random_states(event)
+        return
+    if kind == boundary.FEATURE_OFF_EVENT:
+        supervision.feature_off(str(event.get("feature")), str(event.get("reason")))
+        return
+    action = event.get("action", "skipped")
+    if action == "replaced":
+        supervision.counts.replaced += 1
+    else:
+        supervision.counts.skipped += 1
+    if event.get("stage") == "quarantined":
+        # known bad from an earlier incident or the quarantine file: no new verdict
+        if action == "replaced":
+            _note_substitute(supervision, event.get("index"), event.get("substitute"))
+        return
+    index = event.get("index")
+    ev = collect.sample_event_evidence(event, supervision.epoch, supervision.dataset)
+    diagnosis = diagnose(ev)
+    record(supervision, diagnosis, action, event=event)
+    supervision.quarantine_add(index, diagnosis)
+    _stop_if_ragged(supervision, index, event)
+    _stop_if_shared(supervision, index, event)
+
+
+def _stop_if_shared(supervision: Supervision, index: Any, event: dict[str, Any]) -> None:
+    """Raise ``HealingStoppedError`` when this skip makes the failure a shared one (the same
+    failure on a streak of samples, or skips past ``max_skipped``). The streak's samples
+    leave the quarantine: the failure was not theirs."""
+    if supervision.shared is None:
+        return
+    sample = index if event.get("position") is None else (event.get("worker"), event["position"])
+    stop = supervision.shared.failed(sample, event.get("exception_type"), event.get("message"))
+    if stop is None:
+        return
+    diagnosis = stop_diagnosis(stop, supervision.epoch, inherited_state(supervision.dataset))
+    if supervision.shared_stop is None:
+        if stop.reason == "shared":
+            supervision.quarantine_release(stop.alike)
+        record(supervision, diagnosis, "raised")
+        supervision.shared_stop = diagnosis
+    raise HealingStoppedError(
+        f"loaderdoctor stopped healing: {stop.signature}\n{format_verdict(diagnosis)}",
+        diagnosis,
+    )
+
+
+def _stop_if_ragged(supervision: Supervision, index: Any, event: dict[str, Any]) -> None:
+    """Raise ``HealingStoppedError`` when the samples skipped from batches that did not
+    collate show a ragged field: every batch fails the same way, no sample is to blame
+    (they leave the quarantine)."""
+    if not supervision.settings.heal or not isinstance(event.get("shapes"), dict):
+        return
+    ragged = supervision.ragged.skipped(index, event["shapes"], event.get("message"))
+    if ragged is None:
+        return
+    diagnosis = ragged_diagnosis(ragged, supervision.epoch)
+    if supervision.shared_stop is None:
+        supervision.quarantine_release(ragged.samples)
+        record(supervision, diagnosis, "raised")
+        supervision.shared_stop = diagnosis
+    raise HealingStoppedError(
+        f"loaderdoctor stopped healing: {diagnosis.title}\n{format_verdict(diagnosis)}",
+        diagnosis,
+    )
+
+
+def _note_substitute(supervision: Supervision, index: Any, substitute: Any) -> None:
+    """A quarantined sample's place was filled by a substitute (on_error="replace", which
+    torch.distributed makes of a skip so that every rank yields as many batches): the
+    incident that quarantined it says so, once (not per epoch), since the substitute arrives
+    twice."""
+    for incident in reversed(supervision.log):
+        try:
+            named = index in incident.diagnosis.indices
+        except (TypeError, ValueError):  # an index that does not compare (an array)
+            named = False
+        if named:
+            if not any(line.startswith(SUBSTITUTE_NOTE) for line in incident.diagnosis.evidence):
+                line = (
+                    f"{SUBSTITUTE_NOTE} {supervision.epoch} was filled by sample "
+                    f"{substitute!r}, which so arrives twice"
+                )
+                follow_up(supervision, [(incident.id, line, None)])
+            return
 
 
 @dataclass(frozen=True)
@@ -168,6 +314,8 @@ class Plan:
     failure: PoolFailure | None = None  # a raise: the failure whose error or verdict is raised
     stopped_because: str | None = None  # a raise: the limit or control healing stopped at
     handled: int | None = None  # a settle: the worker whose failure stopped the pool
+    # A stream's culprit: (worker_id, position, re-tried), linked to the incident once written
+    stream_at: tuple[int, int, bool] | None = None
 
 
 class Phase(enum.Enum):
@@ -286,7 +434,9 @@ class Repair:
         if action.sharing_strategy is not None:
             sup.worker_sharing_strategy = sharing.switch_to(action.sharing_strategy)
         alone = told and self._respawned_alone(plan)
-        record(sup, diagnosis, plan.record_as, f"{plan.record_as}{plan.detail}")
+        incident = record(sup, diagnosis, plan.record_as, f"{plan.record_as}{plan.detail}")
+        if plan.stream_at is not None and self.streams is not None:
+            self.streams.incident_written(incident, *plan.stream_at)
         if alone:
             return Resumed()
         return self.hand_over(
@@ -619,5 +769,10 @@ __all__ = [
     "Replacement",
     "Resumed",
     "Successor",
+    "delivered_batch",
+    "follow_up",
     "record",
+    "take_event",
+    "take_events",
+    "take_in_process_events",
 ]

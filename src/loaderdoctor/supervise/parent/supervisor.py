@@ -31,7 +31,7 @@ from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import live_quarantine
 from loaderdoctor.supervise.errors import HealingStoppedError, LoaderError
-from loaderdoctor.supervise.parent import collect
+from loaderdoctor.supervise.parent import collect, repair
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.detectors import DataError
 from loaderdoctor.supervise.parent.ledger import Ledger
@@ -94,9 +94,9 @@ class Supervisor:
         self.resuming = streams is not None  # a successor: its workers resume their streams
         self.events = EventReader(
             self.log_dir,
-            supervision.take_event
+            functools.partial(repair.take_event, supervision)
             if progress is None
-            else progress.take_events(supervision.take_event),
+            else progress.take_events(functools.partial(repair.take_event, supervision)),
         )
         self.recorder = FlightRecorder(snapshot.num_workers)
         for worker_id in range(snapshot.num_workers):
@@ -278,9 +278,9 @@ class Supervisor:
             return self.stream_delivered(data, indices, counted=task is not None)
         if isinstance(data, SkippedBatch):
             if task is not None:
-                sup.take_events(data.events)
+                repair.take_events(sup, data.events)
         elif task is not None:
-            data = sup.delivered_batch(indices, data)
+            data = repair.delivered_batch(sup, indices, data)
             if sup.backoff is not None:
                 sup.backoff.delivered()
         elif isinstance(data, HealedBatch):
@@ -404,12 +404,13 @@ class Supervisor:
             return batch.batch
         streams.delivered(batch)
         if counted:
-            self.sup.take_events(batch.events)
+            repair.take_events(self.sup, batch.events)
             # counted by what it holds: a stream that batches itself yields whole batches
             self.sup.delivered(indices, batch.batch)
             if self.sup.backoff is not None:
                 self.sup.backoff.delivered()
         streams.say_notes()
+        repair.follow_up(self.sup, streams.take_learnt())
         return batch.batch
 
     def stream_ended(self, worker_id: int) -> None:

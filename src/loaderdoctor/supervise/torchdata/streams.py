@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from loaderdoctor import torchdata_compat
+from loaderdoctor.supervise.parent.repair import follow_up
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, StreamResume
 
 
@@ -72,10 +73,11 @@ def plan_resumes(iterator: Any, state: Any) -> tuple[StreamProgress, dict[int, i
         )
     progress.planned = planned
     if replay and not progress.replayable and progress.incident is not None:
-        progress.incident.evidence.append(
+        line = (
             "the dataset says loaderdoctor_replayable=False, and torchdata resumes it by "
             "re-reading each worker's stream from its start: items may be duplicated or lost"
         )
+        follow_up(iterator._ld.sup, [(progress.incident, line, None)])
     return progress, bases
 
 
