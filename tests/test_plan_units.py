@@ -22,7 +22,7 @@ from loaderdoctor.supervise.parent import repair
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.recovery import HandOver, Raise, Recovery, Resumed
-from loaderdoctor.supervise.parent.repair import Move
+from loaderdoctor.supervise.parent.repair import Move, PoolParts
 from loaderdoctor.supervise.parent.supervision import (
     IterState,
     LoaderSnapshot,
@@ -53,14 +53,17 @@ def _recovery(heal: bool = True, probe_finds: Any = None) -> tuple[Recovery, Sup
     def probe(snapshot: LoaderSnapshot, indices: list[Any], collate: bool = False) -> Any:
         return probe_finds
 
-    recovery = Recovery(
-        FakeBooks(),  # type: ignore[arg-type]
-        LoaderSnapshot(loader),
+    parts = PoolParts(
         sup,
+        LoaderSnapshot(loader),
+        FakeBooks(),  # type: ignore[arg-type]
         ledger,
         FlightRecorder(2),
         EventReader(tempfile.mkdtemp(prefix="ld-plan-"), functools.partial(repair.take_event, sup)),
         streams=None,
+    )
+    recovery = Recovery(
+        parts,
         respawns=0,
         context=None,
         probe=probe,
@@ -125,7 +128,7 @@ def test_a_failure_becomes_a_plan_with_one_consultation_of_the_policy(
     plan = recovery.plan(failure)
     assert (plan.move, plan.record_as, plan.action.kind) == expected
     assert len(asked) == 1
-    assert len(recovery.sup.log) == 0, "a plan writes no incident: the repair does"
+    assert len(recovery.parts.sup.log) == 0, "a plan writes no incident: the repair does"
 
 
 def test_a_plan_carried_out_writes_its_incident_once() -> None:

@@ -34,6 +34,7 @@ from loaderdoctor.supervise.parent.recovery import (
     Resumed,
     Successor,
 )
+from loaderdoctor.supervise.parent.repair import PoolParts
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
 from loaderdoctor.supervise.parent.watch import PoolFailure
 
@@ -137,16 +138,19 @@ def _setup(
         probed.append(list(indices))
         return probe_finds
 
-    recovery = Recovery(
-        books,  # type: ignore[arg-type]
-        LoaderSnapshot(loader),
+    parts = PoolParts(
         sup,
+        LoaderSnapshot(loader),
+        books,  # type: ignore[arg-type]
         ledger,
         FlightRecorder(2),
         EventReader(
             tempfile.mkdtemp(prefix="ld-recovery-"), functools.partial(repair.take_event, sup)
         ),
         streams=None,
+    )
+    recovery = Recovery(
+        parts,
         respawns=0,
         context=None,
         probe=probe,
@@ -215,7 +219,7 @@ def test_a_result_queue_left_unusable_rebuilds_the_pool_with_every_owed_batch() 
     # the owed batches first, in order, then the sampler's rest
     assert list(plan.snapshot._index_sampler) == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11]]
     assert pool.respawned == [] and (pool.stopped, books.shut) == (1, 1)
-    assert len(recovery.ledger) == 0 and sup.counts.resent_batches == 4
+    assert len(recovery.parts.ledger) == 0 and sup.counts.resent_batches == 4
     incident = sup.log[0]
     assert "half a message" in incident.diagnosis.evidence[-1]
 

@@ -34,7 +34,7 @@ class SnapshotPositions:
     def processed(self, data: Any, iterator: Any) -> None:
         """torchdata's ``iterator`` processed ``data`` (delivered, or replayed while resuming),
         and may have taken a snapshot after it."""
-        progress = iterator._ld.streams
+        progress = iterator._ld.parts.streams
         if progress is not self.progress:  # another epoch's progress: positions from 0
             self.progress, self.ends, self.at_snapshot = progress, {}, {}
         if isinstance(data, StreamBatch):
@@ -48,7 +48,7 @@ def plan_resumes(iterator: Any, state: Any) -> tuple[StreamProgress, dict[int, i
     ``iterator``'s torchdata ``state``: (the progress, where each worker's stream goes on: its
     position at torchdata's snapshot, or 0 where torchdata re-reads every stream from its
     start); None for a map-style dataset."""
-    progress: StreamProgress | None = iterator._ld.streams
+    progress: StreamProgress | None = iterator._ld.parts.streams
     if progress is None:
         return None
     positions: SnapshotPositions = iterator._ld_positions
@@ -57,7 +57,7 @@ def plan_resumes(iterator: Any, state: Any) -> tuple[StreamProgress, dict[int, i
     unfinished = iterator._ld_resumed_from is not None
     bases = {} if replay else dict(positions.start if unfinished else positions.at_snapshot)
     planned = {}
-    for worker_id in range(iterator._ld.snapshot.num_workers):
+    for worker_id in range(iterator._ld.parts.snapshot.num_workers):
         own = progress.resume_for(worker_id)  # the culprits not yet delivered, the stop
         base = bases.setdefault(worker_id, 0)
         stream = progress.workers.get(worker_id)
@@ -77,7 +77,7 @@ def plan_resumes(iterator: Any, state: Any) -> tuple[StreamProgress, dict[int, i
             "the dataset says loaderdoctor_replayable=False, and torchdata resumes it by "
             "re-reading each worker's stream from its start: items may be duplicated or lost"
         )
-        follow_up(iterator._ld.sup, [(progress.incident, line, None)])
+        follow_up(iterator._ld.parts.sup, [(progress.incident, line, None)])
     return progress, bases
 
 
