@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 from loaderdoctor.forensics import Evidence
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.errors import HealingStoppedError
-from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, HealPolicy
+from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, HealPolicy, Retried
 from loaderdoctor.supervise.parent import repair
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
@@ -149,13 +149,9 @@ def test_the_policy_asks_for_the_retry_it_needs_and_decides_on_it() -> None:
         def __init__(self) -> None:
             self.asked: list[Any] = []
 
-        def alone(self, retry: Any) -> bool:
+        def alone(self, retry: Any) -> Retried:
             self.asked.append(("alone", retry.culprit, retry.replace_first, retry.stop_pool))
-            return True
-
-        def control(self, retry: Any) -> object:
-            self.asked.append(("control", retry.culprit))
-            return 9  # a control delivered earlier failed too: the failure is shared
+            return Retried(True, 9)  # a control delivered earlier failed too: shared
 
     recovery, _ = _recovery()
     failure = _failure(**SEGV_AT_4)
@@ -164,7 +160,7 @@ def test_the_policy_asks_for_the_retry_it_needs_and_decides_on_it() -> None:
 
     retrier = Retrier()
     decision = POLICY.plan(diagnose(failure.evidence), at, retrier)
-    assert retrier.asked == [("alone", 4, True, False), ("control", 4)]
+    assert retrier.asked == [("alone", 4, True, False)]
     assert decision.action.kind is ActionKind.RAISE and decision.action.shared
     assert not decision.reproduced and decision.counts_death
 

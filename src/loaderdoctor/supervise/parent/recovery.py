@@ -24,7 +24,14 @@ from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.rules import oom_ruled_out
 from loaderdoctor.supervise import sharing
 from loaderdoctor.supervise.containment import cannot_resume_alone
-from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, Decision, Retry, Situation
+from loaderdoctor.supervise.heal_policy import (
+    POLICY,
+    ActionKind,
+    Decision,
+    Retried,
+    Retry,
+    Situation,
+)
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.repair import (
     MAX_SETTLED_RESULTS,
@@ -367,7 +374,7 @@ class _Retrier:
         self.asked = False
         self.replacement: Replacement | None = None
 
-    def alone(self, retry: Retry) -> bool | str:
+    def alone(self, retry: Retry) -> Retried:
         recovery, self.asked = self.recovery, True
         repair = recovery.repair
         if not self.stopping:
@@ -380,11 +387,13 @@ class _Retrier:
         )
         if isinstance(found, str):  # the probe could not tell: never the sample's failure
             recovery.parts.sup.counts.probe_failures += 1
-            return found
-        recovery.parts.sup.history.loaded_fine_alone += found is None
-        return found is not None
+            return Retried(found)
+        if found is None:
+            recovery.parts.sup.history.loaded_fine_alone += 1
+            return Retried(False)
+        return Retried(True, self._control(retry))
 
-    def control(self, retry: Retry) -> object | None:
+    def _control(self, retry: Retry) -> object | None:
         """Before a sample is blamed: a sample delivered earlier in this run, re-tried alone the
         same way (a fresh worker, the same start method and timeout). Failing too, it shows the
         failure is what the workers share (a lock held at fork, a leaked semaphore, a handle the
