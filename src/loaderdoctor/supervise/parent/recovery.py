@@ -7,6 +7,7 @@ workers and a prefetch, fall back to plain torch, raise), with the incident's ac
 Its ``Repair`` carries the plan out and writes the incident (``repair``); ``handle`` does both.
 What the iterator does next is a value: ``Resumed``, ``HandOver(successor)`` or ``Raise(error)``.
 A death found while the pool stops for another's failure is planned and carried out the same way.
+The path of one worker death through planner, policy and executor: docs/failure-path.md.
 
 The probe (an isolated re-try) is a callable handed in, so that it holds no reference to the
 iterator class, and the books hold the iterator weakly: no reference cycle.
