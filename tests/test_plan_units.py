@@ -69,7 +69,7 @@ def _recovery(heal: bool = True, probe_finds: Any = None) -> tuple[Recovery, Sup
         probe=probe,
         successor=lambda plan: ("successor", plan),
     )
-    recovery.watches(FakePool())  # type: ignore[arg-type]
+    recovery.repair.watches(FakePool())  # type: ignore[arg-type]
     return recovery, sup
 
 

@@ -156,7 +156,7 @@ def _setup(
         probe=probe,
         successor=lambda plan: ("successor", plan),
     )
-    recovery.watches(pool)  # type: ignore[arg-type]
+    recovery.repair.watches(pool)  # type: ignore[arg-type]
     return recovery, books, pool, sup, probed
 
 
@@ -190,7 +190,7 @@ def test_a_sample_that_kills_its_worker_again_is_quarantined_and_the_worker_repl
     # (as every live worker) through the live quarantine
     assert pool.queues[0] == [(0, [0, 1]), (2, [4, 5])]
     assert books.num_tasks == [2, 2]
-    assert (recovery.respawns, sup.counts.resent_batches) == (1, 2)
+    assert (recovery.repair.respawns, sup.counts.resent_batches) == (1, 2)
     assert [incident.action for incident in sup.log] == ["quarantined"]
     assert books.shut == pool.stopped == 0
 
@@ -208,7 +208,7 @@ def test_without_healing_the_death_is_raised_and_the_pool_stopped() -> None:
 
 def test_a_result_queue_left_unusable_rebuilds_the_pool_with_every_owed_batch() -> None:
     recovery, books, pool, sup, _ = _setup(probe_finds=None)
-    recovery.result_queue_unreadable()
+    recovery.repair.result_queue_unreadable()
     with pytest.warns(HealWarning):
         outcome = recovery.handle(_death())
     assert isinstance(outcome, HandOver)

@@ -33,7 +33,6 @@ from loaderdoctor.supervise.heal_policy import (
     Retry,
     Situation,
 )
-from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.repair import (
     MAX_SETTLED_RESULTS,
     RESULT_LOCK_WAIT_S,
@@ -50,7 +49,7 @@ from loaderdoctor.supervise.parent.repair import (
     Successor,
     record,
 )
-from loaderdoctor.supervise.parent.watch import PoolFailure, WorkerWatch
+from loaderdoctor.supervise.parent.watch import PoolFailure
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.shared_failure import inherited_state, shared_by_the_workers
 
@@ -79,17 +78,6 @@ class Recovery:
         )
         # The repair reaches back for a death found while stopping, weakly: no reference cycle
         self.repair.plan_beside = _weakly(weakref.WeakMethod(self.plan_beside))
-
-    # --- the pool's parts, as its repair keeps them -------------------------------------------
-    @property
-    def respawns(self) -> int:
-        return self.repair.respawns
-
-    def watches(self, pool: Pool, watch: WorkerWatch | None = None) -> None:
-        self.repair.watches(pool, watch)
-
-    def result_queue_unreadable(self) -> None:
-        self.repair.result_queue_unreadable()
 
     # --- the failure ---------------------------------------------------------------------------
     def handle(self, failure: PoolFailure) -> Outcome:
