@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from loaderdoctor.recorder import N_FIELDS, NAME_WORDS, Field, FlightRecorder, Stage
+from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.watch import PoolFailure, WorkerWatch
@@ -249,6 +250,39 @@ def test_a_stream_item_that_kills_its_worker_twice_ends_that_stream_before_it() 
     assert progress.resume_for(1).stop is None  # the other workers' streams go on
 
 
+def test_what_a_resumed_stream_learns_is_linked_to_the_incident_written_before() -> None:
+    """A stream culprit's key is read only when its stream resumes, after its incident was
+    written: it arrives as a linked follow-up (once), which the log's readers see merged."""
+    from loaderdoctor.forensics import Diagnosis
+    from loaderdoctor.supervise.parent import repair
+    from loaderdoctor.supervise.parent.incidents import IncidentLog
+
+    log = IncidentLog()
+    death = Diagnosis("killed-by-signal", "killed", 0.9, 1, 4242, "SIGKILL", None, [], ["died"], [])
+    death.position = 5
+    progress = StreamProgress()
+    assert progress.culprit(1, 5)
+    written = log.append(death, "respawned")
+    progress.incident_written(written, 1, 5, retried=True)
+    progress.notes.append("a replay of worker 1's stream did not match")
+    with pytest.warns(HealWarning):
+        progress.delivered(StreamBatch([9], 1, 5, 6, 1, culprits=((5, "k5"),)))
+        progress.say_notes()
+    progress.delivered(StreamBatch([9], 1, 5, 6, 1, culprits=((5, "k5"),)))  # said once
+    supervision = type("OnlyItsLog", (), {"log": log})()
+    repair.follow_up(supervision, progress.take_learnt())
+    assert progress.take_learnt() == []
+    assert (death.key, death.evidence) == (None, ["died"])  # written: final
+    merged = log[0].diagnosis
+    assert merged.key == "k5"
+    assert merged.evidence == [
+        "died",
+        "item #5 of worker 1's stream has key 'k5' (read again when the stream resumed)",
+        "a replay of worker 1's stream did not match",
+    ]
+    assert log[0].to_dict()["key"] == "k5"
+
+
 @pytest.mark.parametrize("ended_then_buffered", [False, True])
 def test_a_streams_end_counts_only_once_its_batches_reached_the_user(
     ended_then_buffered: bool,
@@ -307,21 +341,30 @@ def test_a_quarantined_samples_substitute_is_said_on_the_incident_that_quarantin
     """Under torch.distributed a skip becomes a replacement: the quarantined sample's place is
     filled by another sample, which so arrives twice; the incident that quarantined it says so."""
     from loaderdoctor.forensics import Diagnosis
+    from loaderdoctor.supervise.parent import repair
+    from loaderdoctor.supervise.parent.incidents import INCIDENT_SINKS, FollowUp
     from loaderdoctor.supervise.parent.supervision import Settings, Supervision
 
     settings = Settings.from_keywords(None, True, "replace", None, None, False)
     supervision = Supervision(settings, list(range(50)), lambda: None)
-    supervision.log.quiet = True
     crash = Diagnosis("native-crash", "crashed", 0.9, 1, 4242, "SIGSEGV", None, [37], [], [])
-    supervision.record(crash, "quarantined")
-    supervision.epoch = 0
-    supervision.take_event(
-        {"index": 37, "stage": "quarantined", "action": "replaced", "substitute": 38}
-    )
-    assert crash.evidence == [
-        "its place in a batch of epoch 0 was filled by sample 38, which so arrives twice"
-    ]
-    assert supervision.counts.replaced == 1
+    sunk: list[Any] = []
+    INCIDENT_SINKS.append(lambda owner, record: sunk.append(record))
+    try:
+        written = supervision.log.append(crash, "quarantined")
+        for epoch in (0, 1):  # said once, not per epoch
+            supervision.epoch = epoch
+            repair.take_event(
+                supervision,
+                {"index": 37, "stage": "quarantined", "action": "replaced", "substitute": 38},
+            )
+    finally:
+        INCIDENT_SINKS.pop()
+    said = "its place in a batch of epoch 0 was filled by sample 38, which so arrives twice"
+    assert crash.evidence == []  # the incident written is final: what came later is linked
+    assert sunk == [written, FollowUp(written.id, (said,))]
+    assert supervision.log[0].diagnosis.evidence == [said]
+    assert supervision.counts.replaced == 2
     assert [i.action for i in supervision.log] == ["quarantined"]
 
 

@@ -7,6 +7,7 @@ row says what a failure becomes, and that the policy was asked once.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from typing import Any
 
@@ -16,11 +17,12 @@ from torch.utils.data import DataLoader
 from loaderdoctor.forensics import Evidence
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.errors import HealingStoppedError
-from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, HealPolicy
+from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, HealPolicy, Retried
+from loaderdoctor.supervise.parent import repair
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.recovery import HandOver, Raise, Recovery, Resumed
-from loaderdoctor.supervise.parent.repair import Move
+from loaderdoctor.supervise.parent.repair import Move, PoolParts
 from loaderdoctor.supervise.parent.supervision import (
     IterState,
     LoaderSnapshot,
@@ -51,20 +53,23 @@ def _recovery(heal: bool = True, probe_finds: Any = None) -> tuple[Recovery, Sup
     def probe(snapshot: LoaderSnapshot, indices: list[Any], collate: bool = False) -> Any:
         return probe_finds
 
-    recovery = Recovery(
-        FakeBooks(),  # type: ignore[arg-type]
-        LoaderSnapshot(loader),
+    parts = PoolParts(
         sup,
+        LoaderSnapshot(loader),
+        FakeBooks(),  # type: ignore[arg-type]
         ledger,
         FlightRecorder(2),
-        EventReader(tempfile.mkdtemp(prefix="ld-plan-"), sup.take_event),
+        EventReader(tempfile.mkdtemp(prefix="ld-plan-"), functools.partial(repair.take_event, sup)),
         streams=None,
+    )
+    recovery = Recovery(
+        parts,
         respawns=0,
         context=None,
         probe=probe,
         successor=lambda plan: ("successor", plan),
     )
-    recovery.watches(FakePool())  # type: ignore[arg-type]
+    recovery.repair.watches(FakePool())  # type: ignore[arg-type]
     return recovery, sup
 
 
@@ -123,7 +128,7 @@ def test_a_failure_becomes_a_plan_with_one_consultation_of_the_policy(
     plan = recovery.plan(failure)
     assert (plan.move, plan.record_as, plan.action.kind) == expected
     assert len(asked) == 1
-    assert len(recovery.sup.log) == 0, "a plan writes no incident: the repair does"
+    assert len(recovery.parts.sup.log) == 0, "a plan writes no incident: the repair does"
 
 
 def test_a_plan_carried_out_writes_its_incident_once() -> None:
@@ -144,13 +149,9 @@ def test_the_policy_asks_for_the_retry_it_needs_and_decides_on_it() -> None:
         def __init__(self) -> None:
             self.asked: list[Any] = []
 
-        def alone(self, retry: Any) -> bool:
+        def alone(self, retry: Any) -> Retried:
             self.asked.append(("alone", retry.culprit, retry.replace_first, retry.stop_pool))
-            return True
-
-        def control(self, retry: Any) -> object:
-            self.asked.append(("control", retry.culprit))
-            return 9  # a control delivered earlier failed too: the failure is shared
+            return Retried(True, 9)  # a control delivered earlier failed too: shared
 
     recovery, _ = _recovery()
     failure = _failure(**SEGV_AT_4)
@@ -159,7 +160,7 @@ def test_the_policy_asks_for_the_retry_it_needs_and_decides_on_it() -> None:
 
     retrier = Retrier()
     decision = POLICY.plan(diagnose(failure.evidence), at, retrier)
-    assert retrier.asked == [("alone", 4, True, False), ("control", 4)]
+    assert retrier.asked == [("alone", 4, True, False)]
     assert decision.action.kind is ActionKind.RAISE and decision.action.shared
     assert not decision.reproduced and decision.counts_death
 

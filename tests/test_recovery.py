@@ -7,6 +7,7 @@ Raise) and as the exact changes to the books.
 
 from __future__ import annotations
 
+import functools
 import gc
 import tempfile
 import warnings
@@ -22,6 +23,7 @@ from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.errors import WorkerDiedError
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
+from loaderdoctor.supervise.parent import repair
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.recovery import (
@@ -32,6 +34,7 @@ from loaderdoctor.supervise.parent.recovery import (
     Resumed,
     Successor,
 )
+from loaderdoctor.supervise.parent.repair import PoolParts
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
 from loaderdoctor.supervise.parent.watch import PoolFailure
 
@@ -135,20 +138,25 @@ def _setup(
         probed.append(list(indices))
         return probe_finds
 
-    recovery = Recovery(
-        books,  # type: ignore[arg-type]
-        LoaderSnapshot(loader),
+    parts = PoolParts(
         sup,
+        LoaderSnapshot(loader),
+        books,  # type: ignore[arg-type]
         ledger,
         FlightRecorder(2),
-        EventReader(tempfile.mkdtemp(prefix="ld-recovery-"), sup.take_event),
+        EventReader(
+            tempfile.mkdtemp(prefix="ld-recovery-"), functools.partial(repair.take_event, sup)
+        ),
         streams=None,
+    )
+    recovery = Recovery(
+        parts,
         respawns=0,
         context=None,
         probe=probe,
         successor=lambda plan: ("successor", plan),
     )
-    recovery.watches(pool)  # type: ignore[arg-type]
+    recovery.repair.watches(pool)  # type: ignore[arg-type]
     return recovery, books, pool, sup, probed
 
 
@@ -182,7 +190,7 @@ def test_a_sample_that_kills_its_worker_again_is_quarantined_and_the_worker_repl
     # (as every live worker) through the live quarantine
     assert pool.queues[0] == [(0, [0, 1]), (2, [4, 5])]
     assert books.num_tasks == [2, 2]
-    assert (recovery.respawns, sup.counts.resent_batches) == (1, 2)
+    assert (recovery.repair.respawns, sup.counts.resent_batches) == (1, 2)
     assert [incident.action for incident in sup.log] == ["quarantined"]
     assert books.shut == pool.stopped == 0
 
@@ -200,7 +208,7 @@ def test_without_healing_the_death_is_raised_and_the_pool_stopped() -> None:
 
 def test_a_result_queue_left_unusable_rebuilds_the_pool_with_every_owed_batch() -> None:
     recovery, books, pool, sup, _ = _setup(probe_finds=None)
-    recovery.result_queue_unreadable()
+    recovery.repair.result_queue_unreadable()
     with pytest.warns(HealWarning):
         outcome = recovery.handle(_death())
     assert isinstance(outcome, HandOver)
@@ -211,7 +219,7 @@ def test_a_result_queue_left_unusable_rebuilds_the_pool_with_every_owed_batch() 
     # the owed batches first, in order, then the sampler's rest
     assert list(plan.snapshot._index_sampler) == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11]]
     assert pool.respawned == [] and (pool.stopped, books.shut) == (1, 1)
-    assert len(recovery.ledger) == 0 and sup.counts.resent_batches == 4
+    assert len(recovery.parts.ledger) == 0 and sup.counts.resent_batches == 4
     incident = sup.log[0]
     assert "half a message" in incident.diagnosis.evidence[-1]
 

@@ -22,6 +22,7 @@ from loaderdoctor.runner import core, patch, protocol, subclasses
 from loaderdoctor.runner.model import RunIncident
 from loaderdoctor.supervise.exception_facts import exception_facts
 from loaderdoctor.supervise.parent import collect
+from loaderdoctor.supervise.parent.incidents import FollowUp
 from loaderdoctor.supervise.samples import sample_file
 
 T = TypeVar("T")
@@ -131,19 +132,18 @@ def test_a_stream_culprits_key_learnt_later_reaches_the_report(tmp_path: Path) -
     directory = protocol.incidents_dir(tmp_path)
     Path(directory).mkdir()
     incident = {"diagnosis": {"cause": "killed-by-signal"}, "action": "skipped", "worker_id": 2}
-    first = {**incident, "position": 7, "key": None}
+    first = {**incident, "position": 7, "key": None, "evidence": ["died"]}
+    line = {"time": 1.0, "pid": 4000, "image": 0, "rank": None}
+    protocol.append_incident(directory, 4000, {**line, "id": 3, "incident": first})
+    learnt = FollowUp(3, ("item #7 has key 's2-0007'",), "s2-0007")
+    protocol.append_incident(directory, 4000, {**line, "follow_up": learnt.to_dict()})
+    other_image = FollowUp(3, ("not this one",), "elsewhere")
     protocol.append_incident(
-        directory,
-        4000,
-        {"time": 1.0, "pid": 4000, "image": 0, "sequence": 0, "rank": None, "incident": first},
-    )
-    later = {**incident, "position": 7, "key": "s2-0007"}
-    state = {"pid": 4000, "image": 0, "started": 1.0, "rank": None, "created": 1, "loaders": 1}
-    protocol.write_json(
-        protocol.state_path(directory, 4000, 0), {**state, "amended_incidents": {"0": later}}
+        directory, 4000, {**line, "image": 1, "follow_up": other_image.to_dict()}
     )
     (merged,) = merge(tmp_path).incidents
     assert (merged.position, merged.key) == (7, "s2-0007")
+    assert merged.evidence == ["died", "item #7 has key 's2-0007'"]
     assert format_where(merged) == "worker 2, item #7, key 's2-0007'"
     page = format_html(merge(tmp_path))
     assert '<p class="where">worker 2 · item #7 · key <code>&#x27;s2-0007&#x27;</code>' in page

@@ -112,8 +112,8 @@ def test_a_worker_killed_while_torch_sends_the_first_indices_is_a_death_not_a_st
 
     def send_then_wait_for_the_death(iterator: Any) -> None:
         real(iterator)
-        workers = iterator._ld.books.processes().processes
-        if iterator._ld.books.sent == 1:  # task 0 (sample 0) went to worker 0
+        workers = iterator._ld.parts.books.processes().processes
+        if iterator._ld.parts.books.sent == 1:  # task 0 (sample 0) went to worker 0
             deadline = time.monotonic() + 60
             while not _dead(workers[0].pid) and time.monotonic() < deadline:
                 time.sleep(0.01)

@@ -53,6 +53,7 @@ from loaderdoctor.runner.protocol import (
     RUN_RECORD_NAME,
     SUPERVISOR_ENV,
 )
+from loaderdoctor.supervise.parent.incidents import FollowUp
 
 DEFAULT_REPORT_DIR = "loaderdoctor-report"
 DEFAULT_HANG_TIMEOUT_S = 300.0
@@ -508,7 +509,7 @@ def merge(
     None: nobody saw the command end (its exit status is said to be unknown, not guessed)."""
     incidents_dir = protocol.incidents_dir(report_dir)
     states = protocol.read_states(incidents_dir)
-    incidents = read_incidents(incidents_dir, states, started_wall)
+    incidents = read_incidents(incidents_dir, started_wall)
     ranks = process_summaries(states, incidents)
     quarantine = quarantine_of(states, incidents)
     if returncode is None:
@@ -635,16 +636,24 @@ def unsupervised_reasons(states: list[dict[str, Any]]) -> dict[str, int]:
     return reasons
 
 
-def read_incidents(
-    incidents_dir: str, states: list[dict[str, Any]], started_wall: float
-) -> list[RunIncident]:
-    """Every incident line, as its process knew it last, in time order."""
-    amended = amended_incidents(states)
+def read_incidents(incidents_dir: str, started_wall: float) -> list[RunIncident]:
+    """Every incident line with what was learnt about it later (its follow-up lines), in time
+    order."""
+    records = list(protocol.read_incident_records(incidents_dir))
+    follow_ups: dict[tuple[Any, Any, Any], list[FollowUp]] = {}
+    for record in records:
+        if isinstance(entry := record.get(protocol.FOLLOW_UP), dict):
+            with contextlib.suppress(KeyError, TypeError, ValueError):  # a damaged line
+                follow_up = FollowUp.from_dict(entry)
+                link = (record.get("pid"), record.get("image"), follow_up.of)
+                follow_ups.setdefault(link, []).append(follow_up)
     incidents = []
-    for record in protocol.read_incident_records(incidents_dir):
-        later = amended.get((record.get("pid"), record.get("image"), record.get("sequence")))
-        if later is not None:  # the same incident, with what was learnt after its line
-            record = {**record, "incident": later}
+    for record in records:
+        if protocol.FOLLOW_UP in record:
+            continue
+        of = record.get("id")
+        for follow_up in follow_ups.get((record.get("pid"), record.get("image"), of), []):
+            record = {**record, "incident": follow_up.merged_into_dict(record.get("incident", {}))}
         try:
             incident = RunIncident.from_sink_record(record, started_wall)
             check_shape(dataclasses.asdict(incident), RunIncident, "incident")
@@ -653,20 +662,6 @@ def read_incidents(
         incidents.append(incident)
     incidents.sort(key=lambda i: i.time_s if i.time_s is not None else 0.0)
     return incidents
-
-
-def amended_incidents(states: list[dict[str, Any]]) -> dict[tuple[Any, Any, Any], dict[str, Any]]:
-    """(pid, image, sequence) -> the incident as its process knew it last (a stream culprit's key
-    is read after the incident's line was written)."""
-    amended: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
-    for state in states:
-        entries = state.get("amended_incidents")
-        if not isinstance(entries, dict):
-            continue
-        for sequence, incident in entries.items():
-            if isinstance(incident, dict) and sequence.isdigit():
-                amended[(state.get("pid"), state.get("image"), int(sequence))] = incident
-    return amended
 
 
 def no_loader_note(states: list[dict[str, Any]], exit_code: int) -> str:

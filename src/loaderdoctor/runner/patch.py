@@ -42,6 +42,7 @@ from loaderdoctor.runner.protocol import (
     RUN_DIR_ENV,
 )
 from loaderdoctor.supervise import loader as supervised
+from loaderdoctor.supervise.parent.incidents import FollowUp, Incident
 
 STATE_EVERY_S = 1.0
 
@@ -280,50 +281,29 @@ def _records_changed(record: LoaderRecord, supervision: Any, moment: str) -> Non
     _write_state(force=moment != "delivered")
 
 
-# An incident can learn more after its line was written: a stream's culprit is named by its key
-# only once the stream resumed and read it again; a quarantined sample's place filled by a
-# substitute later (torch.distributed) is said on the incident that quarantined it. Those
-# incidents (not the sample-level skips, which may be thousands and never change) are kept with
-# what their line said, and written again in the state once they say more.
-_incidents_sunk = 0
-_sunk_incidents: list[tuple[int, Any, dict[str, Any]]] = []
-
-
-def _may_learn_more(incident: Any) -> bool:
-    """A quarantine (its substitute may be named later) or a stream's culprit whose key is not
-    known yet."""
-    diagnosis = getattr(incident, "diagnosis", None)
-    keyless_stream = (
-        getattr(diagnosis, "position", None) is not None and getattr(diagnosis, "key", 0) is None
-    )
-    return getattr(incident, "action", None) == "quarantined" or keyless_stream
-
-
-def _incident_sink(loader: Any, incident: Any) -> None:
-    global _incidents_sunk
-    pid = getattr(getattr(incident, "diagnosis", None), "pid", None)
-    if isinstance(pid, int) and pid != os.getpid():  # a worker that died before being seen
-        with _lock:
-            _incident_pids.add(pid)
-    written = incident.to_dict()
-    with _lock:
-        sequence = _incidents_sunk
-        _incidents_sunk += 1
-        if _may_learn_more(incident):
-            _sunk_incidents.append((sequence, incident, written))
-    record = {
+def _incident_sink(loader: Any, incident: Incident | FollowUp) -> None:
+    """One line per incident, and one per ``FollowUp`` (what was learnt about an incident after
+    its line was written, which the report merges into it by the incident's id)."""
+    record: dict[str, Any] = {
         "time": time.time(),
         "pid": os.getpid(),
         "image": _image,
-        "sequence": sequence,
         "rank": current_rank(),
-        "incident": written,
     }
+    if isinstance(incident, FollowUp):
+        record[protocol.FOLLOW_UP] = incident.to_dict()
+    else:
+        pid = incident.diagnosis.pid
+        if isinstance(pid, int) and pid != os.getpid():  # a worker that died before being seen
+            with _lock:
+                _incident_pids.add(pid)
+        record.update(id=incident.id, incident=incident.to_dict())
     try:
         protocol.append_incident(incidents_dir(), os.getpid(), record)
     except OSError as error:
         _cannot_write(error)
-    _write_state(force=True)
+    if not isinstance(incident, FollowUp):
+        _write_state(force=True)
 
 
 def _cannot_write(error: OSError) -> None:
@@ -368,11 +348,6 @@ def _write_state(force: bool) -> None:
             "oom_protection": protocol.weakest_protection(
                 [("", r.oom_protection) for r in _records if r.oom_protection is not None]
             ),
-            "amended_incidents": {
-                str(sequence): now
-                for sequence, incident, written in _sunk_incidents
-                if (now := incident.to_dict()) != written
-            },
             "features_off": [
                 {"loader": record.name, "site": record.named, "feature": f, "reason": why}
                 for record in _records

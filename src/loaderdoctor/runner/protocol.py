@@ -140,8 +140,13 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return document if isinstance(document, dict) else None
 
 
+# The key of a line that links what was learnt later to an incident written before (its "id")
+FOLLOW_UP = "follow_up"
+
+
 def read_incident_records(directory: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Every incident line of every process, file by file; a line cut short is skipped."""
+    """Every incident line of every process, file by file (and the follow-ups to them, under
+    ``FOLLOW_UP``); a line cut short is skipped."""
     import json
 
     for name in sorted(_names(directory, INCIDENTS_SUFFIX)):

@@ -235,16 +235,22 @@ class Retry:
     replace_first: bool
 
 
+@dataclass(frozen=True)
+class Retried:
+    """What a re-try showed: the culprit failed again alone (True), loaded fine (False), or why
+    the re-try could not tell (a string, never taken for the sample's failure); and the control
+    that failed too (None when it loaded fine, or there was none to re-try)."""
+
+    failed_again: bool | str
+    control_failed: object | None = None
+
+
 class Retrier(Protocol):
     """What the caller re-tries for the policy: processes and I/O stay on the caller's side."""
 
-    def alone(self, retry: Retry) -> bool | str:
-        """True: the culprit failed again alone; False: it loaded fine; a string: why the
-        re-try could not tell (never taken for the sample's failure)."""
-
-    def control(self, retry: Retry) -> object | None:
-        """A sample delivered earlier that failed too, re-tried the same way; None when none
-        did (or there was none to re-try)."""
+    def alone(self, retry: Retry) -> Retried:
+        """Re-try the culprit alone and, where it failed again (before it is blamed), a
+        control the same way: a sample delivered earlier in this run."""
 
 
 @dataclass(frozen=True)
@@ -273,13 +279,16 @@ class HealPolicy:
     def plan(self, diagnosis: Diagnosis, at: Situation, retrier: Retrier | None = None) -> Decision:
         """The one consultation per failure: the action, with the re-try alone it needs made
         through ``retrier`` (without one, a probe is the answer), and how to carry it out."""
-        owed = owed_again(diagnosis) and (at.heal or diagnosis.cause == "internal-error")
-        if at.received and not owed:  # the user's to see, as under stock torch
+        owed = not at.received or (
+            owed_again(diagnosis) and (at.heal or diagnosis.cause == "internal-error")
+        )
+        if not owed:  # a worker's exception, the user's to see, as under stock torch
             first = Action(ActionKind.RAISE, at.num_workers, at.prefetch_factor)
         else:
             first = self.decide(diagnosis, at)
         probing = first.kind is ActionKind.PROBE
-        early = replaces_one_worker(first, at) and not (probing and memory_suspect(diagnosis))
+        suspect = memory_suspect(diagnosis)
+        early = replaces_one_worker(first, at) and not (probing and suspect)
         action, reproduced = first, False
         if probing and retrier is not None:
             retry = Retry(at.culprit, at.stage == "collate", first.pool_stopped, early)
@@ -288,7 +297,7 @@ class HealPolicy:
             action,
             alone=replaces_one_worker(action, at),
             replace_early=early,
-            replace_late=memory_suspect(diagnosis),
+            replace_late=suspect,
             holds_back=holds_back(diagnosis, at),
             counts_death=at.kind in ("death", "hang") and action.kind is not ActionKind.QUARANTINE,
             reproduced=reproduced,
@@ -299,17 +308,19 @@ class HealPolicy:
     ) -> tuple[Action, bool]:
         """Decide again on what the re-try alone showed; before a sample is blamed, a control
         (a sample delivered earlier, re-tried the same way) that fails too shows the failure is
-        what the workers share: healing stops, nothing is quarantined."""
-        outcome = retrier.alone(retry)
+        what the workers share: healing stops, nothing is quarantined. (A probe's culprit
+        that failed again alone is always quarantined, so the control is asked with the
+        re-try, in one call back.)"""
+        retried = retrier.alone(retry)
+        outcome = retried.failed_again
         if isinstance(outcome, str):
             return self.decide(diagnosis, replace(at, probe_error=outcome)), False
         action = self.decide(diagnosis, replace(at, probe_failed_again=outcome))
         if not (outcome and action.kind is ActionKind.QUARANTINE):
             return action, False
-        control = retrier.control(retry)
-        if control is None:
+        if retried.control_failed is None:
             return replace(action, note=""), True
-        return _shared_control(at, retry.culprit, control), False
+        return _shared_control(at, retry.culprit, retried.control_failed), False
 
     def decide(self, diagnosis: Diagnosis, at: Situation) -> Action:
         action = self._decide(diagnosis, at)
@@ -648,6 +659,7 @@ __all__ = [
     "Backoff",
     "Decision",
     "HealPolicy",
+    "Retried",
     "Retrier",
     "Retry",
     "Situation",

@@ -235,12 +235,13 @@ class DataLoader(torch_compat.HookedDataLoader[_T_co]):
     @property
     def report(self) -> LoaderReport:
         """What this loader saw and did: incidents with their actions, quarantine, counts."""
+        from loaderdoctor.supervise.parent.repair import take_in_process_events
         from loaderdoctor.supervise.parent.supervisor import supervisor_of
 
         supervisor = supervisor_of(self.ld_iterator)
         if supervisor is not None:
             supervisor.drain()
-        self._ld.take_in_process_events()
+        take_in_process_events(self._ld)
         return self._ld.report()
 
 

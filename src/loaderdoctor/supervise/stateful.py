@@ -199,7 +199,7 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
             # torchdata registered the new workers' pids for torch's SIGCHLD handler just before
             # this first reset, which waits for their start-up replies: a worker that dies
             # meanwhile must reach WorkerWatch as a death, not raise from the handler.
-            self._ld.books.stop_sigchld_checks()
+            self._ld.parts.books.stop_sigchld_checks()
             super().ld_reset(loader, first_iter, prime_prefetch)
             return
         # A worker that dies while torchdata's reset waits for its resume replies (one that died

@@ -172,7 +172,8 @@ class _WorkerStream:
     state: Any = None
     has_state: bool = False
     unreplayable: bool = False  # a replay of it did not match: its replayed keys name nothing
-    culprit_incidents: dict[int, Any] = field(default_factory=dict)  # position -> Diagnosis
+    # position -> the id of the incident of the death there, while its key is not known
+    culprit_incidents: dict[int, int] = field(default_factory=dict)
 
 
 class StreamProgress:
@@ -182,7 +183,9 @@ class StreamProgress:
         self.workers: dict[int, _WorkerStream] = {}
         self.replayable = replayable
         self.notes: list[str] = []  # non-replay findings not yet warned about
-        self.incident: Any = None  # the Diagnosis of the last death healed by a resume
+        self.incident: int | None = None  # the id of the last death's incident healed by a resume
+        # What was learnt about incidents written before: (incident id, evidence line, key)
+        self.learnt: list[tuple[int, str, Any]] = []
         # The resumes of the next re-started pool, where its loader decides them (torchdata)
         self.planned: dict[int, StreamResume] | None = None
 
@@ -201,23 +204,27 @@ class StreamProgress:
             stream.unreplayable = True
         # a replay that did not match cannot name what was in flight before it
         for position, key in () if stream.unreplayable else batch.culprits:
-            diagnosis = stream.culprit_incidents.get(position)
-            if diagnosis is not None and key is not None and diagnosis.key is None:
-                diagnosis.key = key
-                diagnosis.evidence.append(
+            if key is not None and position in stream.culprit_incidents:
+                line = (
                     f"item #{position} of worker {batch.worker_id}'s stream has key {key!r} "
                     "(read again when the stream resumed)"
                 )
+                self.learnt.append((stream.culprit_incidents.pop(position), line, key))
         return batch.items
 
     def say_notes(self) -> None:
-        """Warn of each finding not said yet (a replay that did not match), and add it to the
-        evidence of the last death a resume healed."""
+        """Warn of each finding not said yet (a replay that did not match); it is learnt about
+        the last death a resume healed."""
         for note in self.notes:
             warnings.warn(f"loaderdoctor: {note}", HealWarning, stacklevel=user_stacklevel())
             if self.incident is not None:
-                self.incident.evidence.append(note)
+                self.learnt.append((self.incident, note, None))
         self.notes.clear()
+
+    def take_learnt(self) -> list[tuple[int, str, Any]]:
+        """What was learnt about incidents since the last call (``repair.follow_up``)."""
+        learnt, self.learnt = self.learnt, []
+        return learnt
 
     def ended(self, worker_id: int) -> None:
         self._of(worker_id).ended = True
@@ -231,18 +238,23 @@ class StreamProgress:
         if worker_id is not None and position is not None:
             self._of(worker_id).reported.add(position)
 
-    def culprit(self, worker_id: int, position: int, diagnosis: Any = None) -> bool:
+    def culprit(self, worker_id: int, position: int) -> bool:
         """The item in flight at a death: re-tried once when the stream resumes, as a map-style
-        sample is (``diagnosis`` gets its key when the re-try reads it). False when the same
-        position killed this worker before: the stream then ends just before it (``stop``)."""
+        sample is. False when the same position killed this worker before: the stream then ends
+        just before it (``stop``)."""
         stream = self._of(worker_id)
         if position in stream.culprits:
             stream.stop = position if stream.stop is None else min(stream.stop, position)
             return False
         stream.culprits.add(position)
-        if diagnosis is not None:
-            stream.culprit_incidents[position] = diagnosis
         return True
+
+    def incident_written(self, incident: Any, worker_id: int, position: int, retried: bool) -> None:
+        """The incident of the death at ``position`` is written: a replay found not to match is
+        learnt about it, and so is the key of a culprit ``retried``, read when it is re-tried."""
+        self.incident = incident.id
+        if retried and incident.diagnosis.key is None:
+            self._of(worker_id).culprit_incidents[position] = incident.id
 
     def any_delivered(self) -> bool:
         """Some item of some worker's stream reached the user (or was skipped past)."""

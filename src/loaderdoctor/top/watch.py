@@ -103,6 +103,8 @@ class Watcher:
             states = {int(s.get("pid", 0)): s for s in protocol.read_states(directory)}
             incident_pids: dict[int, list[Any]] = {}
             for record in protocol.read_incident_records(directory):
+                if protocol.FOLLOW_UP in record:  # more about an incident counted already
+                    continue
                 incident = record.get("incident") or {}
                 incident_pids.setdefault(int(record.get("pid", 0)), []).append(incident.get("pid"))
                 look.incidents += 1

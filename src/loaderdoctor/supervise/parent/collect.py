@@ -397,6 +397,39 @@ def from_snapshot(ev: Evidence, snapshot: WorkerSnapshot | None, iterable: bool)
         ev.in_flight_index = snapshot.in_flight_index
 
 
+def sample_event_evidence(event: dict[str, Any], epoch: int, dataset: Any) -> Evidence:
+    """The evidence of a skip or replace a worker (or this process) decided alone."""
+    from loaderdoctor.supervise.samples import sample_file
+
+    index = event.get("index")
+    ev = Evidence(
+        kind="exception",
+        worker_id=event.get("worker"),
+        epoch=epoch,
+        stage="collate" if event.get("stage") == "collate" else "fetch",
+        in_flight_index=index,
+        iterable_position=event.get("position"),
+        exception_type=event.get("exception_type"),
+        exception_message=event.get("message"),
+        traceback=event.get("traceback"),
+        errno=event.get("errno"),
+        sample_file=sample_file(dataset, index),
+    )
+    if ev.stage == "collate" and index is not None:
+        ev.odd_indices = [index]
+    facts = event.get("facts")
+    if isinstance(facts, dict):
+        facts_from_tags(ev, facts)
+    attempts = event.get("attempts") or 1
+    if attempts > 1:
+        ev.notes.append(f"failed {attempts} times in a row")
+    if event.get("action", "skipped") == "replaced":
+        ev.notes.append(f"replaced by sample {event.get('substitute')!r}")
+    if event.get("note"):
+        ev.notes.append(event["note"])
+    return ev
+
+
 def facts_from_tags(ev: Evidence, tags: dict[str, Any]) -> None:
     if not tags:
         return

@@ -1,12 +1,16 @@
 """What a supervised loader saw and did: an append-only log of incidents, and the report built on it.
 
 ``loader.report``, the ``INCIDENT_SINKS`` (``loaderdoctor run`` registers one) and ``loader.incidents``
-all read this one log; nothing else records an incident.
+all read this one log; nothing else records an incident. An incident is final once written: what
+is learnt about it later (a stream culprit's key, read when its stream resumes; a substitute that
+filled a quarantined sample's place) is a ``FollowUp``, a record of its own that names the
+incident's ``id``, which the log's readers and ``loaderdoctor run``'s report merge.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -19,10 +23,12 @@ from loaderdoctor.supervise.parent.ledger import Counts
 logger = logging.getLogger(__name__)
 
 # Callables told of every incident of every supervised loader in this process, as it happens:
-# ``sink(loader, incident)``. ``loaderdoctor run`` registers one that appends to the run's report;
+# ``sink(loader, incident)``, and of every ``FollowUp`` to one, linked by the incident's ``id``. ``loaderdoctor run`` registers one that appends to the run's report;
 # a sink that raises is logged and counted (``counts["sink_failures"]``), never raised: a report
 # writer must not break training.
-INCIDENT_SINKS: list[Callable[[Any, Incident], None]] = []
+INCIDENT_SINKS: list[Callable[[Any, Incident | FollowUp], None]] = []
+# An incident's ``id``: unique in this process image (``loaderdoctor run`` links by pid and image)
+_incident_ids = itertools.count(1)
 
 # Actions after which the loader carried on: the run is "healed", not "crashed".
 HEALED_ACTIONS = frozenset(
@@ -45,6 +51,8 @@ class Incident:
     action: str
     # Where its loader was built, and the name the user's line gave it (``call_site``)
     loader: str | None = None
+    # What its ``FollowUp`` records name (set by the log that writes it)
+    id: int = field(default=0, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
@@ -65,6 +73,42 @@ class Incident:
             "fixes": list(d.fixes),
             "diagnosis": d.to_dict(),
         }
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """What was learnt about incident ``of`` after it was written: evidence lines, and the key
+    of a stream's culprit (only where the incident named none)."""
+
+    of: int
+    evidence: tuple[str, ...] = ()
+    key: Any = None
+
+    def merged_into(self, incident: Incident) -> Incident:
+        d = incident.diagnosis
+        key = d.key if d.key is not None or self.key is None else self.key
+        merged = dataclasses.replace(d, key=key, evidence=[*d.evidence, *self.evidence])
+        return dataclasses.replace(incident, diagnosis=merged)
+
+    def merged_into_dict(self, incident: dict[str, Any]) -> dict[str, Any]:
+        """The same merge on ``Incident.to_dict()``'s form (an incident line ``run`` read)."""
+        merged = dict(incident)
+        diagnosis = merged.get("diagnosis")
+        places = [merged] + ([dict(diagnosis)] if isinstance(diagnosis, dict) else [])
+        for place in places:
+            if place.get("key") is None and self.key is not None:
+                place["key"] = self.key
+            place["evidence"] = [*(place.get("evidence") or []), *self.evidence]
+        if len(places) == 2:
+            merged["diagnosis"] = places[1]
+        return merged
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"of": self.of, "evidence": list(self.evidence), "key": self.key}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FollowUp:
+        return cls(int(data["of"]), tuple(str(line) for line in data["evidence"]), data.get("key"))
 
 
 @dataclass(frozen=True)
@@ -117,6 +161,7 @@ class IncidentLog(Sequence[Incident]):
 
     def __init__(self, owner: Callable[[], Any] = lambda: None) -> None:
         self._incidents: list[Incident] = []
+        self._follow_ups: dict[int, list[FollowUp]] = {}  # incident id -> its follow-ups
         self._owner = owner
         self.steps: list[BackoffStep] = []
         self.quiet = False  # an isolated re-try made by healing: its parent reports the outcome
@@ -124,19 +169,34 @@ class IncidentLog(Sequence[Incident]):
         self.loader: str | None = None  # where the loader was built (each incident names it)
 
     def append(self, diagnosis: Diagnosis, action: str) -> Incident:
-        incident = Incident(diagnosis, action, self.loader)
+        incident = Incident(diagnosis, action, self.loader, next(_incident_ids))
         if len(self._incidents) < KEPT_WHOLE:
             self._incidents.append(incident)
         else:
-            self._incidents.append(Incident(_brief(diagnosis), action, self.loader))
-        if not self.quiet:
-            owner = self._owner()
-            for sink in list(INCIDENT_SINKS):
-                try:
-                    sink(owner, incident)
-                except Exception:  # a report writer must never break the training loop
-                    self.sink_failures += 1
-                    logger.warning("loaderdoctor: incident sink %r failed", sink, exc_info=True)
+            brief = Incident(_brief(diagnosis), action, self.loader, incident.id)
+            self._incidents.append(brief)
+        self._tell_sinks(incident)
+        return incident
+
+    def follow_up(self, follow_up: FollowUp) -> None:
+        """Link what was learnt to the incident ``follow_up.of`` (written before)."""
+        self._follow_ups.setdefault(follow_up.of, []).append(follow_up)
+        self._tell_sinks(follow_up)
+
+    def _tell_sinks(self, record: Incident | FollowUp) -> None:
+        if self.quiet:
+            return
+        owner = self._owner()
+        for sink in list(INCIDENT_SINKS):
+            try:
+                sink(owner, record)
+            except Exception:  # a report writer must never break the training loop
+                self.sink_failures += 1
+                logger.warning("loaderdoctor: incident sink %r failed", sink, exc_info=True)
+
+    def _merged(self, incident: Incident) -> Incident:
+        for follow_up in self._follow_ups.get(incident.id, ()):
+            incident = follow_up.merged_into(incident)
         return incident
 
     def step(self, step: BackoffStep) -> None:
@@ -147,25 +207,27 @@ class IncidentLog(Sequence[Incident]):
     @overload
     def __getitem__(self, index: slice) -> Sequence[Incident]: ...
     def __getitem__(self, index: Any) -> Any:
-        return self._incidents[index]
+        if isinstance(index, slice):
+            return [self._merged(incident) for incident in self._incidents[index]]
+        return self._merged(self._incidents[index])
 
     def __len__(self) -> int:
         return len(self._incidents)
 
     def __iter__(self) -> Iterator[Incident]:
-        return iter(list(self._incidents))
+        return iter([self._merged(incident) for incident in self._incidents])
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, IncidentLog):
-            return self._incidents == other._incidents
+            return list(self) == list(other)
         if isinstance(other, list):
-            return self._incidents == other
+            return list(self) == other
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"IncidentLog({self._incidents!r})"
+        return f"IncidentLog({list(self)!r})"
 
 
 @dataclass
@@ -232,6 +294,7 @@ __all__ = [
     "INCIDENT_SINKS",
     "LOSING_ACTIONS",
     "BackoffStep",
+    "FollowUp",
     "Incident",
     "IncidentLog",
     "LoaderReport",

@@ -68,17 +68,17 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
         # At once: torch's __init__ has already sent the first indices, and a worker that dies
         # while its pid is still registered makes torch's SIGCHLD handler raise at whatever line
         # runs then (seen: inside another iterator's __del__, "Exception ignored in").
-        self._ld.books.stop_sigchld_checks()
+        self._ld.parts.books.stop_sigchld_checks()
         return True
 
     def _ld_start_failed(self, error: Exception) -> None:
         supervisor = self._ld
-        books = supervisor.books
+        books = supervisor.parts.books
         books.stop_sigchld_checks()  # workers torch registered before it failed
         kill_all(books.started_workers())
         books.mark_shut_down()
         supervisor.cleanup()
-        sup, snapshot = supervisor.sup, supervisor.snapshot
+        sup, snapshot = supervisor.parts.sup, supervisor.parts.snapshot
         diagnosis = start_diagnosis(error, snapshot, supervisor.start_method)
         if not loads_in_process(sup, diagnosis, supervisor.start_method):
             record(sup, diagnosis, "raised")
@@ -101,7 +101,7 @@ class SupervisedMultiProcessingIter(SupervisedPool, torch_compat.HookedMultiProc
             # first reset, which sends their first indices: a worker killed meanwhile (load is
             # normal) must reach WorkerWatch as a death, not raise out of torch's __init__ as a
             # start failure.
-            self._ld.books.stop_sigchld_checks()
+            self._ld.parts.books.stop_sigchld_checks()
             super().ld_reset(loader, first_iter)
             return
         supervisor = self._ld

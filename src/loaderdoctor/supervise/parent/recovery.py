@@ -7,6 +7,7 @@ workers and a prefetch, fall back to plain torch, raise), with the incident's ac
 Its ``Repair`` carries the plan out and writes the incident (``repair``); ``handle`` does both.
 What the iterator does next is a value: ``Resumed``, ``HandOver(successor)`` or ``Raise(error)``.
 A death found while the pool stops for another's failure is planned and carried out the same way.
+The path of one worker death through planner, policy and executor: docs/failure-path.md.
 
 The probe (an isolated re-try) is a callable handed in, so that it holds no reference to the
 iterator class, and the books hold the iterator weakly: no reference cycle.
@@ -19,17 +20,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.rules import oom_ruled_out
-from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise import sharing
 from loaderdoctor.supervise.containment import cannot_resume_alone
-from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, Decision, Retry, Situation
-from loaderdoctor.supervise.parent.collect import EventReader
-from loaderdoctor.supervise.parent.ledger import Ledger
-from loaderdoctor.supervise.parent.pool import Pool
+from loaderdoctor.supervise.heal_policy import (
+    POLICY,
+    ActionKind,
+    Decision,
+    Retried,
+    Retry,
+    Situation,
+)
 from loaderdoctor.supervise.parent.repair import (
     MAX_SETTLED_RESULTS,
     RESULT_LOCK_WAIT_S,
@@ -38,6 +41,7 @@ from loaderdoctor.supervise.parent.repair import (
     Move,
     Outcome,
     Plan,
+    PoolParts,
     Raise,
     Repair,
     Replacement,
@@ -45,11 +49,9 @@ from loaderdoctor.supervise.parent.repair import (
     Successor,
     record,
 )
-from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
-from loaderdoctor.supervise.parent.watch import PoolFailure, WorkerWatch
+from loaderdoctor.supervise.parent.watch import PoolFailure
 from loaderdoctor.supervise.samples import sample_file
 from loaderdoctor.supervise.shared_failure import inherited_state, shared_by_the_workers
-from loaderdoctor.supervise.streams import StreamProgress
 
 
 class Recovery:
@@ -57,32 +59,18 @@ class Recovery:
 
     def __init__(
         self,
-        books: torch_compat.IteratorBooks,
-        snapshot: LoaderSnapshot,
-        supervision: Supervision,
-        ledger: Ledger,
-        recorder: FlightRecorder,
-        events: EventReader,
+        parts: PoolParts,
         *,
-        streams: StreamProgress | None,
         respawns: int,
         context: Any,
         probe: Callable[..., Any],  # ``probe.probe_batch`` on a pool class
         successor: Callable[[Successor], Any],
         resume_point: Callable[[], Any] | None = None,
     ) -> None:
-        self.sup = supervision
-        self.snapshot = snapshot
+        self.parts = parts
         self.probe_batch = probe
-        self.iterable = torch_compat.is_iterable(snapshot)
         self.repair = Repair(
-            books,
-            snapshot,
-            supervision,
-            ledger,
-            recorder,
-            events,
-            streams=streams,
+            parts,
             respawns=respawns,
             context=context,
             successor=successor,
@@ -90,21 +78,6 @@ class Recovery:
         )
         # The repair reaches back for a death found while stopping, weakly: no reference cycle
         self.repair.plan_beside = _weakly(weakref.WeakMethod(self.plan_beside))
-
-    # --- the pool's parts, as its repair keeps them -------------------------------------------
-    @property
-    def ledger(self) -> Ledger:
-        return self.repair.ledger
-
-    @property
-    def respawns(self) -> int:
-        return self.repair.respawns
-
-    def watches(self, pool: Pool, watch: WorkerWatch | None = None) -> None:
-        self.repair.watches(pool, watch)
-
-    def result_queue_unreadable(self) -> None:
-        self.repair.result_queue_unreadable()
 
     # --- the failure ---------------------------------------------------------------------------
     def handle(self, failure: PoolFailure) -> Outcome:
@@ -119,8 +92,13 @@ class Recovery:
         found_alone = False
         batch_died_before = False
         # (a stream's items cannot be loaded alone: its culprit is re-tried when it resumes)
-        if ev.kind == "death" and ev.stage == "collate" and ev.batch_indices and not self.iterable:
-            batch_died_before = self.sup.collate_death(ev.batch_indices)
+        if (
+            ev.kind == "death"
+            and ev.stage == "collate"
+            and ev.batch_indices
+            and not self.parts.iterable
+        ):
+            batch_died_before = self.parts.sup.collate_death(ev.batch_indices)
             found_alone = self._name_in_batch(ev, collating=True)
         elif (
             ev.kind == "death"
@@ -149,14 +127,14 @@ class Recovery:
             holds_back=decision.holds_back,
         )
         if action.kind is ActionKind.QUARANTINE and ev.kind in ("death", "hang"):
-            shared = self.sup.blamed_for_a_death(ev.in_flight_index, diagnosis)
+            shared = self.parts.sup.blamed_for_a_death(ev.in_flight_index, diagnosis)
             if shared is not None:  # sample after sample dies alike: not theirs
                 plan.diagnosis, plan.failure = shared, failure
                 plan.stopped_because = "stopped healing"
                 return plan
         if action.kind is ActionKind.RAISE:
             if action.shared:
-                inherited = inherited_state(self.sup.dataset)
+                inherited = inherited_state(self.parts.sup.dataset)
                 plan.diagnosis = shared_by_the_workers(diagnosis, action.note, inherited)
             elif action.note:
                 diagnosis.evidence.append(action.note)
@@ -164,8 +142,8 @@ class Recovery:
             plan.stopped_because = action.note if action.stops_healing else None
             return plan
         # a stream handed to plain torch resumes nothing: its culprit is not re-tried
-        resumes = self.repair.streams is not None and action.kind is not ActionKind.FALL_BACK
-        stream = self._stream_culprit(ev, diagnosis) if resumes else None
+        resumes = self.parts.streams is not None and action.kind is not ActionKind.FALL_BACK
+        stream = self._stream_culprit(ev, plan) if resumes else None
         return self._healing(plan, decision, ev.in_flight_index if stream is None else None, stream)
 
     def _healing(
@@ -206,9 +184,9 @@ class Recovery:
         decision = POLICY.plan(diagnosis, at, _Retrier(self, diagnosis, ev.worker_id, True))
         if decision.reproduced:
             reproduced_alone(diagnosis, at.culprit)
-        quarantine = decision.action.kind is ActionKind.QUARANTINE and not self.iterable
+        quarantine = decision.action.kind is ActionKind.QUARANTINE and not self.parts.iterable
         index = ev.in_flight_index
-        if quarantine and self.sup.blamed_for_a_death(index, diagnosis):
+        if quarantine and self.parts.sup.blamed_for_a_death(index, diagnosis):
             quarantine = False  # sample after sample dies alike: the next failure raises it
         return Plan(
             Move.SETTLE,
@@ -243,14 +221,14 @@ class Recovery:
         epoch: True when one of its workers died while the pool sat idle (recorded, and with
         healing said in a ``HealWarning``; without healing raised): the loader then starts a new
         pool for the epoch, as torchdata's own reset would wait for the dead worker for ever."""
-        pool, watch = self.repair.pool, self.repair.watch
+        pool, watch = self.repair.pool, self.parts.watch
         if pool is None or watch is None:
             return False
         dead = [w for w in range(len(pool)) if not pool.is_alive(w)]
         if not dead:
             return False
         failure = PoolFailure(watch.death(dead[0], {}))
-        if not self.sup.settings.heal:
+        if not self.parts.sup.settings.heal:
             outcome = self.give_up(failure)
             error, outcome.error = outcome.error, None
             assert error is not None
@@ -263,7 +241,7 @@ class Recovery:
             f"worker {dead[0]} died while the pool sat idle between epochs: a new pool starts "
             "the next epoch"
         )
-        record(self.sup, diagnosis, "respawned")
+        record(self.parts.sup, diagnosis, "respawned")
         return True
 
     def give_up(self, failure: PoolFailure) -> Raise:
@@ -272,15 +250,15 @@ class Recovery:
         return self.repair.raise_failure(failure, failure.diagnosis or diagnose(failure.evidence))
 
     def _situation(self, ev: Evidence, found_alone: bool) -> Situation:
-        sup = self.sup
+        sup = self.parts.sup
         at = Situation(
             heal=sup.settings.heal,
-            iterable=self.iterable,
+            iterable=self.parts.iterable,
             deaths_in_a_row=sup.history.deaths_in_a_row,
             max_deaths_in_a_row=sup.settings.max_deaths_in_a_row,
             oom_ruled_out=oom_ruled_out(ev),
-            num_workers=self.repair.books.num_workers,
-            prefetch_factor=self.repair.books.prefetch_factor,
+            num_workers=self.parts.books.num_workers,
+            prefetch_factor=self.parts.books.prefetch_factor,
             kind=ev.kind,
             stage=ev.stage,
             reached_worker_init=ev.reached_worker_init,
@@ -288,15 +266,14 @@ class Recovery:
             culprit_quarantined=_quarantined(ev.in_flight_index, sup.quarantine),
             in_process_allowed=sup.settings.allow_in_process,
             workers_fixed=self.repair.resume_point is not None,
-            resumes_exactly=self.repair.resume_point is None or bool(self.snapshot.in_order),
+            resumes_exactly=self.repair.resume_point is None or bool(self.parts.snapshot.in_order),
             sharing_strategy=sharing.current(),
             isolated_probe=True,
             loaded_fine_alone_before=sup.history.loaded_fine_alone,
             not_resumable=cannot_resume_alone(sup.dataset),
-            stream_delivered=self.repair.streams is not None
-            and self.repair.streams.any_delivered(),
+            stream_delivered=self.parts.streams is not None and self.parts.streams.any_delivered(),
         )
-        if self.iterable:
+        if self.parts.iterable:
             at = replace(at, culprit=ev.iterable_position)
         if found_alone:  # re-tried alone already, and it killed its worker again
             at = replace(at, probe_failed_again=True)
@@ -326,26 +303,26 @@ class Recovery:
             ev.in_flight_index = batch[0]
             ev.notes.append(head)
             return False
-        outcome = self.probe_batch(self.snapshot, batch, collate=collating)
+        outcome = self.probe_batch(self.parts.snapshot, batch, collate=collating)
         if isinstance(outcome, str):
-            self.sup.counts.probe_failures += 1
+            self.parts.sup.counts.probe_failures += 1
             ev.notes.append(f"{head}; re-trying them alone failed ({outcome})")
         elif outcome is None:
             ev.notes.append(f"{head}; {alone}")
         else:
             ev.in_flight_index = outcome
-            ev.sample_file = sample_file(self.snapshot.dataset, outcome)
+            ev.sample_file = sample_file(self.parts.snapshot.dataset, outcome)
             ev.notes.append(
                 f"{head}; re-tried one by one in a fresh worker, sample {outcome!r} killed it again"
             )
             return True
         return False
 
-    def _stream_culprit(self, ev: Evidence, diagnosis: Diagnosis) -> tuple[str, str]:
+    def _stream_culprit(self, ev: Evidence, plan: Plan) -> tuple[str, str]:
         """The item in flight at a death is re-tried once when the stream resumes, as a
         map-style sample is; one that kills its worker again ends that worker's stream just
         before it (a generator cannot be read past it): (action, detail)."""
-        streams = self.repair.streams
+        streams, diagnosis = self.parts.streams, plan.diagnosis
         assert streams is not None
         worker, position = ev.worker_id, ev.iterable_position
         if worker is None or position is None:
@@ -354,13 +331,14 @@ class Recovery:
             )
             return "respawned", ""
         named = f"item #{position} of worker {worker}'s stream"
-        streams.incident = diagnosis  # a replay found not to match says so in its evidence
-        if streams.culprit(worker, position, diagnosis):
+        retried = streams.culprit(worker, position)
+        plan.stream_at = (worker, position, retried)  # linked once written: ``incident_written``
+        if retried:
             diagnosis.evidence.append(
                 f"{named} is re-tried once: worker {worker}'s stream resumes at that item"
             )
             return "respawned", f" ({named}, re-tried once)"
-        self.sup.counts.skipped += 1
+        self.parts.sup.counts.skipped += 1
         lost = f"worker {worker}'s items from #{position} on are lost"
         diagnosis.evidence.append(
             f"worker {worker} died at its item #{position} again: its stream cannot be read past "
@@ -385,38 +363,42 @@ class _Retrier:
         self.asked = False
         self.replacement: Replacement | None = None
 
-    def alone(self, retry: Retry) -> bool | str:
+    def alone(self, retry: Retry) -> Retried:
         recovery, self.asked = self.recovery, True
         repair = recovery.repair
         if not self.stopping:
-            if retry.replace_first and repair.streams is None:
+            if retry.replace_first and recovery.parts.streams is None:
                 self.replacement = repair.replace_now(self.worker_id)
             if retry.stop_pool:
                 repair.stop(beside=self.worker_id)  # nothing the pool holds contends
-        found = recovery.probe_batch(recovery.snapshot, [retry.culprit], collate=retry.collate)
+        found = recovery.probe_batch(
+            recovery.parts.snapshot, [retry.culprit], collate=retry.collate
+        )
         if isinstance(found, str):  # the probe could not tell: never the sample's failure
-            recovery.sup.counts.probe_failures += 1
-            return found
-        recovery.sup.history.loaded_fine_alone += found is None
-        return found is not None
+            recovery.parts.sup.counts.probe_failures += 1
+            return Retried(found)
+        if found is None:
+            recovery.parts.sup.history.loaded_fine_alone += 1
+            return Retried(False)
+        return Retried(True, self._control(retry))
 
-    def control(self, retry: Retry) -> object | None:
+    def _control(self, retry: Retry) -> object | None:
         """Before a sample is blamed: a sample delivered earlier in this run, re-tried alone the
         same way (a fresh worker, the same start method and timeout). Failing too, it shows the
         failure is what the workers share (a lock held at fork, a leaked semaphore, a handle the
         dataset opened in the main process, the machine): healing stops, nothing quarantined
         (the control returned). Loading fine, it clears the rest: said in the evidence (None)."""
         recovery, diagnosis, culprit = self.recovery, self.diagnosis, retry.culprit
-        control = recovery.sup.control_sample(culprit)
+        control = recovery.parts.sup.control_sample(culprit)
         if control is None:
             diagnosis.evidence.append(
                 "no control: no sample was delivered whole before this one, to re-try the same "
                 "way and clear the rest"
             )
             return None
-        outcome = recovery.probe_batch(recovery.snapshot, [control], collate=retry.collate)
+        outcome = recovery.probe_batch(recovery.parts.snapshot, [control], collate=retry.collate)
         if isinstance(outcome, str):
-            recovery.sup.counts.probe_failures += 1
+            recovery.parts.sup.counts.probe_failures += 1
             diagnosis.evidence.append(
                 f"control: sample {control!r}, delivered earlier, could not be re-tried ({outcome})"
             )

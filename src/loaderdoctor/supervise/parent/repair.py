@@ -21,14 +21,14 @@ import copy
 import enum
 import functools
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from loaderdoctor import torch_compat
-from loaderdoctor.forensics import Diagnosis, Evidence
+from loaderdoctor import boundary, torch_compat
+from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise import sharing
@@ -44,16 +44,25 @@ from loaderdoctor.supervise.heal import (
     length_of,
     user_stacklevel,
     warn_healed,
+    warn_sample_action,
 )
 from loaderdoctor.supervise.heal_policy import Action, ActionKind
+from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.collect import EventReader
+from loaderdoctor.supervise.parent.incidents import FollowUp, Incident
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.parent.watch import TIMEOUT_PREFIX, PoolFailure, WorkerWatch
+from loaderdoctor.supervise.shared_failure import (
+    inherited_state,
+    ragged_diagnosis,
+    stop_diagnosis,
+)
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress
 from loaderdoctor.supervise.worker.datasets import SupervisedBatchedMapDataset
 from loaderdoctor.supervise.worker.loader_view import wrap_dataset
+from loaderdoctor.supervise.worker.sample_policy import HealedBatch
 
 # How long a respawn waits for the result queue's writer lock before it calls the queue poisoned
 # (held by a worker killed mid-write); a healthy writer holds it for one batch's write.
@@ -63,28 +72,165 @@ TABLE_FULL_NOTE = (
     "the running workers' table of quarantined samples is full: the pool is rebuilt, and its new "
     "workers start knowing the whole quarantine"
 )
+SUBSTITUTE_NOTE = "its place in a batch of epoch"
 FALL_BACK_WARNING = (
     "loaderdoctor's own machinery failed (internal-error, please report it); this DataLoader "
     "continues as a plain torch DataLoader, without supervision.\n"
 )
 
 
-def record(supervision: Supervision, diagnosis: Diagnosis, action: str, outcome: str = "") -> None:
+def record(
+    supervision: Supervision,
+    diagnosis: Diagnosis,
+    action: str,
+    outcome: str = "",
+    event: dict[str, Any] | None = None,
+) -> Incident:
     """Write one incident and say it: a raise is said by the error itself; plain torch taking
-    over in a ``RuntimeWarning`` with the verdict; anything healed in a ``HealWarning`` that
+    over in a ``RuntimeWarning`` with the verdict; a sample skipped or replaced in a worker
+    (``event``) in a rate-limited ``HealWarning``; anything else healed in a ``HealWarning`` that
     ends with ``outcome`` (what was done, to what; the action by default). The one place an
-    incident of a failure is written: the incident is final here."""
-    supervision.record(diagnosis, action)
+    incident is written: it is final here (what is learnt later is a ``follow_up``)."""
+    incident = supervision.log.append(diagnosis, action)
     if action == "raised":
-        return
+        return incident
+    if event is not None:
+        seen, supervision.sample_actions = (
+            supervision.sample_actions,
+            supervision.sample_actions + 1,
+        )
+        warn_sample_action(diagnosis.title, diagnosis.cause, action, event, seen)
+        return incident
     if action == "fell-back":
         warnings.warn(
             FALL_BACK_WARNING + format_verdict(diagnosis),
             RuntimeWarning,
             stacklevel=user_stacklevel(),
         )
-        return
+        return incident
     warn_healed(diagnosis.title, diagnosis.cause, outcome or action)
+    return incident
+
+
+def follow_up(supervision: Supervision, learnt: Iterable[tuple[int, str, Any]]) -> None:
+    """Link what was learnt after an incident was written to it: (its id, an evidence line,
+    a stream culprit's key or None), each a ``FollowUp`` record of its own."""
+    for of, line, key in learnt:
+        supervision.log.follow_up(FollowUp(of, (line,), key))
+
+
+# --- what the workers decided alone: a sample skipped or replaced ---------------------------
+def take_events(supervision: Supervision, events: Iterable[dict[str, Any]]) -> None:
+    for event in events:
+        take_event(supervision, event)
+
+
+def take_in_process_events(supervision: Supervision) -> None:
+    """The events the loader's in-process iterators sent alone (``in_process_events``)."""
+    events = supervision.in_process_events
+    while events:
+        take_event(supervision, events.pop(0))
+
+
+def delivered_batch(supervision: Supervision, indices: Any, data: Any) -> Any:
+    """A map-style batch handed to the user: its samples' skips and replacements count first,
+    then the batch (``Supervision.delivered_batch``, which unwraps it)."""
+    if isinstance(data, HealedBatch):
+        take_events(supervision, data.events)
+    return supervision.delivered_batch(indices, data)
+
+
+def take_event(supervision: Supervision, event: dict[str, Any]) -> None:
+    """A skip or replace decided in a worker (or in this process) enters the counts and log."""
+    kind = event.get("kind")
+    if kind == boundary.SHARED_HANDLE_EVENT:
+        supervision.warn_shared_handles(event)
+        return
+    if kind == boundary.RNG_STATES_EVENT:
+        supervision.data.worker_random_states(event)
+        return
+    if kind == boundary.FEATURE_OFF_EVENT:
+        supervision.feature_off(str(event.get("feature")), str(event.get("reason")))
+        return
+    action = event.get("action", "skipped")
+    if action == "replaced":
+        supervision.counts.replaced += 1
+    else:
+        supervision.counts.skipped += 1
+    if event.get("stage") == "quarantined":
+        # known bad from an earlier incident or the quarantine file: no new verdict
+        if action == "replaced":
+            _note_substitute(supervision, event.get("index"), event.get("substitute"))
+        return
+    index = event.get("index")
+    ev = collect.sample_event_evidence(event, supervision.epoch, supervision.dataset)
+    diagnosis = diagnose(ev)
+    record(supervision, diagnosis, action, event=event)
+    supervision.quarantine_add(index, diagnosis)
+    _stop_if_ragged(supervision, index, event)
+    _stop_if_shared(supervision, index, event)
+
+
+def _stop_if_shared(supervision: Supervision, index: Any, event: dict[str, Any]) -> None:
+    """Raise ``HealingStoppedError`` when this skip makes the failure a shared one (the same
+    failure on a streak of samples, or skips past ``max_skipped``). The streak's samples
+    leave the quarantine: the failure was not theirs."""
+    if supervision.shared is None:
+        return
+    sample = index if event.get("position") is None else (event.get("worker"), event["position"])
+    stop = supervision.shared.failed(sample, event.get("exception_type"), event.get("message"))
+    if stop is None:
+        return
+    diagnosis = stop_diagnosis(stop, supervision.epoch, inherited_state(supervision.dataset))
+    if supervision.shared_stop is None:
+        if stop.reason == "shared":
+            supervision.quarantine_release(stop.alike)
+        record(supervision, diagnosis, "raised")
+        supervision.shared_stop = diagnosis
+    raise HealingStoppedError(
+        f"loaderdoctor stopped healing: {stop.signature}\n{format_verdict(diagnosis)}",
+        diagnosis,
+    )
+
+
+def _stop_if_ragged(supervision: Supervision, index: Any, event: dict[str, Any]) -> None:
+    """Raise ``HealingStoppedError`` when the samples skipped from batches that did not
+    collate show a ragged field: every batch fails the same way, no sample is to blame
+    (they leave the quarantine)."""
+    if not supervision.settings.heal or not isinstance(event.get("shapes"), dict):
+        return
+    ragged = supervision.ragged.skipped(index, event["shapes"], event.get("message"))
+    if ragged is None:
+        return
+    diagnosis = ragged_diagnosis(ragged, supervision.epoch)
+    if supervision.shared_stop is None:
+        supervision.quarantine_release(ragged.samples)
+        record(supervision, diagnosis, "raised")
+        supervision.shared_stop = diagnosis
+    raise HealingStoppedError(
+        f"loaderdoctor stopped healing: {diagnosis.title}\n{format_verdict(diagnosis)}",
+        diagnosis,
+    )
+
+
+def _note_substitute(supervision: Supervision, index: Any, substitute: Any) -> None:
+    """A quarantined sample's place was filled by a substitute (on_error="replace", which
+    torch.distributed makes of a skip so that every rank yields as many batches): the
+    incident that quarantined it says so, once (not per epoch), since the substitute arrives
+    twice."""
+    for incident in reversed(supervision.log):
+        try:
+            named = index in incident.diagnosis.indices
+        except (TypeError, ValueError):  # an index that does not compare (an array)
+            named = False
+        if named:
+            if not any(line.startswith(SUBSTITUTE_NOTE) for line in incident.diagnosis.evidence):
+                line = (
+                    f"{SUBSTITUTE_NOTE} {supervision.epoch} was filled by sample "
+                    f"{substitute!r}, which so arrives twice"
+                )
+                follow_up(supervision, [(incident.id, line, None)])
+            return
 
 
 @dataclass(frozen=True)
@@ -168,6 +314,28 @@ class Plan:
     failure: PoolFailure | None = None  # a raise: the failure whose error or verdict is raised
     stopped_because: str | None = None  # a raise: the limit or control healing stopped at
     handled: int | None = None  # a settle: the worker whose failure stopped the pool
+    # A stream's culprit: (worker_id, position, re-tried), linked to the incident once written
+    stream_at: tuple[int, int, bool] | None = None
+
+
+@dataclass(eq=False)
+class PoolParts:
+    """One pool's parts, the one object its supervisor and its planner and executor all hold
+    (none holds another's parts apart): torch's books, what is owed, the flight recorder, the
+    events the workers wrote, how a worker ended, a stream's progress."""
+
+    sup: Supervision
+    snapshot: LoaderSnapshot
+    books: torch_compat.IteratorBooks
+    ledger: Ledger
+    recorder: FlightRecorder
+    events: EventReader
+    streams: StreamProgress | None  # IterableDataset: where each worker's stream stands
+    watch: WorkerWatch | None = None  # once torch's __init__ started the workers
+    iterable: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.iterable = torch_compat.is_iterable(self.snapshot)
 
 
 class Phase(enum.Enum):
@@ -180,39 +348,26 @@ class Repair:
 
     def __init__(
         self,
-        books: torch_compat.IteratorBooks,
-        snapshot: LoaderSnapshot,
-        supervision: Supervision,
-        ledger: Ledger,
-        recorder: FlightRecorder,
-        events: EventReader,
+        parts: PoolParts,
         *,
-        streams: StreamProgress | None,
         respawns: int,
         context: Any,
         successor: Callable[[Successor], Any],
         resume_point: Callable[[], Any] | None = None,
     ) -> None:
-        self.books = books
-        self.snapshot = snapshot
-        self.sup = supervision
-        self.ledger = ledger
-        self.recorder = recorder
-        self.events = events
-        self.streams = streams
+        self.parts = parts
         self.respawns = respawns
         self.context = context
         self.build_successor = successor
         # Replayed by a successor so that its pool draws the same base seed as this one without
         # consuming the user's generator (which would shift every later epoch).
-        self.generator_state = (snapshot.generator or torch.default_generator).get_state()
+        self.generator_state = (parts.snapshot.generator or torch.default_generator).get_state()
         # A loader whose own state records its pool (torchdata's StatefulDataLoader): a stopped
         # pool is resumed from that state (``resume_point()``, taken before the pool stops), never
         # with fewer workers, and one worker is never replaced alone (its worker loop is not
         # torch's).
         self.resume_point = resume_point
         self.pool: Pool | None = None  # once torch's __init__ started the workers
-        self.watch: WorkerWatch | None = None
         self.stopped = False
         self.phase = Phase.RUNNING
         self.queue_poisoned = False  # a worker died mid-write: the result queue is unusable
@@ -226,14 +381,14 @@ class Repair:
     def learns(self, dataset: Any) -> None:
         """The pool's workers load ``dataset`` (a view with the sample policy)."""
         batched = isinstance(dataset, SupervisedBatchedMapDataset)
-        num_workers = self.snapshot.num_workers
+        num_workers = self.parts.snapshot.num_workers
         self.batched_workers = set(range(num_workers)) if batched else set()
 
     def watches(self, pool: Pool, watch: WorkerWatch | None = None) -> None:
         """torch's ``__init__`` started the workers: from now on ``pool`` owns them, and
         ``watch`` tells how one of them ended."""
         self.pool = pool
-        self.watch = watch
+        self.parts.watch = watch
 
     def result_queue_unreadable(self) -> None:
         """Half a message is left in the result queue: no worker is replaced alone from now on
@@ -252,12 +407,12 @@ class Repair:
 
     def owe(self, task: int, indices: Any) -> None:
         """Task ``task`` (``indices``) was sent to a worker: owed until delivered."""
-        self.ledger.owe(task, indices)
+        self.parts.ledger.owe(task, indices)
 
     def new_epoch(self, streams: StreamProgress | None) -> None:
-        self.ledger.clear()
+        self.parts.ledger.clear()
         self.respawns = 0  # counted per epoch, as for a fresh iterator
-        self.streams = streams
+        self.parts.streams = streams
 
     # --- carrying a plan out ------------------------------------------------------------------
     def carry(self, plan: Plan) -> Outcome:
@@ -265,19 +420,19 @@ class Repair:
         if plan.move is Move.SETTLE:
             self._settle(plan)
             return Resumed()
-        if plan.replace_early and self.streams is None:  # a stream's waits for its culprit
+        if plan.replace_early and self.parts.streams is None:  # a stream's waits for its culprit
             plan.replacement = self.replace_now(plan.worker_id)
         if plan.counts_death:
-            self.sup.history.deaths_in_a_row += 1
-        if self.sup.backoff is not None and plan.holds_back:
-            self.sup.backoff.failed()
+            self.parts.sup.history.deaths_in_a_row += 1
+        if self.parts.sup.backoff is not None and plan.holds_back:
+            self.parts.sup.backoff.failed()
         if plan.move is Move.RAISE:
             assert plan.failure is not None
             return self.raise_failure(plan.failure, plan.diagnosis, plan.stopped_because)
         return self._heal(plan)
 
     def _heal(self, plan: Plan) -> Outcome:
-        diagnosis, action, sup = plan.diagnosis, plan.action, self.sup
+        diagnosis, action, sup = plan.diagnosis, plan.action, self.parts.sup
         told = not plan.quarantine or self._quarantine(plan.culprit, diagnosis)
         if action.kind is ActionKind.BACK_OFF:
             sup.step("down", action.num_workers, action.prefetch_factor, diagnosis.cause)
@@ -286,7 +441,9 @@ class Repair:
         if action.sharing_strategy is not None:
             sup.worker_sharing_strategy = sharing.switch_to(action.sharing_strategy)
         alone = told and self._respawned_alone(plan)
-        record(sup, diagnosis, plan.record_as, f"{plan.record_as}{plan.detail}")
+        incident = record(sup, diagnosis, plan.record_as, f"{plan.record_as}{plan.detail}")
+        if plan.stream_at is not None and self.parts.streams is not None:
+            self.parts.streams.incident_written(incident, *plan.stream_at)
         if alone:
             return Resumed()
         return self.hand_over(
@@ -305,12 +462,12 @@ class Repair:
             f"worker {plan.worker_id} died while the pool was stopped for worker "
             f"{plan.handled}'s failure: its owed batches are re-sent with the others'"
         )
-        record(self.sup, plan.diagnosis, plan.record_as, f"{plan.record_as}{plan.detail}")
+        record(self.parts.sup, plan.diagnosis, plan.record_as, f"{plan.record_as}{plan.detail}")
 
     def _quarantine(self, index: Any, diagnosis: Diagnosis) -> bool:
         """Quarantine ``index``; False when the running workers cannot be told (a new pool's
         workers start knowing it)."""
-        if self.sup.quarantine_add(index, diagnosis):
+        if self.parts.sup.quarantine_add(index, diagnosis):
             return True
         diagnosis.evidence.append(TABLE_FULL_NOTE)
         return False
@@ -319,7 +476,7 @@ class Repair:
         """Finish replacing the failed worker alone (True), or say why the pool is rebuilt."""
         diagnosis, replacement = plan.diagnosis, plan.replacement
         alone = plan.move is Move.REPLACE
-        late = replacement is None and (self.streams is not None or plan.replace_late)
+        late = replacement is None and (self.parts.streams is not None or plan.replace_late)
         if late and alone and self.can_replace(plan.worker_id):
             replacement = self.replace_now(plan.worker_id)
         if replacement is not None and replacement.refused:
@@ -335,7 +492,7 @@ class Repair:
     ) -> Raise:
         """Raise the failure with its verdict; ``stopped_because``: healing stopped at a limit
         or a control (a ``HealingStoppedError`` whose first line says why)."""
-        record(self.sup, diagnosis, "raised")
+        record(self.parts.sup, diagnosis, "raised")
         error, failure.error = failure.error, None
         if error is not None:
             if diagnosis.cause == "internal-error":
@@ -360,12 +517,17 @@ class Repair:
     def start_over(self, diagnosis: Diagnosis, worker_id: int | None, start_state: Any) -> HandOver:
         """A worker died while the pool was being built: a new pool starts over from the state
         this one was given (``start_state``; None: the epoch's start)."""
-        self.sup.history.deaths_in_a_row += 1
-        record(self.sup, diagnosis, "respawned")
+        self.parts.sup.history.deaths_in_a_row += 1
+        record(self.parts.sup, diagnosis, "respawned")
         self.stop(beside=worker_id)
-        self.ledger.clear()
+        self.parts.ledger.clear()
         plan = Successor(
-            self.snapshot, self.sup, False, self.respawns + 1, None, (start_state, None, None)
+            self.parts.snapshot,
+            self.parts.sup,
+            False,
+            self.respawns + 1,
+            None,
+            (start_state, None, None),
         )
         return HandOver(self.build_successor(plan))
 
@@ -373,14 +535,14 @@ class Repair:
     def climb(self) -> HandOver | None:
         """Back up one rung of the back-off ladder when it is due (a successor with more
         workers), else None."""
-        backoff = self.sup.backoff
+        backoff = self.parts.sup.backoff
         if backoff is None or not backoff.climb_due(at_epoch_start=False):
             return None
         rung = backoff.rung_up()
         if rung is None:
             return None
         reason = f"{backoff.healthy_batches} batches without an environmental failure"
-        self.sup.step("up", rung[0], rung[1], reason)
+        self.parts.sup.step("up", rung[0], rung[1], reason)
         warnings.warn(
             f"loaderdoctor: {reason}; back up to num_workers={rung[0]}, prefetch_factor={rung[1]}",
             HealWarning,
@@ -396,7 +558,7 @@ class Repair:
             and worker_id is not None
             and self.pool is not None
             and self.phase is Phase.RUNNING  # torch's _reset counts its workers' resume replies
-            and not self.books.pin_memory  # its thread reads the result queue; ours must not race
+            and not self.parts.books.pin_memory  # its thread reads the result queue; ours must not race
             and not self.pool.is_alive(worker_id)
         )
 
@@ -406,14 +568,16 @@ class Repair:
         if not self.can_replace(worker_id):
             return None
         assert worker_id is not None
-        if self.streams is not None:
+        if self.parts.streams is not None:
             return self._replace_stream_worker(worker_id)
         return self.replace(worker_id, dataset=self.current_dataset())
 
     def current_dataset(self) -> Any:
         """The user's dataset wrapped with the sample policy as it is now (the quarantine)."""
-        policy = self.sup.sample_policy(self.books.drop_last)
-        return wrap_dataset(self.snapshot.dataset, torch_compat.dataset_kind(self.snapshot), policy)
+        policy = self.parts.sup.sample_policy(self.parts.books.drop_last)
+        return wrap_dataset(
+            self.parts.snapshot.dataset, torch_compat.dataset_kind(self.parts.snapshot), policy
+        )
 
     def replace(
         self, worker_id: int, worker_init_fn: Any = None, dataset: Any = None
@@ -440,13 +604,13 @@ class Repair:
         refused = self.settle_results(worker_id)
         if refused:
             return Replacement(worker_id, refused=refused)
-        self.recorder.reset_slot(worker_id)
+        self.parts.recorder.reset_slot(worker_id)
         try:
             old_pid, new_pid = self.pool.respawn(
                 worker_id,
                 self.context,
                 functools.partial(
-                    self.books.worker_loop_args,
+                    self.parts.books.worker_loop_args,
                     worker_id,
                     dataset=dataset,
                     worker_init_fn=worker_init_fn,
@@ -461,8 +625,8 @@ class Repair:
                 ),
             )
         if new_pid is not None:
-            self.sup.workers_started({new_pid})
-        self.books.worker_alive(worker_id)
+            self.parts.sup.workers_started({new_pid})
+        self.parts.books.worker_alive(worker_id)
         if dataset is not None:  # a new view: does its recorder name the sample or the batch?
             if isinstance(dataset, SupervisedBatchedMapDataset):
                 self.batched_workers.add(worker_id)
@@ -473,18 +637,18 @@ class Repair:
     def _replace_stream_worker(self, worker_id: int) -> Replacement:
         """Replace a dead stream worker alone: it resumes its own stream after the last batch
         the main process holds from it (delivered, or waiting in torch's reorder buffer)."""
-        streams = self.streams
+        streams = self.parts.streams
         assert streams is not None
         refused = self.settle_results(worker_id)
         if refused:
             return Replacement(worker_id, refused=refused)
-        self.events.drain()  # every skip the dead worker wrote: its replay drops them too
+        self.parts.events.drain()  # every skip the dead worker wrote: its replay drops them too
         buffered = [
             data
-            for worker, data in self.books.buffered()
+            for worker, data in self.parts.books.buffered()
             if worker == worker_id and isinstance(data, StreamBatch)
         ]
-        init = copy.copy(self.books.worker_init_fn)
+        init = copy.copy(self.parts.books.worker_init_fn)
         init.stream_resumes = {worker_id: streams.resume_after(worker_id, buffered)}
         return self.replace(worker_id, worker_init_fn=init)
 
@@ -496,13 +660,15 @@ class Repair:
         worker_id = replacement.worker_id
         # Only what this epoch owes: between two epochs of persistent workers torch's books still
         # hold the last epoch's unfinished tasks (an early ``break``), which its reset drops.
-        owed = [task for task in self.books.owed_by(worker_id) if self.ledger.owes(task)]
+        owed = [
+            task for task in self.parts.books.owed_by(worker_id) if self.parts.ledger.owes(task)
+        ]
         index_queue = self.pool.index_queue(worker_id)
         for task in owed:
-            index_queue.put((task, self.ledger.indices_of(task)))
-        self.books.recount_tasks(worker_id)
+            index_queue.put((task, self.parts.ledger.indices_of(task)))
+        self.parts.books.recount_tasks(worker_id)
         self.respawns += 1
-        self.sup.counts.resent_batches += len(owed)
+        self.parts.sup.counts.resent_batches += len(owed)
         return (
             f"worker {worker_id} respawned alone (pid {replacement.old_pid} -> pid "
             f"{replacement.new_pid}); {len(owed)} owed batch{'' if len(owed) == 1 else 'es'} "
@@ -518,14 +684,14 @@ class Repair:
         for ever. The lock not had within ``RESULT_LOCK_WAIT_S`` means a worker died holding it
         (a healthy writer blocked on a full pipe ends up there too, safely).
         """
-        lock = self.books.result_queue_writer_lock()
+        lock = self.parts.books.result_queue_writer_lock()
         if lock is not None and not lock.acquire(timeout=RESULT_LOCK_WAIT_S):
             return (
                 f"worker {worker_id} died while writing to the shared result queue (its lock "
                 f"stayed held for {RESULT_LOCK_WAIT_S:.0f} s): the whole pool is rebuilt instead"
             )
         try:
-            unreadable = self.books.take_ready_results(MAX_SETTLED_RESULTS)
+            unreadable = self.parts.books.take_ready_results(MAX_SETTLED_RESULTS)
         finally:
             if lock is not None:
                 lock.release()
@@ -542,28 +708,28 @@ class Repair:
     ) -> HandOver:
         """Stop this pool; a successor serves what is owed, then the rest of the epoch.
         ``handled``: the worker whose failure made the decision (any other found dead is told)."""
-        owed = self.ledger.owed_in_order()
-        self.sup.counts.resent_batches += len(owed)
-        if self.streams is not None:
-            self.events.drain()  # every skip the dead worker wrote: a replay drops them too
+        owed = self.parts.ledger.owed_in_order()
+        self.parts.sup.counts.resent_batches += len(owed)
+        if self.parts.streams is not None:
+            self.parts.events.drain()  # every skip the dead worker wrote: a replay drops them too
             # A worker whose end torch saw may still have batches waiting in torch's reorder
             # buffer (the end marker is read as it comes): its stream has not ended for the user.
-            for worker_id, _ in self.books.buffered():
-                self.streams.not_ended(worker_id)
+            for worker_id, _ in self.parts.books.buffered():
+                self.parts.streams.not_ended(worker_id)
         if self.resume_point is not None:
             resume_point = self.resume_point()  # before the stop: the state at the last delivery
             self.stop(beside=handled)
-            self.ledger.clear()
-            snapshot = self.snapshot.with_overrides(prefetch_factor=prefetch_factor)
-            plan = Successor(snapshot, self.sup, plain, self.respawns + 1, None, resume_point)
+            self.parts.ledger.clear()
+            snapshot = self.parts.snapshot.with_overrides(prefetch_factor=prefetch_factor)
+            plan = Successor(snapshot, self.parts.sup, plain, self.respawns + 1, None, resume_point)
             return HandOver(self.build_successor(plan))
-        remaining = self.books.sampler_iter
-        length = length_of(self.books.index_sampler)
+        remaining = self.parts.books.sampler_iter
+        length = length_of(self.parts.books.index_sampler)
         self.stop(beside=handled)
-        self.ledger.clear()
+        self.parts.ledger.clear()
         generator = torch.Generator()
         generator.set_state(self.generator_state)
-        snapshot = self.snapshot.with_overrides(
+        snapshot = self.parts.snapshot.with_overrides(
             **torch_compat.sampling_from(ResumeSampler(owed, remaining, length)),
             generator=generator,
             persistent_workers=False,
@@ -572,7 +738,7 @@ class Repair:
         )
         if num_workers == 0:
             snapshot = snapshot.with_overrides(timeout=0)
-        plan = Successor(snapshot, self.sup, plain, self.respawns + 1, self.streams)
+        plan = Successor(snapshot, self.parts.sup, plain, self.respawns + 1, self.parts.streams)
         return HandOver(self.build_successor(plan))
 
     def stop(self, beside: Any = None) -> None:
@@ -584,20 +750,20 @@ class Repair:
         if self.pool is not None:
             if beside is not None and not self.stopped:
                 found = self._deaths_beside(beside)
-            self.pool.stop(self.books.workers_status)
+            self.pool.stop(self.parts.books.workers_status)
         self.stopped = True
-        self.books.shut_down()
+        self.parts.books.shut_down()
         for ev in found:
             assert self.plan_beside is not None
             self.carry(self.plan_beside(ev, beside))
 
     def _deaths_beside(self, handled: int) -> list[Evidence]:
-        pool, watch = self.pool, self.watch
+        pool, watch = self.pool, self.parts.watch
         if pool is None or watch is None:
             return []
-        busy = self.books.workers_status
+        busy = self.parts.books.workers_status
         return [
-            watch.death(worker_id, self.books.task_info)
+            watch.death(worker_id, self.parts.books.task_info)
             for worker_id in range(len(pool))
             if worker_id != handled
             and busy[worker_id]
@@ -614,10 +780,16 @@ __all__ = [
     "Move",
     "Outcome",
     "Plan",
+    "PoolParts",
     "Raise",
     "Repair",
     "Replacement",
     "Resumed",
     "Successor",
+    "delivered_batch",
+    "follow_up",
     "record",
+    "take_event",
+    "take_events",
+    "take_in_process_events",
 ]

@@ -13,7 +13,12 @@ from loaderdoctor.supervise.errors import attach
 from loaderdoctor.supervise.heal import ResumeSampler, length_of
 from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, Situation
 from loaderdoctor.supervise.parent import collect
-from loaderdoctor.supervise.parent.repair import record
+from loaderdoctor.supervise.parent.repair import (
+    delivered_batch,
+    record,
+    take_events,
+    take_in_process_events,
+)
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.samples import sample_file, sample_shard
 from loaderdoctor.supervise.worker.collate import SupervisedCollate
@@ -67,11 +72,11 @@ class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
             if self._ld_plain is not None:
                 return torch_compat.next_data(self._ld_plain)
             data = self._ld_load_next()
-            sup.take_in_process_events()
+            take_in_process_events(sup)
             if isinstance(data, SkippedBatch):
-                sup.take_events(data.events)
+                take_events(sup, data.events)
                 continue
-            data = sup.delivered_batch(self._ld_last_index, data)
+            data = delivered_batch(sup, self._ld_last_index, data)
             if sup.backoff is not None:
                 sup.backoff.delivered()
             return data
@@ -80,7 +85,7 @@ class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
         try:
             return super().ld_next_data()
         except StopIteration:
-            self._ld_sup.take_in_process_events()  # a stream's last skips come with its end
+            take_in_process_events(self._ld_sup)  # a stream's last skips come with its end
             if self._ld_sup.backoff is not None:
                 self._ld_sup.backoff.epoch_finished()
             self._ld_sup.tell_watchers("epoch-end")

@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from loaderdoctor import boundary, torch_compat
+from loaderdoctor import torch_compat
 from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise import containment
 from loaderdoctor.supervise.batch_count import samples_delivered
-from loaderdoctor.supervise.heal import user_stacklevel, warn_sample_action
+from loaderdoctor.supervise.heal import user_stacklevel
 from loaderdoctor.supervise.heal_policy import MAX_DEATHS_IN_A_ROW, Backoff
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
 from loaderdoctor.supervise.parent.detectors import DataWatch
@@ -45,7 +45,6 @@ from loaderdoctor.supervise.shared_failure import (
     RaggedFields,
     SharedFailures,
     inherited_state,
-    ragged_diagnosis,
     stop_diagnosis,
 )
 from loaderdoctor.supervise.worker import shared_handles
@@ -61,7 +60,6 @@ DEATHS_ALIKE = (
     "inherited from the main process (a lock, a semaphore, a handle opened in __init__), the "
     "machine"
 )
-SUBSTITUTE_NOTE = "its place in a batch of epoch"
 
 
 class IterState(enum.Enum):
@@ -202,7 +200,8 @@ class Supervision:
         length = dataset_length(dataset)
         if settings.quarantine_path is not None:
             self.quarantine = read_quarantine(settings.quarantine_path, length)
-        # Failures every sample shares, or skips past the budget: healing stops (``stop_if_shared``)
+        # Failures every sample shares, or skips past the budget: healing stops
+        # (``repair.take_event``)
         self.shared = (
             SharedFailures(settings.max_skipped, length)
             if settings.max_skipped is not None
@@ -228,7 +227,7 @@ class Supervision:
         self.base_settings = (0, 0)
         self.backoff: Backoff | None = None  # set at the first step down
         # Skip events that this loader's in-process iterators sent alone (a stream's last
-        # items), read by ``take_in_process_events``; the others travel with their batch.
+        # items), read by ``repair.take_in_process_events``; the others travel with their batch.
         self.in_process_events: list[dict[str, Any]] = []
         # Workers cannot start at all (unpicklable, spawn bootstrapping) and healing is on.
         self.workers_cannot_start = False
@@ -306,9 +305,8 @@ class Supervision:
 
     def delivered_batch(self, indices: Any, data: Any) -> Any:
         """A map-style batch handed to the user: counted, and unwrapped when a healing worker
-        changed it (its samples' skips and replacements count now, with it)."""
+        changed it (``repair.delivered_batch`` takes its samples' skips and replacements first)."""
         if isinstance(data, HealedBatch):
-            self.take_events(data.events)
             self.delivered(indices, data.batch, data.samples)
             return data.batch
         self.delivered(indices, data)
@@ -331,16 +329,9 @@ class Supervision:
         self.history.collate_deaths.add(key)
         return seen
 
-    def take_events(self, events: Any) -> None:
-        for event in events:
-            self.take_event(event)
-
     def tell_watchers(self, moment: str) -> None:
         for watcher in self.watchers:
             watcher(self, moment)
-
-    def record(self, diagnosis: Diagnosis, action: str) -> None:
-        self.log.append(diagnosis, action)
 
     def step(self, direction: str, num_workers: int, prefetch_factor: int, reason: str) -> None:
         """One rung down or up the back-off ladder, recorded in the log's steps."""
@@ -382,67 +373,6 @@ class Supervision:
             write_quarantine(path, self.quarantine)
         return all(told)
 
-    def take_event(self, event: dict[str, Any]) -> None:
-        """A skip or replace decided in a worker (or in this process) enters the counts and log."""
-        from loaderdoctor.forensics import Evidence, diagnose
-        from loaderdoctor.supervise.samples import sample_file
-
-        if event.get("kind") == boundary.SHARED_HANDLE_EVENT:
-            self.warn_shared_handles(event)
-            return
-        if event.get("kind") == boundary.RNG_STATES_EVENT:
-            self.data.worker_random_states(event)
-            return
-        if event.get("kind") == boundary.FEATURE_OFF_EVENT:
-            self.feature_off(str(event.get("feature")), str(event.get("reason")))
-            return
-        action = event.get("action", "skipped")
-        counts = self.counts
-        if action == "replaced":
-            counts.replaced += 1
-        else:
-            counts.skipped += 1
-        if event.get("stage") == "quarantined":
-            # known bad from an earlier incident or the quarantine file: no new verdict
-            if action == "replaced":
-                self._note_substitute(event.get("index"), event.get("substitute"))
-            return
-        index = event.get("index")
-        ev = Evidence(
-            kind="exception",
-            worker_id=event.get("worker"),
-            epoch=self.epoch,
-            stage="collate" if event.get("stage") == "collate" else "fetch",
-            in_flight_index=index,
-            iterable_position=event.get("position"),
-            exception_type=event.get("exception_type"),
-            exception_message=event.get("message"),
-            traceback=event.get("traceback"),
-            errno=event.get("errno"),
-            sample_file=sample_file(self.dataset, index),
-        )
-        if ev.stage == "collate" and index is not None:
-            ev.odd_indices = [index]
-        facts = event.get("facts")
-        if isinstance(facts, dict):
-            from loaderdoctor.supervise.parent import collect
-
-            collect.facts_from_tags(ev, facts)
-        attempts = event.get("attempts") or 1
-        if attempts > 1:
-            ev.notes.append(f"failed {attempts} times in a row")
-        if action == "replaced":
-            ev.notes.append(f"replaced by sample {event.get('substitute')!r}")
-        if event.get("note"):
-            ev.notes.append(event["note"])
-        diagnosis = diagnose(ev)
-        self.record(diagnosis, action)
-        warn_sample_action(diagnosis.title, diagnosis.cause, action, event, self.sample_actions)
-        self.sample_actions += 1
-        self.quarantine_add(index, diagnosis)
-        self.stop_if_ragged(index, event)
-        self.stop_if_shared(index, event)
-
     def feature_off(self, feature: str, reason: str) -> None:
         """A feature turned off for this loader (``containment``): warned once, then reported."""
         if feature in self.features_off:
@@ -459,32 +389,6 @@ class Supervision:
             return
         self.handles_warned = True
         warnings.warn(shared_handles.warning_text(event), UserWarning, stacklevel=user_stacklevel())
-
-    def stop_if_shared(self, index: Any, event: dict[str, Any]) -> None:
-        """Raise ``HealingStoppedError`` when this skip makes the failure a shared one (the same
-        failure on a streak of samples, or skips past ``max_skipped``). The streak's samples
-        leave the quarantine: the failure was not theirs."""
-        if self.shared is None:
-            return
-        sample = (
-            index if event.get("position") is None else (event.get("worker"), event["position"])
-        )
-        stop = self.shared.failed(sample, event.get("exception_type"), event.get("message"))
-        if stop is None:
-            return
-        from loaderdoctor.forensics.verdict_text import format_verdict
-        from loaderdoctor.supervise.errors import HealingStoppedError
-
-        diagnosis = stop_diagnosis(stop, self.epoch, inherited_state(self.dataset))
-        if self.shared_stop is None:
-            if stop.reason == "shared":
-                self.quarantine_release(stop.alike)
-            self.record(diagnosis, "raised")
-            self.shared_stop = diagnosis
-        raise HealingStoppedError(
-            f"loaderdoctor stopped healing: {stop.signature}\n{format_verdict(diagnosis)}",
-            diagnosis,
-        )
 
     def blamed_for_a_death(self, index: Any, diagnosis: Diagnosis) -> Diagnosis | None:
         """A sample about to be quarantined for a death or hang counts as a failed sample, as
@@ -511,28 +415,6 @@ class Supervision:
         self.shared_stop = verdict
         return verdict
 
-    def stop_if_ragged(self, index: Any, event: dict[str, Any]) -> None:
-        """Raise ``HealingStoppedError`` when the samples skipped from batches that did not
-        collate show a ragged field: every batch fails the same way, no sample is to blame
-        (they leave the quarantine)."""
-        if not self.settings.heal or not isinstance(event.get("shapes"), dict):
-            return
-        ragged = self.ragged.skipped(index, event["shapes"], event.get("message"))
-        if ragged is None:
-            return
-        from loaderdoctor.forensics.verdict_text import format_verdict
-        from loaderdoctor.supervise.errors import HealingStoppedError
-
-        diagnosis = ragged_diagnosis(ragged, self.epoch)
-        if self.shared_stop is None:
-            self.quarantine_release(ragged.samples)
-            self.record(diagnosis, "raised")
-            self.shared_stop = diagnosis
-        raise HealingStoppedError(
-            f"loaderdoctor stopped healing: {diagnosis.title}\n{format_verdict(diagnosis)}",
-            diagnosis,
-        )
-
     def quarantine_release(self, indices: Any) -> None:
         """Take samples out of the quarantine and its file (the live pools' append-only tables
         keep them: healing stops, so those pools load nothing more)."""
@@ -542,32 +424,6 @@ class Supervision:
         path = self.settings.quarantine_path
         if released and path is not None:
             write_quarantine(path, self.quarantine)
-
-    def _note_substitute(self, index: Any, substitute: Any) -> None:
-        """A quarantined sample's place was filled by a substitute (on_error="replace", which
-        torch.distributed makes of a skip so that every rank yields as many batches): the
-        incident that quarantined it says so, since the substitute arrives twice."""
-        for incident in reversed(self.log):
-            try:
-                named = index in incident.diagnosis.indices
-            except (TypeError, ValueError):  # an index that does not compare (an array)
-                named = False
-            if named:
-                said = incident.diagnosis.evidence
-                if not any(
-                    line.startswith(SUBSTITUTE_NOTE) for line in said
-                ):  # once, not per epoch
-                    said.append(
-                        f"{SUBSTITUTE_NOTE} {self.epoch} was filled by sample {substitute!r}, "
-                        "which so arrives twice"
-                    )
-                return
-
-    def take_in_process_events(self) -> None:
-        """The events this loader's in-process iterators sent alone (``in_process_events``)."""
-        events = self.in_process_events
-        while events:
-            self.take_event(events.pop(0))
 
     # --- what workers are told ---------------------------------------------------------------
     def sample_policy(self, drop_last: bool) -> SamplePolicy | None:

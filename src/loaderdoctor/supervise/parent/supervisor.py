@@ -31,13 +31,13 @@ from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import live_quarantine
 from loaderdoctor.supervise.errors import HealingStoppedError, LoaderError
-from loaderdoctor.supervise.parent import collect
+from loaderdoctor.supervise.parent import collect, repair
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.detectors import DataError
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.recovery import HandOver, Outcome, Raise, Recovery, Successor
-from loaderdoctor.supervise.parent.repair import Move
+from loaderdoctor.supervise.parent.repair import Move, PoolParts
 from loaderdoctor.supervise.parent.single_process import internal_evidence
 from loaderdoctor.supervise.parent.supervision import IterState, LoaderSnapshot, Supervision
 from loaderdoctor.supervise.parent.watch import HalfMessage, PoolFailure, WorkerWatch
@@ -70,46 +70,39 @@ class Supervisor:
         probe: Callable[..., Any],  # ``probe.probe_batch`` on a pool class
         resume_point: Callable[[], Any] | None = None,
     ) -> None:
-        self.sup = supervision
-        self.snapshot = snapshot  # the user's loader as it was, for successors and probes
         self.state = IterState.RUNNING
         # (message, verdict) of the failure that stopped it; not the exception, whose traceback
         # would hold this iterator in a reference cycle
         self.failure: tuple[str, Diagnosis | None] = ("", None)
         self.successor: Any = None
         self.epoch = supervision.epoch
-        self.ledger = Ledger()
         self.last_index: Any = None
         self.raising: BaseException | None = None
-        self.watch: WorkerWatch | None = None
         # torchdata replays the steps since its last snapshot when it resumes: those batches
         # were delivered before, and are not counted again
         self.replaying = False
         self.start_method = torch_compat.start_method_of(snapshot)
-        self.iterable = torch_compat.is_iterable(snapshot)
         self.log_dir = collect.make_log_dir()
         self.cleanup = weakref.finalize(self, collect.remove_log_dir, self.log_dir, os.getpid())
         # IterableDataset: where each worker's stream stands; a re-started pool resumes from it
         progress = streams if streams is not None else new_stream_progress(snapshot)
         self.resuming = streams is not None  # a successor: its workers resume their streams
-        self.events = EventReader(
-            self.log_dir,
-            supervision.take_event
-            if progress is None
-            else progress.take_events(supervision.take_event),
-        )
-        self.recorder = FlightRecorder(snapshot.num_workers)
+        take = functools.partial(repair.take_event, supervision)
+        recorder = FlightRecorder(snapshot.num_workers)
         for worker_id in range(snapshot.num_workers):
-            self.recorder.reset_slot(worker_id)
-        self.books = torch_compat.IteratorBooks(iterator)
-        self.recovery = Recovery(
-            self.books,
-            snapshot,
+            recorder.reset_slot(worker_id)
+        # (``snapshot``: the user's loader as it was, for successors and probes)
+        self.parts = PoolParts(
             supervision,
-            self.ledger,
-            self.recorder,
-            self.events,
-            streams=progress,
+            snapshot,
+            torch_compat.IteratorBooks(iterator),
+            Ledger(),
+            recorder,
+            EventReader(self.log_dir, take if progress is None else progress.take_events(take)),
+            progress,
+        )
+        self.recovery = Recovery(
+            self.parts,
             respawns=respawns,
             context=torch_compat.multiprocessing_context_of(snapshot),
             probe=probe,
@@ -118,32 +111,27 @@ class Supervisor:
         )
         self.repair = self.recovery.repair  # carries out what ``recovery`` plans
 
-    @property
-    def streams(self) -> StreamProgress | None:
-        """IterableDataset: where each worker's stream stands; a re-started pool resumes from it."""
-        return self.repair.streams
-
     # --- the start ------------------------------------------------------------------------------
     def view(self, snapshot: LoaderSnapshot) -> LoaderSnapshot:
         """The loader as the workers see it: the dataset, collate_fn and init wrapped."""
-        supervision = self.sup
+        supervision = self.parts.sup
         policy = supervision.sample_policy(snapshot.drop_last)
         dataset = wrap_dataset(snapshot.dataset, torch_compat.dataset_kind(snapshot), policy)
         self.repair.learns(dataset)
         collate = SupervisedCollate(snapshot.collate_fn, heal=policy is not None)
-        streams = self.streams
+        streams = self.parts.streams
         return snapshot.with_overrides(
             dataset=dataset,
             collate_fn=collate,
             worker_init_fn=SupervisedWorkerInit(
                 snapshot.worker_init_fn,
-                self.recorder,
+                self.parts.recorder,
                 self.log_dir,
                 snapshot.dataset,
                 hang_timeout=supervision.settings.hang_timeout,
                 oom_score_adj=supervision.oom_score_adj,
                 sharing_strategy=supervision.worker_sharing_strategy,
-                live_quarantine=live_quarantine.for_pool(supervision, self.iterable),
+                live_quarantine=live_quarantine.for_pool(supervision, self.parts.iterable),
                 stream_resumes=(
                     streams.resumes(snapshot.num_workers)
                     if streams is not None and self.resuming
@@ -162,22 +150,22 @@ class Supervisor:
         """The watch on the pool, made once torch's ``__init__`` has started the workers (at
         once for torch's iterator; at the first wait for torchdata's, whose ``__init__`` waits
         for its workers' first state before it returns)."""
-        if self.watch is not None:
-            return self.watch
+        if self.parts.watch is not None:
+            return self.parts.watch
         # A dead worker must never make torch's SIGCHLD handler raise at a random line.
-        self.books.stop_sigchld_checks()
-        snapshot = self.snapshot
-        pool = Pool(self.books.processes(), self.log_dir)
-        pool.first_for_oom_killer(self.sup.oom_score_adj)
-        self.sup.workers_started(pool.pids(), pool.oom_notes)
-        self.watch = WorkerWatch(
+        self.parts.books.stop_sigchld_checks()
+        snapshot = self.parts.snapshot
+        pool = Pool(self.parts.books.processes(), self.log_dir)
+        pool.first_for_oom_killer(self.parts.sup.oom_score_adj)
+        self.parts.sup.workers_started(pool.pids(), pool.oom_notes)
+        self.parts.watch = WorkerWatch(
             pool,
-            self.recorder,
-            self.ledger,
+            self.parts.recorder,
+            self.parts.ledger,
             dataset=snapshot.dataset,
             start_method=self.start_method,
-            iterable=self.iterable,
-            hang_timeout=self.sup.settings.hang_timeout,
+            iterable=self.parts.iterable,
+            hang_timeout=self.parts.sup.settings.hang_timeout,
             epoch=self.epoch,
             parts=(
                 ("dataset", snapshot.dataset),
@@ -185,23 +173,23 @@ class Supervisor:
                 ("worker_init_fn", snapshot.worker_init_fn),
             ),
         )
-        self.repair.watches(pool, self.watch)
-        return self.watch
+        self.repair.watches(pool, self.parts.watch)
+        return self.parts.watch
 
     # --- bookkeeping of what each batch holds -------------------------------------------------
     def sent(self, sent_before: int) -> None:
         """torch may have sent a task: owed (with the index drawn last) until delivered."""
-        if self.books.sent != sent_before:
+        if self.parts.books.sent != sent_before:
             self.repair.owe(sent_before, self.last_index)
 
     def new_epoch(self) -> None:
         """torch's ``_reset`` of persistent workers starts another epoch on this pool."""
-        self.epoch = self.sup.epoch
-        if self.watch is not None:
-            self.watch.epoch = self.epoch
+        self.epoch = self.parts.sup.epoch
+        if self.parts.watch is not None:
+            self.parts.watch.epoch = self.epoch
         repair = self.repair
-        streams = repair.streams
-        repair.new_epoch(None if streams is None else new_stream_progress(self.snapshot))
+        streams = self.parts.streams
+        repair.new_epoch(None if streams is None else new_stream_progress(self.parts.snapshot))
 
     def reset_persistent(self, reset: Callable[[], None]) -> None:
         """torch's ``_reset`` of persistent workers for another epoch (``reset``), supervised.
@@ -213,7 +201,7 @@ class Supervisor:
         epoch, never an iterator that would end the epoch at once with nothing delivered.
         """
         idle = self.watching()
-        self.books.start_sampler_pass()  # a successor built here serves this epoch's pass
+        self.parts.books.start_sampler_pass()  # a successor built here serves this epoch's pass
         for worker_id in range(len(idle.pool)):
             if self.state is not IterState.RUNNING:
                 return
@@ -229,7 +217,7 @@ class Supervisor:
     def wait(self, timeout: float) -> Any:
         """torch's ``_try_get_data``, watched."""
         try:
-            return self.watching().wait(self.books, timeout)
+            return self.watching().wait(self.parts.books, timeout)
         except HalfMessage as stalled:
             half = stalled.evidence
         self.repair.result_queue_unreadable()
@@ -240,21 +228,21 @@ class Supervisor:
         success, data = self.wait(timeout)
         if success:
             return data
-        books = self.books
+        books = self.parts.books
         raise PoolFailure(self.watching().timed_out(books.task_in_turn, books.task_info, timeout))
 
     def received(self, data: Any, worker_id: int, put_index: Callable[[], None]) -> Any:
         """A batch torch is about to hand over: counted, unwrapped, or its worker's exception
         raised (for healing, a ``PoolFailure`` when the batch is still owed)."""
-        task, indices = self.ledger.settle_handed_over(self.books.task_info)
-        sup = self.sup
-        self.events.drain_if_new(self.recorder.total(Field.EVENTS))
+        task, indices = self.parts.ledger.settle_handed_over(self.parts.books.task_info)
+        sup = self.parts.sup
+        self.parts.events.drain_if_new(self.parts.recorder.total(Field.EVENTS))
         if torch_compat.is_exception_wrapper(data):
-            self.books.task_done(worker_id)
+            self.parts.books.task_done(worker_id)
             put_index()
             ev = self.watching().base("exception", worker_id)
             ev.batch = task
-            error, diagnosis = worker_exception(data, ev, indices, self.snapshot.dataset)
+            error, diagnosis = worker_exception(data, ev, indices, self.parts.snapshot.dataset)
             failure = PoolFailure(ev, error, diagnosis)
             error = None  # type: ignore[assignment]  # the failure holds it
             try:
@@ -263,7 +251,7 @@ class Supervisor:
                 else:
                     failure.plan = self.recovery.plan(failure, received=True)
                     if failure.plan.move is not Move.RAISE:
-                        self.ledger.owe(task, indices)  # still owed to the user
+                        self.parts.ledger.owe(task, indices)  # still owed to the user
                         raise failure
                     outcome = self.repair.carry(failure.plan)
                     failure.plan = None  # it names the failure: no cycle
@@ -278,9 +266,9 @@ class Supervisor:
             return self.stream_delivered(data, indices, counted=task is not None)
         if isinstance(data, SkippedBatch):
             if task is not None:
-                sup.take_events(data.events)
+                repair.take_events(sup, data.events)
         elif task is not None:
-            data = sup.delivered_batch(indices, data)
+            data = repair.delivered_batch(sup, indices, data)
             if sup.backoff is not None:
                 sup.backoff.delivered()
         elif isinstance(data, HealedBatch):
@@ -307,7 +295,7 @@ class Supervisor:
                     raise
                 if data is HANDLED:
                     continue
-                if self.sup.backoff is not None:
+                if self.parts.sup.backoff is not None:
                     self.carry_out(self.repair.climb())
             if isinstance(data, SkippedBatch):
                 continue
@@ -391,36 +379,37 @@ class Supervisor:
         return data
 
     def epoch_done(self) -> None:
-        self.events.drain()
-        if self.sup.backoff is not None:
-            self.sup.backoff.epoch_finished()
-        self.sup.tell_watchers("epoch-end")
+        self.parts.events.drain()
+        if self.parts.sup.backoff is not None:
+            self.parts.sup.backoff.epoch_finished()
+        self.parts.sup.tell_watchers("epoch-end")
 
     # --- streams (IterableDataset): positions delivered, culprits skipped ---------------------
     def stream_delivered(self, batch: StreamBatch, indices: Any, counted: bool) -> Any:
         """Unwrap a stream worker's batch; its positions advance that worker's stream."""
-        streams = self.streams
+        streams = self.parts.streams
         if streams is None:  # a StreamBatch reaches only the iterator of a stream
             return batch.batch
         streams.delivered(batch)
         if counted:
-            self.sup.take_events(batch.events)
+            repair.take_events(self.parts.sup, batch.events)
             # counted by what it holds: a stream that batches itself yields whole batches
-            self.sup.delivered(indices, batch.batch)
-            if self.sup.backoff is not None:
-                self.sup.backoff.delivered()
+            self.parts.sup.delivered(indices, batch.batch)
+            if self.parts.sup.backoff is not None:
+                self.parts.sup.backoff.delivered()
         streams.say_notes()
+        repair.follow_up(self.parts.sup, streams.take_learnt())
         return batch.batch
 
     def stream_ended(self, worker_id: int) -> None:
-        if self.streams is not None:
-            self.streams.ended(worker_id)  # its stream ended: a re-started one stays ended
+        if self.parts.streams is not None:
+            self.parts.streams.ended(worker_id)  # its stream ended: a re-started one stays ended
 
     # --- the end ----------------------------------------------------------------------------
     def drain(self) -> None:
         """Read the events written so far (``loader.report`` asks, mid-epoch)."""
-        if self.state is IterState.RUNNING and not self.books.is_shut_down():
-            self.events.drain()
+        if self.state is IterState.RUNNING and not self.parts.books.is_shut_down():
+            self.parts.events.drain()
         inner = supervisor_of(self.successor)
         if inner is not None:
             inner.drain()
@@ -443,11 +432,11 @@ class Supervisor:
         was_shut = books.is_shut_down()
         torch_shutdown()
         if not was_shut and books.is_shut_down(default=False):
-            self.events.drain()
+            self.parts.events.drain()
             self.cleanup()
             if self.state is IterState.RUNNING:
                 self.state = IterState.CLOSED
-            self.sup.tell_watchers("stopped")  # a loop left early: its counts saved now
+            self.parts.sup.tell_watchers("stopped")  # a loop left early: its counts saved now
 
 
 def _raise(failure: PoolFailure) -> None:
@@ -481,7 +470,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
 
     def ld_try_put_index(self) -> None:
         supervisor = self._ld
-        sent = supervisor.books.sent
+        sent = supervisor.parts.books.sent
         super().ld_try_put_index()
         supervisor.sent(sent)
 
@@ -489,7 +478,7 @@ class SupervisedPool(torch_compat.MultiProcessingHooks):
         return self._ld.wait(timeout)
 
     def ld_get_data(self) -> Any:
-        timeout = self._ld.books.timeout
+        timeout = self._ld.parts.books.timeout
         if timeout > 0:
             return self._ld.get(timeout)
         return super().ld_get_data()

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from loaderdoctor import torchdata_compat
+from loaderdoctor.supervise.parent.repair import follow_up
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, StreamResume
 
 
@@ -33,7 +34,7 @@ class SnapshotPositions:
     def processed(self, data: Any, iterator: Any) -> None:
         """torchdata's ``iterator`` processed ``data`` (delivered, or replayed while resuming),
         and may have taken a snapshot after it."""
-        progress = iterator._ld.streams
+        progress = iterator._ld.parts.streams
         if progress is not self.progress:  # another epoch's progress: positions from 0
             self.progress, self.ends, self.at_snapshot = progress, {}, {}
         if isinstance(data, StreamBatch):
@@ -47,7 +48,7 @@ def plan_resumes(iterator: Any, state: Any) -> tuple[StreamProgress, dict[int, i
     ``iterator``'s torchdata ``state``: (the progress, where each worker's stream goes on: its
     position at torchdata's snapshot, or 0 where torchdata re-reads every stream from its
     start); None for a map-style dataset."""
-    progress: StreamProgress | None = iterator._ld.streams
+    progress: StreamProgress | None = iterator._ld.parts.streams
     if progress is None:
         return None
     positions: SnapshotPositions = iterator._ld_positions
@@ -56,7 +57,7 @@ def plan_resumes(iterator: Any, state: Any) -> tuple[StreamProgress, dict[int, i
     unfinished = iterator._ld_resumed_from is not None
     bases = {} if replay else dict(positions.start if unfinished else positions.at_snapshot)
     planned = {}
-    for worker_id in range(iterator._ld.snapshot.num_workers):
+    for worker_id in range(iterator._ld.parts.snapshot.num_workers):
         own = progress.resume_for(worker_id)  # the culprits not yet delivered, the stop
         base = bases.setdefault(worker_id, 0)
         stream = progress.workers.get(worker_id)
@@ -72,10 +73,11 @@ def plan_resumes(iterator: Any, state: Any) -> tuple[StreamProgress, dict[int, i
         )
     progress.planned = planned
     if replay and not progress.replayable and progress.incident is not None:
-        progress.incident.evidence.append(
+        line = (
             "the dataset says loaderdoctor_replayable=False, and torchdata resumes it by "
             "re-reading each worker's stream from its start: items may be duplicated or lost"
         )
+        follow_up(iterator._ld.parts.sup, [(progress.incident, line, None)])
     return progress, bases
 
 

@@ -35,7 +35,7 @@ class EventOutbox:
     ) -> None:
         self.worker_id = worker_id
         # The worker's event file; None in-process, where the parent is this process and reads
-        # ``kept`` (``Supervision.take_in_process_events``).
+        # ``kept`` (``repair.take_in_process_events``).
         self.log = log
         self.slot = slot
         self.kept: list[dict[str, Any]] = [] if kept is None else kept
