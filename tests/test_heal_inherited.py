@@ -111,3 +111,22 @@ def test_an_lmdb_environment_opened_in_init_is_named_and_no_sample_blamed(tmp_pa
     assert loader.report.quarantine == []
     # whether dataset[i] fails in the main process too is not known: the verdict does not claim it
     assert "fails the same way" not in str(stopped.value)
+
+
+def test_without_heal_a_sample_blamed_beside_an_inherited_lmdb_environment_names_it(
+    tmp_path: Path,
+) -> None:
+    # no control can clear the sample: the verdict names the environment beside it, and the
+    # first fix is to rule the environment out
+    pytest.importorskip("lmdb", reason="the dev extra installs lmdb")
+    loader = loaderdoctor.DataLoader(FromLmdb(str(tmp_path), 200), batch_size=8, num_workers=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(Exception) as raised:
+            list(loader)
+    diagnosis = raised.value.diagnosis  # type: ignore[attr-defined]
+    assert diagnosis.cause == "sample-error"
+    assert diagnosis.confidence <= 0.6
+    [named] = [line for line in diagnosis.evidence if "self.env" in line]
+    assert "a handle (lmdb.Environment) opened in the main process" in named
+    assert diagnosis.fixes[0].startswith("Before blaming the sample")

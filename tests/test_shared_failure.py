@@ -345,3 +345,28 @@ def test_inherited_state_names_what_workers_share_from_the_main_process() -> Non
         "are taken now."
     )
     assert notes[2].startswith("self.nested.sock, a handle (socket) opened in the main process")
+
+
+def test_a_verdict_that_blames_a_sample_names_inherited_state_once() -> None:
+    from loaderdoctor.forensics.evidence import Diagnosis
+    from loaderdoctor.supervise.shared_failure import suspect_inherited
+
+    def verdict(cause: str) -> Diagnosis:
+        return Diagnosis(
+            cause=cause, title="t", confidence=0.85, worker_id=0, pid=1, signal=None,
+            exit_code=None, indices=[3], evidence=["e"], fixes=["f"], explanation="x",
+        )  # fmt: skip
+
+    blamed = verdict("sample-error")
+    suspect_inherited(blamed, ["self.db, a handle (sqlite3.Connection) ..."])
+    suspect_inherited(blamed, ["self.db, a handle (sqlite3.Connection) ..."])
+    assert [line for line in blamed.evidence if "self.db" in line] == [
+        "the dataset holds what every worker inherits from the main process, which can fail "
+        "every sample alike: self.db, a handle (sqlite3.Connection) ..."
+    ]
+    assert blamed.fixes[0].startswith("Before blaming the sample") and blamed.confidence == 0.6
+    untouched = verdict("shm-exhausted")
+    suspect_inherited(untouched, ["self.db, ..."])
+    nothing = verdict("sample-error")
+    suspect_inherited(nothing, [])
+    assert untouched.evidence == nothing.evidence == ["e"] and nothing.confidence == 0.85

@@ -447,6 +447,7 @@ def shared_by_the_workers(
 # The verdicts that blame the sample in flight, which inherited state can make every sample meet
 BLAMES_THE_SAMPLE = frozenset({"sample-error", "worker-hang", "native-crash"})
 MAX_SUSPECTS = 3
+_SUSPECT = "the dataset holds what every worker inherits from the main process"
 
 
 def suspect_inherited(diagnosis: Diagnosis, inherited: list[str]) -> None:
@@ -455,9 +456,10 @@ def suspect_inherited(diagnosis: Diagnosis, inherited: list[str]) -> None:
     verdict names that state beside the sample and says to rule it out before the sample."""
     if diagnosis.cause not in BLAMES_THE_SAMPLE or not inherited:
         return
+    if any(line.startswith(_SUSPECT) for line in diagnosis.evidence):
+        return  # named already, where the worker's exception was read
     diagnosis.evidence.extend(
-        f"the dataset holds what every worker inherits from the main process, which can fail "
-        f"every sample alike: {note}"
+        f"{_SUSPECT}, which can fail every sample alike: {note}"
         for note in inherited[:MAX_SUSPECTS]
     )
     diagnosis.fixes.insert(
@@ -605,6 +607,6 @@ __all__ = [
     "normalise",
     "ragged_diagnosis",
     "shared_by_the_workers",
-    "suspect_inherited",
     "stop_diagnosis",
+    "suspect_inherited",
 ]

@@ -51,7 +51,11 @@ from loaderdoctor.supervise.parent.repair import (
 )
 from loaderdoctor.supervise.parent.watch import PoolFailure
 from loaderdoctor.supervise.samples import sample_file
-from loaderdoctor.supervise.shared_failure import inherited_state, shared_by_the_workers
+from loaderdoctor.supervise.shared_failure import (
+    inherited_state,
+    shared_by_the_workers,
+    suspect_inherited,
+)
 
 
 class Recovery:
@@ -136,8 +140,8 @@ class Recovery:
             if action.shared:
                 inherited = inherited_state(self.parts.sup.dataset)
                 plan.diagnosis = shared_by_the_workers(diagnosis, action.note, inherited)
-            elif action.note:
-                diagnosis.evidence.append(action.note)
+            else:  # no control cleared the sample: what its workers inherit is named beside it
+                self._raised_alone(diagnosis, action.note)
             plan.failure = failure
             plan.stopped_because = action.note if action.stops_healing else None
             return plan
@@ -145,6 +149,10 @@ class Recovery:
         resumes = self.parts.streams is not None and action.kind is not ActionKind.FALL_BACK
         stream = self._stream_culprit(ev, plan) if resumes else None
         return self._healing(plan, decision, ev.in_flight_index if stream is None else None, stream)
+
+    def _raised_alone(self, diagnosis: Diagnosis, note: str | None) -> None:
+        diagnosis.evidence.extend([note] if note else [])
+        suspect_inherited(diagnosis, inherited_state(self.parts.sup.dataset))
 
     def _healing(
         self, plan: Plan, decision: Decision, culprit: Any, stream: tuple[str, str] | None

@@ -18,6 +18,7 @@ from loaderdoctor.forensics.verdict_text import format_verdict
 from loaderdoctor.supervise.errors import LoaderError, attach
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.samples import sample_file, sample_shard
+from loaderdoctor.supervise.shared_failure import inherited_state, suspect_inherited
 from loaderdoctor.supervise.worker.exception_tags import read_tags, strip_tags
 
 ERRNO_PATTERN = re.compile(r"\[Errno (\d+)\]")
@@ -88,6 +89,7 @@ def worker_exception(
     if diagnosis.cause == "shm-exhausted":
         collect.add_machine_evidence(ev, None)
         diagnosis = diagnose(ev)
+    suspect_inherited(diagnosis, inherited_state(dataset))
     message = (
         f"Caught {ev.exception_type} {data.where}.\n"
         f"{format_verdict(diagnosis, include_stack=False)}\n"
