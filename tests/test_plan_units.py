@@ -7,69 +7,27 @@ row says what a failure becomes, and that the policy was asked once.
 
 from __future__ import annotations
 
-import functools
-import tempfile
 from typing import Any
 
 import pytest
-from torch.utils.data import DataLoader
 
 from loaderdoctor.forensics import Evidence
-from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.errors import HealingStoppedError
 from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, HealPolicy, Retried
-from loaderdoctor.supervise.parent import repair
-from loaderdoctor.supervise.parent.collect import EventReader
-from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.recovery import HandOver, Raise, Recovery, Resumed
-from loaderdoctor.supervise.parent.repair import Move, PoolParts
+from loaderdoctor.supervise.parent.repair import Move
 from loaderdoctor.supervise.parent.supervision import (
     IterState,
-    LoaderSnapshot,
     Settings,
     Supervision,
 )
 from loaderdoctor.supervise.parent.supervisor import HANDLED, NO_RESTART, Supervisor
 from loaderdoctor.supervise.parent.watch import PoolFailure
-from test_recovery import FakeBooks, FakePool
+from test_recovery import _setup
 
 
 def _recovery(heal: bool = True, probe_finds: Any = None) -> tuple[Recovery, Supervision]:
-    loader = DataLoader(list(range(12)), batch_size=2, num_workers=2)
-    settings = Settings(
-        hang_timeout=None,
-        heal=heal,
-        on_error="raise",
-        retries=0,
-        quarantine_path=None,
-        allow_in_process=False,
-    )
-    sup = Supervision.of(loader, settings)
-    sup.log.quiet = True
-    ledger = Ledger()
-    for task, indices in {0: [0, 1], 1: [2, 3], 2: [4, 5], 3: [6, 7]}.items():
-        ledger.owe(task, indices)
-
-    def probe(snapshot: LoaderSnapshot, indices: list[Any], collate: bool = False) -> Any:
-        return probe_finds
-
-    parts = PoolParts(
-        sup,
-        LoaderSnapshot(loader),
-        FakeBooks(),  # type: ignore[arg-type]
-        ledger,
-        FlightRecorder(2),
-        EventReader(tempfile.mkdtemp(prefix="ld-plan-"), functools.partial(repair.take_event, sup)),
-        streams=None,
-    )
-    recovery = Recovery(
-        parts,
-        respawns=0,
-        context=None,
-        probe=probe,
-        successor=lambda plan: ("successor", plan),
-    )
-    recovery.repair.watches(FakePool())  # type: ignore[arg-type]
+    recovery, _, _, sup, _ = _setup(heal, probe_finds)
     return recovery, sup
 
 
