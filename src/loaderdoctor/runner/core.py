@@ -53,7 +53,6 @@ from loaderdoctor.runner.protocol import (
     RUN_RECORD_NAME,
     SUPERVISOR_ENV,
 )
-from loaderdoctor.supervise.parent.incidents import FollowUp
 
 DEFAULT_REPORT_DIR = "loaderdoctor-report"
 DEFAULT_HANG_TIMEOUT_S = 300.0
@@ -639,6 +638,10 @@ def unsupervised_reasons(states: list[dict[str, Any]]) -> dict[str, int]:
 def read_incidents(incidents_dir: str, started_wall: float) -> list[RunIncident]:
     """Every incident line with what was learnt about it later (its follow-up lines), in time
     order."""
+    # Imported here, not at the top: run's own process must not import the supervised loader
+    # (and torch) at start, where a run nested in another's would find it half imported.
+    from loaderdoctor.supervise.parent.incidents import FollowUp
+
     records = list(protocol.read_incident_records(incidents_dir))
     follow_ups: dict[tuple[Any, Any, Any], list[FollowUp]] = {}
     for record in records:
