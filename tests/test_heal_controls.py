@@ -81,7 +81,7 @@ def test_a_bad_sample_is_blamed_with_the_control_that_cleared_the_rest() -> None
     assert (incident.diagnosis.cause, incident.action) == ("native-crash", "quarantined")
     controls = fnmatch.filter(
         incident.diagnosis.evidence,
-        "control: sample *, delivered earlier, loaded fine alone the same way",
+        "control: sample *, loaded whole earlier, loaded fine alone the same way",
     )
     assert len(controls) == 1
 
@@ -133,7 +133,7 @@ def test_healing_a_real_bad_sample_costs_one_extra_probe_at_most(
         warnings.simplefilter("ignore")
         delivered = sorted(int(v) for batch in loader for v in batch)
     assert delivered == [i for i in range(16) if i != 9]
-    # the sample alone, then one control delivered earlier: nothing else is re-tried
+    # the sample alone, then one control loaded whole earlier: nothing else is re-tried
     assert len(probed) == 2, probed
     assert probed[0] == [9]
     assert probed[1][0] in range(8)

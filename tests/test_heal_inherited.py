@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import multiprocessing
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -64,6 +65,41 @@ def test_a_semaphore_the_killed_workers_leaked_is_named_and_no_sample_blamed(
     )
     assert loader.report.quarantine == []
     # one hang, its re-try and the control's: no loop of hang timeouts
+    assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
+        ("shared-failure", "raised")
+    ]
+
+
+class LicensedLast(Licensed):
+    """Worker 0 takes its slot only once the other three hold theirs: the first batch is the
+    one that never comes, so no sample is delivered before the hang."""
+
+    def __getitem__(self, index: int) -> int:
+        info = torch.utils.data.get_worker_info()
+        if info is not None and info.id == 0 and not self.held:
+            deadline = time.monotonic() + 60
+            while self.slots.get_value() > 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return super().__getitem__(index)
+
+
+def test_with_no_sample_delivered_yet_a_batch_loaded_ahead_of_its_turn_is_the_control() -> None:
+    loader = loaderdoctor.DataLoader(
+        LicensedLast("fork"), batch_size=2, num_workers=4, heal=True, hang_timeout=2
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(loaderdoctor.HealingStoppedError) as stopped:
+            list(loader)
+    diagnosis = stopped.value.diagnosis
+    assert diagnosis.cause == "shared-failure"
+    assert fnmatch.filter(diagnosis.evidence, "in flight: sample 0, *")
+    assert fnmatch.filter(
+        diagnosis.evidence,
+        "healing stopped: sample 0 failed again alone in a fresh worker, and so did sample *, "
+        "loaded whole earlier in this run, *",
+    )
+    assert loader.report.quarantine == []
     assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
         ("shared-failure", "raised")
     ]

@@ -109,7 +109,7 @@ def test_the_policy_asks_for_the_retry_it_needs_and_decides_on_it() -> None:
 
         def alone(self, retry: Any) -> Retried:
             self.asked.append(("alone", retry.culprit, retry.replace_first, retry.stop_pool))
-            return Retried(True, 9)  # a control delivered earlier failed too: shared
+            return Retried(True, 9)  # a control loaded whole earlier failed too: shared
 
     recovery, _ = _recovery()
     failure = _failure(**SEGV_AT_4)

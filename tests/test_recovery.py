@@ -136,7 +136,9 @@ def _setup(
 
     def probe(snapshot: LoaderSnapshot, indices: list[Any], collate: bool = False) -> Any:
         probed.append(list(indices))
-        return probe_finds
+        # a failure found follows its sample: the control (another sample) loads fine
+        follows = not isinstance(probe_finds, int) or probe_finds in indices
+        return probe_finds if follows else None
 
     parts = PoolParts(
         sup,
@@ -182,7 +184,7 @@ def test_a_sample_that_kills_its_worker_again_is_quarantined_and_the_worker_repl
     with pytest.warns(HealWarning, match=r"-> quarantined \(sample 4\)$"):
         outcome = recovery.handle(_death())
     assert outcome == Resumed()
-    assert probed == [[4]]
+    assert probed == [[4], [6]]  # the sample alone, then task 3's, loaded ahead: the control
     assert list(sup.quarantine) == [4]
     assert pool.respawned == [0]  # worker 0 alone; worker 1 ran on
     assert books.workers_status == [True, True]

@@ -97,7 +97,7 @@ class Action:
     # Healing stops here at a limit (``note`` names it, its value and its keyword): the raise
     # is a ``HealingStoppedError``, not the failure's own.
     stops_healing: bool = False
-    # The control (a sample delivered earlier, re-tried the same way) failed too: the failure
+    # The control (a sample loaded whole earlier, re-tried the same way) failed too: the failure
     # is what the workers share, not the sample's; nothing is quarantined
     shared: bool = False
 
@@ -250,7 +250,7 @@ class Retrier(Protocol):
 
     def alone(self, retry: Retry) -> Retried:
         """Re-try the culprit alone and, where it failed again (before it is blamed), a
-        control the same way: a sample delivered earlier in this run."""
+        control the same way: a sample loaded whole earlier in this run."""
 
 
 @dataclass(frozen=True)
@@ -307,7 +307,7 @@ class HealPolicy:
         self, diagnosis: Diagnosis, at: Situation, retrier: Retrier, retry: Retry
     ) -> tuple[Action, bool]:
         """Decide again on what the re-try alone showed; before a sample is blamed, a control
-        (a sample delivered earlier, re-tried the same way) that fails too shows the failure is
+        (a sample loaded whole earlier, re-tried the same way) that fails too shows the failure is
         what the workers share: healing stops, nothing is quarantined. (A probe's culprit
         that failed again alone is always quarantined, so the control is asked with the
         re-try, in one call back.)"""
@@ -581,7 +581,7 @@ def _shared_control(at: Situation, culprit: object, control: object) -> Action:
         at.num_workers,
         at.prefetch_factor,
         f"healing stopped: sample {culprit!r} failed again alone in a fresh worker, and so "
-        f"did sample {control!r}, delivered earlier in this run, re-tried the same way (the "
+        f"did sample {control!r}, loaded whole earlier in this run, re-tried the same way (the "
         "control): the failure is not the sample's but what the workers share (state "
         "inherited from the main process, a lock or semaphore a killed worker held, the "
         "machine); nothing is quarantined",

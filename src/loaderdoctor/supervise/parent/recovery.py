@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.rules import oom_ruled_out
@@ -56,6 +57,8 @@ from loaderdoctor.supervise.shared_failure import (
     shared_by_the_workers,
     suspect_inherited,
 )
+from loaderdoctor.supervise.streams import StreamBatch
+from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SkippedBatch
 
 
 class Recovery:
@@ -149,6 +152,18 @@ class Recovery:
         resumes = self.parts.streams is not None and action.kind is not ActionKind.FALL_BACK
         stream = self._stream_culprit(ev, plan) if resumes else None
         return self._healing(plan, decision, ev.in_flight_index if stream is None else None, stream)
+
+    def loaded_ahead(self) -> list[int]:
+        """The samples of the batches that came back whole ahead of their turn, waiting in
+        torch's reorder buffer: loaded fine by a worker, so a control when none is delivered."""
+        parts, found = self.parts, list[int]()
+        for task, info in parts.books.task_info.items():
+            if len(info) != 2 or not _whole(info[1]):
+                continue
+            indices = parts.ledger.indices_of(task)
+            if isinstance(indices, list):
+                found.extend(i for i in indices if type(i) is int)
+        return found
 
     def _raised_alone(self, diagnosis: Diagnosis, note: str | None) -> None:
         diagnosis.evidence.extend([note] if note else [])
@@ -370,6 +385,7 @@ class _Retrier:
         self.stopping = stopping
         self.asked = False
         self.replacement: Replacement | None = None
+        self.loaded_ahead: list[int] | None = None
 
     def alone(self, retry: Retry) -> Retried:
         recovery, self.asked = self.recovery, True
@@ -378,6 +394,7 @@ class _Retrier:
             if retry.replace_first and recovery.parts.streams is None:
                 self.replacement = repair.replace_now(self.worker_id)
             if retry.stop_pool:
+                self.loaded_ahead = recovery.loaded_ahead()  # the stop empties torch's buffer
                 repair.stop(beside=self.worker_id)  # nothing the pool holds contends
         found = recovery.probe_batch(
             recovery.parts.snapshot, [retry.culprit], collate=retry.collate
@@ -391,16 +408,17 @@ class _Retrier:
         return Retried(True, self._control(retry))
 
     def _control(self, retry: Retry) -> object | None:
-        """Before a sample is blamed: a sample delivered earlier in this run, re-tried alone the
+        """Before a sample is blamed: a sample loaded whole earlier in this run, re-tried alone the
         same way (a fresh worker, the same start method and timeout). Failing too, it shows the
         failure is what the workers share (a lock held at fork, a leaked semaphore, a handle the
         dataset opened in the main process, the machine): healing stops, nothing quarantined
         (the control returned). Loading fine, it clears the rest: said in the evidence (None)."""
         recovery, diagnosis, culprit = self.recovery, self.diagnosis, retry.culprit
-        control = recovery.parts.sup.control_sample(culprit)
+        ahead = self.loaded_ahead if self.loaded_ahead is not None else recovery.loaded_ahead()
+        control = recovery.parts.sup.control_sample(culprit, ahead)
         if control is None:
             diagnosis.evidence.append(
-                "no control: no sample was delivered whole before this one, to re-try the same "
+                "no control: no sample was loaded whole before this one, to re-try the same "
                 "way and clear the rest"
             )
             return None
@@ -408,12 +426,13 @@ class _Retrier:
         if isinstance(outcome, str):
             recovery.parts.sup.counts.probe_failures += 1
             diagnosis.evidence.append(
-                f"control: sample {control!r}, delivered earlier, could not be re-tried ({outcome})"
+                f"control: sample {control!r}, loaded whole earlier, could not be re-tried "
+                f"({outcome})"
             )
             return None
         if outcome is None:
             diagnosis.evidence.append(
-                f"control: sample {control!r}, delivered earlier, loaded fine alone the same way"
+                f"control: sample {control!r}, loaded whole earlier, loaded fine alone the same way"
             )
             return None
         return control
@@ -426,6 +445,14 @@ def _weakly(method: weakref.WeakMethod[Callable[[Evidence, int], Plan]]) -> Any:
         return planner(ev, handled)
 
     return plan_beside
+
+
+def _whole(data: Any) -> bool:
+    """A batch received as its worker loaded it: not an exception, nor one a healing worker
+    changed (a skip or a replacement leaves its indices not all loaded)."""
+    return not torch_compat.is_exception_wrapper(data) and not isinstance(
+        data, (SkippedBatch, HealedBatch, StreamBatch)
+    )
 
 
 def _quarantined(index: Any, quarantine: Any) -> bool:

@@ -314,10 +314,12 @@ class Supervision:
             self.history.delivered_samples.extend(i for i in indices[-2:] if type(i) is int)
         return data
 
-    def control_sample(self, culprit: Any) -> int | None:
-        """A sample delivered earlier in this run (not ``culprit``, not quarantined): the control
-        that clears the rest when ``culprit`` is re-tried alone; None when there is none."""
-        for index in reversed(self.history.delivered_samples):
+    def control_sample(self, culprit: Any, loaded_ahead: Sequence[int] = ()) -> int | None:
+        """A sample loaded whole earlier in this run (not ``culprit``, not quarantined): the
+        control that clears the rest when ``culprit`` is re-tried alone; None when there is none.
+        One delivered comes first; else one of ``loaded_ahead``, the samples of batches that
+        came back ahead of their turn (the first batch can be the one that fails)."""
+        for index in (*reversed(self.history.delivered_samples), *loaded_ahead):
             if index != culprit and index not in self.quarantine:
                 return index
         return None
