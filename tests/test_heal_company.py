@@ -85,7 +85,7 @@ class SecondShardBroken(torch.utils.data.Dataset):
         return index
 
 
-@pytest.mark.parametrize("how", ["kill", "hang"])
+@pytest.mark.parametrize("how", ["kill", pytest.param("hang", marks=pytest.mark.extended)])
 def test_deaths_and_hangs_alike_on_sample_after_sample_are_a_shared_failure(how: str) -> None:
     loader = loaderdoctor.DataLoader(
         SecondShardBroken(how), batch_size=4, num_workers=2, heal=True, hang_timeout=1
@@ -136,7 +136,7 @@ def serve(listener: socket.socket, answers: int) -> None:
     ("start_method", "error"),
     [
         # a forked worker holds the listening socket open: connections wait, unanswered
-        ("fork", "TimeoutError: timed out"),
+        pytest.param("fork", "TimeoutError: timed out", marks=pytest.mark.extended),
         ("spawn", "ConnectionRefusedError: [Errno 111] Connection refused"),
     ],
 )

@@ -40,12 +40,21 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     png = shot.screenshot(html, tmp_path / "report.png", width=1000, height=1400, timeout=90)
     image = Image.open(png).convert("RGB")
     assert image.size == (1000, 1400)
-    colors = {color for _, color in image.getcolors(maxcolors=1 << 20) or []}
+    counts = image.getcolors(maxcolors=1 << 20) or []
+    colors = {color for _, color in counts}
     assert len(colors) > 50  # text, plots and cards, not a blank or error page
     assert rgb(STATUS_COLORS["crashed"]) in colors  # the status badge and the incident card
-    assert rgb(INCIDENT_COLOR) in colors  # incidents marked on the plots
+
+    def near(color: str) -> int:
+        # Thin lines are anti-aliased: where they fall between pixels, no pixel need carry
+        # the exact colour, so count the pixels close to it.
+        want = rgb(color)
+        return sum(n for n, got in counts if sum((a - b) ** 2 for a, b in zip(got, want)) <= 40**2)
+
+    assert near(INCIDENT_COLOR) >= 20  # incidents marked on the plots
     # the memory chart: the main process (dashed) and its worker, each in its own colour
-    assert {rgb(PALETTE[0]), rgb(PALETTE[1])} <= colors
+    assert near(PALETTE[0]) >= 3
+    assert near(PALETTE[1]) >= 3
 
 
 # --- what a reader saw wrong in Chromium, measured in Chromium --------------------

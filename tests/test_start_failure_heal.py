@@ -109,11 +109,13 @@ def test_a_worker_killed_while_torch_sends_the_first_indices_is_a_death_not_a_st
     # iterator waits for every worker's first state before it sends an index, and that wait
     # is where its watch starts and torch's check stops.)
     real = SupervisedMultiProcessingIter.ld_try_put_index
+    first: list[Any] = []  # the training epoch's iterator, not the probes healing starts later
 
     def send_then_wait_for_the_death(iterator: Any) -> None:
         real(iterator)
+        first[:] = first or [iterator]
         workers = iterator._ld.parts.books.processes().processes
-        if iterator._ld.parts.books.sent == 1:  # task 0 (sample 0) went to worker 0
+        if iterator is first[0] and iterator._ld.parts.books.sent == 1:  # sample 0, worker 0
             deadline = time.monotonic() + 60
             while not _dead(workers[0].pid) and time.monotonic() < deadline:
                 time.sleep(0.01)
