@@ -86,6 +86,64 @@ def test_a_bad_sample_is_blamed_with_the_control_that_cleared_the_rest() -> None
     assert len(controls) == 1
 
 
+class FirstBad(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> int:
+        if index == 0:
+            import ctypes
+
+            ctypes.string_at(0)
+        return index
+
+
+def test_a_lock_held_before_the_first_batch_stops_healing_on_untried_controls() -> None:
+    # nothing ever loaded: samples owed in other batches, re-tried alone, stand in as controls
+    loader = loaderdoctor.DataLoader(
+        UsesTheLock(), batch_size=4, num_workers=2, heal=True, hang_timeout=2
+    )
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with LOCK:
+            held.set()
+            release.wait(120)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    held.wait(10)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(loaderdoctor.HealingStoppedError) as stopped:
+                list(loader)
+    finally:
+        release.set()
+        holder.join(10)
+    first_line = str(stopped.value).splitlines()[0]
+    assert "none loaded whole yet in this run and each re-tried the same way" in first_line
+    assert stopped.value.diagnosis.cause == "shared-failure"
+    assert [i.action for i in loader.incidents] == ["raised"]  # no sample quarantined first
+    assert loader.report.quarantine == []
+
+
+def test_a_bad_first_sample_is_cleared_by_an_untried_control() -> None:
+    loader = loaderdoctor.DataLoader(FirstBad(), batch_size=4, num_workers=1, heal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        delivered = sorted(int(v) for batch in loader for v in batch)
+    assert delivered == list(range(1, 16))
+    (incident,) = loader.incidents
+    assert (incident.diagnosis.cause, incident.action) == ("native-crash", "quarantined")
+    controls = fnmatch.filter(
+        incident.diagnosis.evidence,
+        "control: sample *, not loaded before (no sample had loaded whole yet), loaded fine "
+        "alone the same way",
+    )
+    assert len(controls) == 1, incident.diagnosis.evidence
+
+
 class Slow(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return 12

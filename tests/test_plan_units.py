@@ -121,6 +121,24 @@ def test_the_policy_asks_for_the_retry_it_needs_and_decides_on_it() -> None:
     assert retrier.asked == [("alone", 4, True, False)]
     assert decision.action.kind is ActionKind.RAISE and decision.action.shared
     assert not decision.reproduced and decision.counts_death
+    assert "did sample 9, loaded whole earlier in this run" in (decision.action.note or "")
+
+
+def test_controls_not_loaded_before_are_named_as_such_when_they_fail_too() -> None:
+    class Retrier:
+        def alone(self, retry: Any) -> Retried:
+            return Retried(True, 15, (10,), loaded_before=False)
+
+    recovery, _ = _recovery()
+    failure = _failure(**SEGV_AT_4)
+    at = recovery._situation(failure.evidence, found_alone=False)
+    from loaderdoctor.forensics import diagnose
+
+    decision = POLICY.plan(diagnose(failure.evidence), at, Retrier())
+    assert decision.action.kind is ActionKind.RAISE and decision.action.shared
+    assert "did samples 15 and 10, none loaded whole yet in this run" in (
+        decision.action.note or ""
+    )
 
 
 # --- Supervisor.attempt ------------------------------------------------------------------------

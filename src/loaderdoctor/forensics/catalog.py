@@ -784,7 +784,11 @@ CAUSES: dict[str, Cause] = {
                 "paths and addresses masked. Eight different samples failing alike with no "
                 "sample delivered between, or more skipped samples than max_skipped (a count, "
                 "or a fraction of the dataset; default 0.5), stop healing; the verdict names "
-                "the shared message and, from its wording, the likely cause."
+                "the shared message and, from its wording, the likely cause. Before a sample "
+                "that failed again alone is blamed, a control is re-tried the same way: a "
+                "sample loaded whole earlier in this run or, before any has, two samples owed "
+                "in other batches; the control failing too stops healing at once, nothing "
+                "quarantined."
             ),
         ),
         Cause(

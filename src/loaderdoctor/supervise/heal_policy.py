@@ -239,10 +239,14 @@ class Retry:
 class Retried:
     """What a re-try showed: the culprit failed again alone (True), loaded fine (False), or why
     the re-try could not tell (a string, never taken for the sample's failure); and the control
-    that failed too (None when it loaded fine, or there was none to re-try)."""
+    that failed too (None when it loaded fine, or there was none to re-try). Before any sample
+    loaded whole, the controls are samples not tried yet: then every one re-tried failed too.
+    """
 
     failed_again: bool | str
     control_failed: object | None = None
+    also_failed: tuple[object, ...] = ()  # the other untried controls that failed
+    loaded_before: bool = True  # the control had loaded whole earlier in this run
 
 
 class Retrier(Protocol):
@@ -320,7 +324,7 @@ class HealPolicy:
             return action, False
         if retried.control_failed is None:
             return replace(action, note=""), True
-        return _shared_control(at, retry.culprit, retried.control_failed), False
+        return _shared_control(at, retry.culprit, retried), False
 
     def decide(self, diagnosis: Diagnosis, at: Situation) -> Action:
         action = self._decide(diagnosis, at)
@@ -575,14 +579,25 @@ def _within_fixed_workers(action: Action, at: Situation) -> Action:
     )
 
 
-def _shared_control(at: Situation, culprit: object, control: object) -> Action:
+def _shared_control(at: Situation, culprit: object, retried: Retried) -> Action:
+    if retried.loaded_before:
+        controls = (
+            f"did sample {retried.control_failed!r}, loaded whole earlier in this run, re-tried "
+            "the same way (the control)"
+        )
+    else:
+        samples = (retried.control_failed, *retried.also_failed)
+        named = " and ".join(f"{sample!r}" for sample in samples)
+        controls = (
+            f"did samples {named}, none loaded whole yet in this run and each re-tried the "
+            "same way (the controls)"
+        )
     return Action(
         ActionKind.RAISE,
         at.num_workers,
         at.prefetch_factor,
         f"healing stopped: sample {culprit!r} failed again alone in a fresh worker, and so "
-        f"did sample {control!r}, loaded whole earlier in this run, re-tried the same way (the "
-        "control): the failure is not the sample's but what the workers share (state "
+        f"{controls}: the failure is not the sample's but what the workers share (state "
         "inherited from the main process, a lock or semaphore a killed worker held, the "
         "machine); nothing is quarantined",
         stops_healing=True,

@@ -165,6 +165,18 @@ class Recovery:
                 found.extend(i for i in indices if type(i) is int)
         return found
 
+    def untried(self, culprit: Any) -> list[int]:
+        """The samples owed (sent, not delivered) outside the culprit's batch, none loaded or
+        quarantined yet, in order: controls when no sample has loaded whole."""
+        if self.parts.streams is not None:
+            return []
+        found, quarantine = list[int](), self.parts.sup.quarantine
+        for indices in self.parts.ledger.owed_in_order():
+            if not isinstance(indices, list) or culprit in indices:
+                continue
+            found.extend(i for i in indices if type(i) is int and not _quarantined(i, quarantine))
+        return found
+
     def _raised_alone(self, diagnosis: Diagnosis, note: str | None) -> None:
         diagnosis.evidence.extend([note] if note else [])
         suspect_inherited(diagnosis, inherited_state(self.parts.sup.dataset))
@@ -386,6 +398,7 @@ class _Retrier:
         self.asked = False
         self.replacement: Replacement | None = None
         self.loaded_ahead: list[int] | None = None
+        self.untried: list[int] | None = None
 
     def alone(self, retry: Retry) -> Retried:
         recovery, self.asked = self.recovery, True
@@ -394,7 +407,9 @@ class _Retrier:
             if retry.replace_first and recovery.parts.streams is None:
                 self.replacement = repair.replace_now(self.worker_id)
             if retry.stop_pool:
-                self.loaded_ahead = recovery.loaded_ahead()  # the stop empties torch's buffer
+                # the stop empties torch's buffer and settles the owed batches
+                self.loaded_ahead = recovery.loaded_ahead()
+                self.untried = recovery.untried(retry.culprit)
                 repair.stop(beside=self.worker_id)  # nothing the pool holds contends
         found = recovery.probe_batch(
             recovery.parts.snapshot, [retry.culprit], collate=retry.collate
@@ -405,23 +420,19 @@ class _Retrier:
         if found is None:
             recovery.parts.sup.history.loaded_fine_alone += 1
             return Retried(False)
-        return Retried(True, self._control(retry))
+        return self._control(retry)
 
-    def _control(self, retry: Retry) -> object | None:
+    def _control(self, retry: Retry) -> Retried:
         """Before a sample is blamed: a sample loaded whole earlier in this run, re-tried alone the
         same way (a fresh worker, the same start method and timeout). Failing too, it shows the
         failure is what the workers share (a lock held at fork, a leaked semaphore, a handle the
         dataset opened in the main process, the machine): healing stops, nothing quarantined
-        (the control returned). Loading fine, it clears the rest: said in the evidence (None)."""
+        (the control named). Loading fine, it clears the rest: said in the evidence."""
         recovery, diagnosis, culprit = self.recovery, self.diagnosis, retry.culprit
         ahead = self.loaded_ahead if self.loaded_ahead is not None else recovery.loaded_ahead()
         control = recovery.parts.sup.control_sample(culprit, ahead)
         if control is None:
-            diagnosis.evidence.append(
-                "no control: no sample was loaded whole before this one, to re-try the same "
-                "way and clear the rest"
-            )
-            return None
+            return self._untried_controls(retry)
         outcome = recovery.probe_batch(recovery.parts.snapshot, [control], collate=retry.collate)
         if isinstance(outcome, str):
             recovery.parts.sup.counts.probe_failures += 1
@@ -429,13 +440,60 @@ class _Retrier:
                 f"control: sample {control!r}, loaded whole earlier, could not be re-tried "
                 f"({outcome})"
             )
-            return None
+            return Retried(True)
         if outcome is None:
             diagnosis.evidence.append(
                 f"control: sample {control!r}, loaded whole earlier, loaded fine alone the same way"
             )
-            return None
-        return control
+            return Retried(True)
+        return Retried(True, control)
+
+    def _untried_controls(self, retry: Retry) -> Retried:
+        """With no sample loaded whole yet (a lock held before the first batch), samples not
+        tried yet stand in as controls, from batches other than the culprit's: one that loads
+        fine alone clears the rest; when two in a row fail too, the failure is shared. (A
+        second, because an untried control can be a bad sample itself.)"""
+        recovery, diagnosis = self.recovery, self.diagnosis
+        untried = self.untried if self.untried is not None else recovery.untried(retry.culprit)
+        failed: list[int] = []
+        for control in _spread(untried, UNTRIED_CONTROLS):
+            outcome = recovery.probe_batch(
+                recovery.parts.snapshot, [control], collate=retry.collate
+            )
+            if isinstance(outcome, str):
+                recovery.parts.sup.counts.probe_failures += 1
+                diagnosis.evidence.append(
+                    f"control: sample {control!r}, not loaded before, could not be re-tried "
+                    f"({outcome})"
+                )
+                return Retried(True)
+            if outcome is None:
+                before = f" (sample {failed[0]!r}, another, failed too)" if failed else ""
+                diagnosis.evidence.append(
+                    f"control: sample {control!r}, not loaded before (no sample had loaded whole "
+                    f"yet), loaded fine alone the same way{before}"
+                )
+                return Retried(True)
+            failed.append(control)
+        if len(failed) < UNTRIED_CONTROLS:
+            diagnosis.evidence.append(
+                "no control: no sample was loaded whole before this one, nor another sample "
+                "owed, to re-try the same way and clear the rest"
+            )
+            return Retried(True)
+        return Retried(True, failed[0], tuple(failed[1:]), loaded_before=False)
+
+
+UNTRIED_CONTROLS = 2  # the untried samples that must fail too before a failure is shared
+
+
+def _spread(candidates: list[int], count: int) -> list[int]:
+    """``count`` of ``candidates`` far apart (bad samples come in runs): the last, the middle."""
+    picked: list[int] = []
+    for position in (len(candidates) - 1, len(candidates) // 2, 0):
+        if 0 <= position < len(candidates) and candidates[position] not in picked:
+            picked.append(candidates[position])
+    return picked[:count]
 
 
 def _weakly(method: weakref.WeakMethod[Callable[[Evidence, int], Plan]]) -> Any:
