@@ -4,7 +4,8 @@
   texts and tags the parent reads back) is spelled in one module, ``boundary.py``;
 - no folder of the supervised core, nor of the renderers, holds more than 15 modules;
 - no function takes the iterator as an untyped ``it: Any`` (the old respawn mixin's shape).
-- no module keeps a worker context: each worker builds its own and hands it to its wrappers.
+- no module keeps a worker context: each worker builds its own and hands it to its wrappers;
+- what a worker is loading changes only through its ``Loading``'s methods, in one module.
 """
 
 from __future__ import annotations
@@ -158,3 +159,60 @@ def test_the_scan_finds_a_planted_module_level_context() -> None:
     assert module_level_worker_objects(writer, classes) == ["2: global _CONTEXT"]
     inside = "def f():\n    context = WorkerContext(0)\n    return context\n"
     assert module_level_worker_objects(inside, classes) == []
+
+
+CONTEXT = SRC / "supervise" / "worker" / "context.py"
+# What a collection's own methods change in place
+MUTATORS = {"add", "append", "clear", "discard", "extend", "insert", "pop", "remove", "update"}
+
+
+def loading_writes(source: str) -> list[str]:
+    """Lines that set or change a field of a worker's ``loading`` from outside its methods:
+    ``x.loading.f = ...``, ``x.loading.f += ...``, ``x.loading.f.append(...)``, and the same
+    through a local ``loading``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MUTATORS
+        ):
+            targets = [node.func.value]
+        else:
+            continue
+        for target in targets:
+            if isinstance(target, ast.Attribute) and _names_loading(target.value):
+                found.append(f"{node.lineno}: {ast.unparse(node).splitlines()[0]}")
+    return found
+
+
+def _names_loading(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "loading") or (
+        isinstance(node, ast.Name) and node.id == "loading"
+    )
+
+
+def test_only_the_loading_object_changes_what_a_worker_is_loading() -> None:
+    assert loading_writes(CONTEXT.read_text(encoding="utf-8")) == []  # its own: self.indices
+    found = {
+        path.relative_to(SRC).as_posix(): lines
+        for path in sorted(SRC.rglob("*.py"))
+        if (lines := loading_writes(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+
+
+def test_the_scan_finds_a_planted_loading_write() -> None:
+    planted = (
+        "context.loading.indices = []\n"
+        "self.context.loading.known_bad.add(3)\n"
+        "context.loading.begin([1])\n"
+        "loading.indices.append(2)\n"
+    )
+    assert loading_writes(planted) == [
+        "1: context.loading.indices = []",
+        "2: self.context.loading.known_bad.add(3)",
+        "4: loading.indices.append(2)",
+    ]

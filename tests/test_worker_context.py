@@ -7,14 +7,17 @@ never read what the other learned.
 
 from __future__ import annotations
 
+import copy
 import gc
 import json
+import pickle
 import warnings
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch.utils.data import IterableDataset, default_collate
 
@@ -22,7 +25,7 @@ import loaderdoctor
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.worker.collate import SupervisedCollate
-from loaderdoctor.supervise.worker.context import EventOutbox, WorkerContext
+from loaderdoctor.supervise.worker.context import EventOutbox, Loading, WorkerContext
 from loaderdoctor.supervise.worker.datasets import SupervisedIterableDataset, SupervisedMapDataset
 from loaderdoctor.supervise.worker.loader_view import attach_context
 from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SamplePolicy
@@ -47,14 +50,61 @@ class RaisesAt:
 
 def test_a_new_context_has_learned_nothing_and_shares_nothing() -> None:
     first, second = WorkerContext(0), WorkerContext(1)
-    first.known_bad.add(3)
-    first.good_structure = ("Tensor", (2,), "torch.float32")
-    first.batch_indices.append(7)
+    first.loading.bad(3)
+    first.loading.collated_like(("Tensor", (2,), "torch.float32"))
+    first.loading.add(7)
+    first.loading.loaded(7)
     first.outbox.record({"index": 3})
-    assert (second.known_bad, second.good_structure, second.batch_indices) == (set(), None, [])
+    learned = second.loading
+    assert (learned.known_bad, learned.good_structure, learned.indices) == (set(), None, [])
+    assert (learned.last_loaded, learned.stream, learned.take_resume()) == (None, None, None)
     assert (second.outbox.batch, second.outbox.kept) == ([], [])
-    assert (second.stream, second.stream_resume, second.slot, second.stack_log) == (None,) * 4
+    assert (second.slot, second.stack_log) == (None, None)
     assert second.outbox.worker_id == 1
+
+
+@pytest.mark.parametrize("field", ["worker_id", "slot", "outbox", "quarantine", "stack_log"])
+def test_a_workers_identity_cannot_change_after_its_start(field: str) -> None:
+    # As torch's WorkerInfo: the wrappers read who their worker is; only what it is loading
+    # changes, in one object.
+    context = WorkerContext(0)
+    was = getattr(context, field)
+    with pytest.raises(AttributeError, match="fixed for its life"):
+        setattr(context, field, None)
+    with pytest.raises(AttributeError, match="fixed for its life"):
+        delattr(context, field)
+    with pytest.raises(AttributeError, match="fixed for its life"):
+        context.loading = Loading()
+    assert getattr(context, field) is was
+
+
+def test_a_batch_in_hand_is_taken_once_by_its_collate() -> None:
+    loading = WorkerContext(0).loading
+    loading.begin([4, 5])
+    loading.add(6)
+    assert loading.take() == [4, 5, 6]
+    assert loading.take() == []  # the next batch starts with none
+    loading.add(9)
+    loading.failed()
+    assert loading.take() == []  # a batch that raised goes on to no collate
+    loading.collated_like("first")
+    loading.collated_like("second")
+    assert loading.good_structure == "first"  # the first structure learnt stands
+
+
+def test_a_restarted_stream_resumes_once() -> None:
+    resume = object()
+    context = WorkerContext(0, stream_resume=resume)
+    assert context.loading.take_resume() is resume
+    assert context.loading.take_resume() is None  # its first epoch only
+
+
+def test_a_placeholder_context_crosses_to_a_spawned_worker_whole() -> None:
+    wrapper = SupervisedMapDataset(RaisesAt(2), SKIP)
+    copied = pickle.loads(pickle.dumps(wrapper))
+    assert isinstance(copied.context, WorkerContext) and copied.context.worker_id is None
+    assert copied.context.loading.indices == []
+    assert copy.deepcopy(WorkerContext(3)).worker_id == 3
 
 
 def test_each_wrapper_starts_unattached_and_attach_gives_both_one_context() -> None:
@@ -171,6 +221,6 @@ def test_an_iterable_wrapper_gives_its_stream_the_workers_facts_not_the_context(
     context = WorkerContext(2)
     attach_context(context, wrapper, None)
     stream = iter(wrapper)
-    assert context.stream is stream
+    assert context.loading.stream is stream
     assert (stream.worker_id, stream.slot, stream.outbox) == (2, None, context.outbox)
     assert not any(value is context for value in vars(stream).values())

@@ -32,8 +32,7 @@ class SupervisedCollate:
     def __call__(self, samples: Any) -> Any:
         context = self.context
         slot = context.slot
-        indices = context.batch_indices
-        context.batch_indices = []
+        indices = context.loading.take()
         if isinstance(samples, SkippedBatch):
             samples.events = context.outbox.take_batch()
             return samples
@@ -69,13 +68,14 @@ class SupervisedCollate:
             slot.collated()
         # Samples that collated together share a structure; one sample alone shows nothing (it
         # may be the odd one, left alone in its batch after the others were skipped).
+        loading = context.loading
         if (
             self.heal
-            and context.good_structure is None
+            and loading.good_structure is None
             and isinstance(samples, list)
             and len(samples) >= 2
         ):
-            context.good_structure = _safe_structure(samples[0])
+            loading.collated_like(_safe_structure(samples[0]))
         return _with_events(context, _with_stream_positions(context, batch), len(indices))
 
     def _odd(self, samples: Any, indices: list[Any]) -> list[Any]:
@@ -83,7 +83,7 @@ class SupervisedCollate:
         the majority of this batch's samples and a few outside it, each one vote."""
         if not self.heal:
             return odd_samples(samples, indices)
-        good = self.context.good_structure
+        good = self.context.loading.good_structure
         if good is not None:
             return odd_samples(samples, indices, good)
         fetch = self.reference_votes
@@ -140,7 +140,7 @@ def _with_events(context: WorkerContext, batch: Any, samples: int) -> Any:
     outbox = context.outbox
     if not outbox.batch:
         return batch
-    if context.stream is not None:
+    if context.loading.stream is not None:
         if context.worker_id is None:
             outbox.flush()  # a stream loaded in-process: nothing can load its batch again
         return batch
@@ -153,7 +153,7 @@ def _with_stream_positions(context: WorkerContext, batch: Any) -> Any:
     The main process unwraps it before torch sees the batch; in-process loading (no worker id)
     and map-style datasets hand the batch on as it is.
     """
-    stream = context.stream
+    stream = context.loading.stream
     if stream is None or context.worker_id is None:
         return batch
     return stream.take_batch(batch, context.worker_id)

@@ -79,7 +79,8 @@ class SupervisedMapDataset(Dataset[Any]):
         slot = context.slot
         if slot is not None:
             slot.fetching(index)
-        context.batch_indices.append(index)
+        loading = context.loading
+        loading.add(index)
         try:
             sample = self.dataset[index]
         except Exception as error:  # the user's dataset raises anything
@@ -90,15 +91,15 @@ class SupervisedMapDataset(Dataset[Any]):
                 context.worker_id,
                 index=index,
                 stage="fetch",
-                batch=list(context.batch_indices),
-                loaded=context.last_loaded_index,
+                batch=list(loading.indices),
+                loaded=loading.last_loaded,
             )
-            context.batch_indices.clear()
+            loading.failed()
             raise
         except SystemExit as exiting:
             record_exit(context.stack_log, exiting)
             raise
-        context.last_loaded_index = index
+        loading.loaded(index)
         return sample
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
@@ -112,7 +113,7 @@ class SupervisedMapDataset(Dataset[Any]):
             return self._left_out(indices)
         dataset = self.dataset
         slot = context.slot
-        context.batch_indices = indices
+        context.loading.begin(indices)
         samples = []
         index = None
         # Our own bookkeeping stays outside the try: an error of ours is never the dataset's
@@ -136,7 +137,7 @@ class SupervisedMapDataset(Dataset[Any]):
         except SystemExit as exiting:
             record_exit(context.stack_log, exiting)
             raise
-        context.last_loaded_index = index
+        context.loading.loaded(index)
         return samples
 
     def _batch_failed(
@@ -147,11 +148,11 @@ class SupervisedMapDataset(Dataset[Any]):
         context = self.context
         if context.slot is not None:
             context.slot.error()
-        loaded = indices[len(samples) - 1] if samples else context.last_loaded_index
+        loaded = indices[len(samples) - 1] if samples else context.loading.last_loaded
         tag_exception(
             error, context.worker_id, index=index, stage="fetch", batch=list(indices), loaded=loaded
         )
-        context.batch_indices = []
+        context.loading.failed()
 
     def _quarantined(self, index: Any) -> bool:
         """Quarantined when this worker's pool started (its policy) or since: the main process
@@ -171,7 +172,7 @@ class SupervisedMapDataset(Dataset[Any]):
         kept: list[Any] = []
         samples: list[Any] = []
         index = None
-        context.batch_indices = kept
+        context.loading.begin(kept)
         try:
             for index in indices:
                 if self._quarantined(index):
@@ -187,7 +188,7 @@ class SupervisedMapDataset(Dataset[Any]):
         except SystemExit as exiting:
             record_exit(context.stack_log, exiting)
             raise
-        context.last_loaded_index = index
+        context.loading.loaded(index)
         return samples if samples else DroppedSamples([])
 
     def _fetch(self, index: Any, retries: int) -> tuple[bool, Any]:
@@ -212,15 +213,15 @@ class SupervisedMapDataset(Dataset[Any]):
         """A deterministic healthy stand-in: the next index (cyclically) that loads."""
         if not isinstance(index, int) or not policy.dataset_len:
             return None
-        known_bad = self.context.known_bad
+        loading = self.context.loading
         for step in range(1, min(policy.dataset_len, 64)):
             candidate = (index + step) % policy.dataset_len
-            if self._quarantined(candidate) or candidate in known_bad:
+            if self._quarantined(candidate) or candidate in loading.known_bad:
                 continue
             ok, sample = self._fetch(candidate, 0)
             if ok:
                 return candidate, sample
-            known_bad.add(candidate)
+            loading.bad(candidate)
         return None
 
     def reference_votes(self, batch: list[Any]) -> dict[Any, int]:
@@ -236,7 +237,7 @@ class SupervisedMapDataset(Dataset[Any]):
         if policy is None or not policy.dataset_len:
             return {}
         taken = set(batch)
-        known_bad = self.context.known_bad
+        known_bad = self.context.loading.known_bad
         counts: dict[Any, int] = {}
         tried = 0
         for candidate in range(policy.dataset_len):
@@ -256,7 +257,7 @@ class SupervisedMapDataset(Dataset[Any]):
         assert policy is not None
         context = self.context
         outbox = context.outbox
-        context.batch_indices = list(indices)
+        context.loading.begin(list(indices))
         outbox.batch = []  # a batch of a worker killed mid-way is loaded again: afresh
         samples: list[Any] = []
         kept_indices: list[Any] = []
@@ -271,7 +272,7 @@ class SupervisedMapDataset(Dataset[Any]):
                     kept_indices.append(index)
                     continue
                 failure = result
-                context.known_bad.add(index)
+                context.loading.bad(index)
             if policy.on_error == "replace":
                 found = self._substitute(index, policy)
                 if found is not None:
@@ -283,7 +284,7 @@ class SupervisedMapDataset(Dataset[Any]):
             events.append({**failure, "action": "skipped"})
         for event in events:
             outbox.record(event)
-        context.batch_indices = kept_indices
+        context.loading.begin(kept_indices)
         # A batch left short is delivered short, drop_last or not: its healthy samples arrive
         # exactly once (dropping it lost them; under a repeating sampler, timm's
         # MultiEpochsDataLoader, the next epoch's batch filled the gap).
@@ -322,12 +323,12 @@ class SupervisedBatchedMapDataset(SupervisedMapDataset):
                         _say_quarantined(context.outbox, index)
                 indices = kept
                 if not kept:
-                    context.batch_indices = []
+                    context.loading.begin([])
                     return DroppedSamples([])
         slot = context.slot
         if slot is not None and indices:
             slot.fetching(indices[0])
-        context.batch_indices = list(indices)
+        context.loading.begin(list(indices))
         try:
             return self.dataset.__getitems__(indices)
         except Exception as error:  # the user's __getitems__ raises anything
@@ -337,7 +338,7 @@ class SupervisedBatchedMapDataset(SupervisedMapDataset):
             tag_exception(
                 error, context.worker_id, index=culprit, stage="fetch", batch=list(indices)
             )
-            context.batch_indices = []
+            context.loading.failed()
             raise
 
     def _culprit_alone(self, indices: list[Any]) -> Any:
@@ -611,17 +612,21 @@ class SupervisedIterableDataset(IterableDataset[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         context = self.context
-        resume, context.stream_resume = context.stream_resume, None  # the first epoch only
         stream = _SupervisedIterator(
-            self.dataset, self.policy, resume, context.worker_id, context.slot, context.outbox
+            self.dataset,
+            self.policy,
+            context.loading.take_resume(),
+            context.worker_id,
+            context.slot,
+            context.outbox,
         )
-        context.stream = stream  # for the collate wrapper
+        context.loading.open_stream(stream)  # for the collate wrapper
         return stream
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or "dataset" not in self.__dict__:
             raise AttributeError(name)
-        stream = self.context.stream
+        stream = self.context.loading.stream
         if name == "state_dict" and stream is not None and stream.iterator is self.dataset:
             # A dataset that is its own iterator: torchdata saves its state once, as the
             # iterator's (dataset_state None); this wrapper is not its own iterator

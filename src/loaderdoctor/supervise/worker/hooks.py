@@ -102,6 +102,7 @@ class SupervisedWorkerInit:
         if self.oom_score_adj is not None:
             raise_oom_score(os.getpid(), self.oom_score_adj)
         slot = self.recorder.attach(worker_id)
+        stack_log = _open_stack_log(self.log_dir, worker_id)
         context = WorkerContext(
             worker_id,
             slot,
@@ -111,22 +112,11 @@ class SupervisedWorkerInit:
                 else NO_LIVE_QUARANTINE
             ),
             stream_resume=self.stream_resumes.get(worker_id),
+            stack_log=stack_log,  # the context keeps it open
         )
         info = get_worker_info()
         attach_context(context, info.dataset if info is not None else None, self.collate)
-        try:
-            # One file per worker process: faulthandler writes the Python stack of every thread
-            # into it at a fatal signal (SIGSEGV, SIGBUS, ...) and on the stack-dump signal.
-            path = boundary.stack_log(self.log_dir, worker_id, os.getpid())
-            context.stack_log = open(path, "w")  # the context keeps it open
-            # A forked worker inherits "enabled" from a parent run under pytest or -X
-            # faulthandler; enable() would then only switch files and leave torch's SIGSEGV
-            # handler in front. Disable first so faulthandler's handler is installed for real.
-            faulthandler.disable()
-            faulthandler.enable(file=context.stack_log, all_threads=True)
-        except (OSError, RuntimeError, ValueError):
-            pass  # no stack on a crash; every other piece of evidence still works
-        self._arm_stack_dump(worker_id, context.stack_log)
+        self._arm_stack_dump(worker_id, stack_log)
         _report_lost_batches(context)
         _announce_temp_dir(self.log_dir, worker_id)
         try:
@@ -309,6 +299,25 @@ def _sharer_failure() -> str:
     except (ImportError, OSError, ValueError):
         return boundary.SHARER_FAILED
     return f"{boundary.SHARER_FAILED} (its open-file limit is {soft})"
+
+
+def _open_stack_log(log_dir: str, worker_id: int) -> Any:
+    """This worker's stack log, where faulthandler writes the Python stack of every thread at a
+    fatal signal (SIGSEGV, SIGBUS, ...) and on the stack-dump signal; None where it cannot be
+    (no stack on a crash; every other piece of evidence still works)."""
+    try:
+        log = open(boundary.stack_log(log_dir, worker_id, os.getpid()), "w")
+    except OSError:
+        return None
+    try:
+        # A forked worker inherits "enabled" from a parent run under pytest or -X
+        # faulthandler; enable() would then only switch files and leave torch's SIGSEGV
+        # handler in front. Disable first so faulthandler's handler is installed for real.
+        faulthandler.disable()
+        faulthandler.enable(file=log, all_threads=True)
+    except (OSError, RuntimeError, ValueError):
+        pass  # the file still takes the exit and send-failure records
+    return log
 
 
 def _record_send_failure(
