@@ -1,8 +1,8 @@
 """What a supervised multiprocessing iterator does about a failed worker: decided once, as a value.
 
 ``Recovery.plan(failure)`` names the sample where the worker died on a whole batch, diagnoses the
-failure and asks the policy once (``HealPolicy.plan``: the re-try alone it needs is made through
-this module's retrier); the answer becomes a ``Plan`` (replace one worker, rebuild the pool with N
+failure and asks the policy once (``HealPolicy.plan``: the re-try alone it needs, and its
+control, are made through a ``controls.Retrier``); the answer becomes a ``Plan`` (replace one worker, rebuild the pool with N
 workers and a prefetch, fall back to plain torch, raise), with the incident's action and detail.
 Its ``Repair`` carries the plan out and writes the incident (``repair``); ``handle`` does both.
 What the iterator does next is a value: ``Resumed``, ``HandOver(successor)`` or ``Raise(error)``.
@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.rules import oom_ruled_out
@@ -30,10 +29,9 @@ from loaderdoctor.supervise.heal_policy import (
     POLICY,
     ActionKind,
     Decision,
-    Retried,
-    Retry,
     Situation,
 )
+from loaderdoctor.supervise.parent.controls import Retrier, in_quarantine
 from loaderdoctor.supervise.parent.repair import (
     MAX_SETTLED_RESULTS,
     RESULT_LOCK_WAIT_S,
@@ -57,8 +55,6 @@ from loaderdoctor.supervise.shared_failure import (
     shared_by_the_workers,
     suspect_inherited,
 )
-from loaderdoctor.supervise.streams import StreamBatch
-from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SkippedBatch
 
 
 class Recovery:
@@ -116,7 +112,9 @@ class Recovery:
         diagnosis = failure.diagnosis or diagnose(ev)
         at = self._situation(ev, found_alone)
         at = replace(at, batch_died_in_collate_before=batch_died_before, received=received)
-        retrier = _Retrier(self, diagnosis, ev.worker_id, stopping=False)
+        retrier = Retrier(
+            self.parts, self.repair, self.probe_batch, diagnosis, ev.worker_id, stopping=False
+        )
         decision = POLICY.plan(diagnosis, at, retrier)
         if decision.reproduced:  # its first evidence line says what the policy's note did
             reproduced_alone(diagnosis, at.culprit)
@@ -152,30 +150,6 @@ class Recovery:
         resumes = self.parts.streams is not None and action.kind is not ActionKind.FALL_BACK
         stream = self._stream_culprit(ev, plan) if resumes else None
         return self._healing(plan, decision, ev.in_flight_index if stream is None else None, stream)
-
-    def loaded_ahead(self) -> list[int]:
-        """The samples of the batches that came back whole ahead of their turn, waiting in
-        torch's reorder buffer: loaded fine by a worker, so a control when none is delivered."""
-        parts, found = self.parts, list[int]()
-        for task, info in parts.books.task_info.items():
-            if len(info) != 2 or not _whole(info[1]):
-                continue
-            indices = parts.ledger.indices_of(task)
-            if isinstance(indices, list):
-                found.extend(i for i in indices if type(i) is int)
-        return found
-
-    def untried(self, culprit: Any) -> list[int]:
-        """The samples owed (sent, not delivered) outside the culprit's batch, none loaded or
-        quarantined yet, in order: controls when no sample has loaded whole."""
-        if self.parts.streams is not None:
-            return []
-        found, quarantine = list[int](), self.parts.sup.quarantine
-        for indices in self.parts.ledger.owed_in_order():
-            if not isinstance(indices, list) or culprit in indices:
-                continue
-            found.extend(i for i in indices if type(i) is int and not _quarantined(i, quarantine))
-        return found
 
     def _raised_alone(self, diagnosis: Diagnosis, note: str | None) -> None:
         diagnosis.evidence.extend([note] if note else [])
@@ -216,7 +190,8 @@ class Recovery:
         re-tried alone and quarantined as any other would be; its batches go with the rest."""
         diagnosis = diagnose(ev)
         at = self._situation(ev, found_alone=False)
-        decision = POLICY.plan(diagnosis, at, _Retrier(self, diagnosis, ev.worker_id, True))
+        retrier = Retrier(self.parts, self.repair, self.probe_batch, diagnosis, ev.worker_id, True)
+        decision = POLICY.plan(diagnosis, at, retrier)
         if decision.reproduced:
             reproduced_alone(diagnosis, at.culprit)
         quarantine = decision.action.kind is ActionKind.QUARANTINE and not self.parts.iterable
@@ -298,7 +273,7 @@ class Recovery:
             stage=ev.stage,
             reached_worker_init=ev.reached_worker_init,
             culprit=ev.in_flight_index,
-            culprit_quarantined=_quarantined(ev.in_flight_index, sup.quarantine),
+            culprit_quarantined=in_quarantine(ev.in_flight_index, sup.quarantine),
             in_process_allowed=sup.settings.allow_in_process,
             workers_fixed=self.repair.resume_point is not None,
             resumes_exactly=self.repair.resume_point is None or bool(self.parts.snapshot.in_order),
@@ -382,120 +357,6 @@ class Recovery:
         return "lost", f" ({named}; {lost})"
 
 
-class _Retrier:
-    """The re-tries alone the policy asks for, made in fresh workers; what they showed is
-    counted and, for a control, said in the evidence. Before a re-try of a failure handled
-    now, the dead worker's replacement starts (its start-up overlaps the re-try) or the pool
-    stops, as the policy says; a death found while stopping has neither."""
-
-    def __init__(
-        self, recovery: Recovery, diagnosis: Diagnosis, worker_id: int | None, stopping: bool
-    ) -> None:
-        self.recovery = recovery
-        self.diagnosis = diagnosis
-        self.worker_id = worker_id
-        self.stopping = stopping
-        self.asked = False
-        self.replacement: Replacement | None = None
-        self.loaded_ahead: list[int] | None = None
-        self.untried: list[int] | None = None
-
-    def alone(self, retry: Retry) -> Retried:
-        recovery, self.asked = self.recovery, True
-        repair = recovery.repair
-        if not self.stopping:
-            if retry.replace_first and recovery.parts.streams is None:
-                self.replacement = repair.replace_now(self.worker_id)
-            if retry.stop_pool:
-                # the stop empties torch's buffer and settles the owed batches
-                self.loaded_ahead = recovery.loaded_ahead()
-                self.untried = recovery.untried(retry.culprit)
-                repair.stop(beside=self.worker_id)  # nothing the pool holds contends
-        found = recovery.probe_batch(
-            recovery.parts.snapshot, [retry.culprit], collate=retry.collate
-        )
-        if isinstance(found, str):  # the probe could not tell: never the sample's failure
-            recovery.parts.sup.counts.probe_failures += 1
-            return Retried(found)
-        if found is None:
-            recovery.parts.sup.history.loaded_fine_alone += 1
-            return Retried(False)
-        return self._control(retry)
-
-    def _control(self, retry: Retry) -> Retried:
-        """Before a sample is blamed: a sample loaded whole earlier in this run, re-tried alone the
-        same way (a fresh worker, the same start method and timeout). Failing too, it shows the
-        failure is what the workers share (a lock held at fork, a leaked semaphore, a handle the
-        dataset opened in the main process, the machine): healing stops, nothing quarantined
-        (the control named). Loading fine, it clears the rest: said in the evidence."""
-        recovery, diagnosis, culprit = self.recovery, self.diagnosis, retry.culprit
-        ahead = self.loaded_ahead if self.loaded_ahead is not None else recovery.loaded_ahead()
-        control = recovery.parts.sup.control_sample(culprit, ahead)
-        if control is None:
-            return self._untried_controls(retry)
-        outcome = recovery.probe_batch(recovery.parts.snapshot, [control], collate=retry.collate)
-        if isinstance(outcome, str):
-            recovery.parts.sup.counts.probe_failures += 1
-            diagnosis.evidence.append(
-                f"control: sample {control!r}, loaded whole earlier, could not be re-tried "
-                f"({outcome})"
-            )
-            return Retried(True)
-        if outcome is None:
-            diagnosis.evidence.append(
-                f"control: sample {control!r}, loaded whole earlier, loaded fine alone the same way"
-            )
-            return Retried(True)
-        return Retried(True, control)
-
-    def _untried_controls(self, retry: Retry) -> Retried:
-        """With no sample loaded whole yet (a lock held before the first batch), samples not
-        tried yet stand in as controls, from batches other than the culprit's: one that loads
-        fine alone clears the rest; when two in a row fail too, the failure is shared. (A
-        second, because an untried control can be a bad sample itself.)"""
-        recovery, diagnosis = self.recovery, self.diagnosis
-        untried = self.untried if self.untried is not None else recovery.untried(retry.culprit)
-        failed: list[int] = []
-        for control in _spread(untried, UNTRIED_CONTROLS):
-            outcome = recovery.probe_batch(
-                recovery.parts.snapshot, [control], collate=retry.collate
-            )
-            if isinstance(outcome, str):
-                recovery.parts.sup.counts.probe_failures += 1
-                diagnosis.evidence.append(
-                    f"control: sample {control!r}, not loaded before, could not be re-tried "
-                    f"({outcome})"
-                )
-                return Retried(True)
-            if outcome is None:
-                before = f" (sample {failed[0]!r}, another, failed too)" if failed else ""
-                diagnosis.evidence.append(
-                    f"control: sample {control!r}, not loaded before (no sample had loaded whole "
-                    f"yet), loaded fine alone the same way{before}"
-                )
-                return Retried(True)
-            failed.append(control)
-        if len(failed) < UNTRIED_CONTROLS:
-            diagnosis.evidence.append(
-                "no control: no sample was loaded whole before this one, nor another sample "
-                "owed, to re-try the same way and clear the rest"
-            )
-            return Retried(True)
-        return Retried(True, failed[0], tuple(failed[1:]), loaded_before=False)
-
-
-UNTRIED_CONTROLS = 2  # the untried samples that must fail too before a failure is shared
-
-
-def _spread(candidates: list[int], count: int) -> list[int]:
-    """``count`` of ``candidates`` far apart (bad samples come in runs): the last, the middle."""
-    picked: list[int] = []
-    for position in (len(candidates) - 1, len(candidates) // 2, 0):
-        if 0 <= position < len(candidates) and candidates[position] not in picked:
-            picked.append(candidates[position])
-    return picked[:count]
-
-
 def _weakly(method: weakref.WeakMethod[Callable[[Evidence, int], Plan]]) -> Any:
     def plan_beside(ev: Evidence, handled: int) -> Plan:
         planner = method()
@@ -503,21 +364,6 @@ def _weakly(method: weakref.WeakMethod[Callable[[Evidence, int], Plan]]) -> Any:
         return planner(ev, handled)
 
     return plan_beside
-
-
-def _whole(data: Any) -> bool:
-    """A batch received as its worker loaded it: not an exception, nor one a healing worker
-    changed (a skip or a replacement leaves its indices not all loaded)."""
-    return not torch_compat.is_exception_wrapper(data) and not isinstance(
-        data, (SkippedBatch, HealedBatch, StreamBatch)
-    )
-
-
-def _quarantined(index: Any, quarantine: Any) -> bool:
-    try:
-        return index is not None and index in quarantine
-    except TypeError:  # an unhashable index
-        return False
 
 
 __all__ = [

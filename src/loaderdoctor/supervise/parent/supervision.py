@@ -31,7 +31,7 @@ from loaderdoctor.supervise.parent.incidents import (
     LoaderReport,
     build_report,
 )
-from loaderdoctor.supervise.parent.ledger import Counts
+from loaderdoctor.supervise.parent.pool import Counts
 from loaderdoctor.supervise.parent.quarantine import (
     QuarantineEntry,
     dataset_length,
