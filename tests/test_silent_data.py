@@ -61,10 +61,11 @@ def _watch(loader: Any, strict: bool = False) -> DataWatch:
 
 
 def _quiet(watch: DataWatch, steps: Any) -> list[str]:
-    """Run ``steps(watch)``; the DataWarnings it gave, as text."""
+    """Run ``steps(watch)`` and end its epoch; the DataWarnings given, as text."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         steps(watch)
+        watch.epoch_finished()
     return [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
 
 
@@ -95,6 +96,54 @@ def test_a_stream_every_worker_yields_whole_is_found_with_the_workers() -> None:
         "files)"
     ]
     assert [f.kind for f in watch.findings] == ["duplicated-stream"]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes")
+def test_a_finding_is_said_at_the_epoch_boundary_never_between_two_batches() -> None:
+    # torch's loader says nothing while a clean epoch runs: a warning between two batches breaks
+    # a test that asserts none (torch's own suite does, on a stream every worker yields whole)
+    loader = torch.utils.data.DataLoader(Records(), batch_size=2, num_workers=4)
+    whole = [torch.tensor([2 * i, 2 * i + 1]) for i in range(4)]
+    batches = [whole[i // 4] for i in range(16)]  # torch takes the 4 workers in turn
+    for end in ("epoch_finished", "next_epoch"):
+        watch = _watch(loader)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _stream_epoch(watch, batches)
+            assert caught == [] and [f.kind for f in watch.findings] == ["duplicated-stream"]
+            if end == "epoch_finished":
+                watch.epoch_finished()
+            else:
+                watch.epoch_started(1)
+            assert [w.category for w in caught] == [DataWarning]
+            watch.epoch_finished()
+            assert len(caught) == 1  # said once
+    strict = _watch(loader, strict=True)
+    with pytest.raises(DataError, match=r"\[duplicated-stream\]"):
+        _stream_epoch(strict, batches)  # strict raises at once, between two batches
+
+
+class Counting(IterableDataset):  # type: ignore[type-arg]
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(20))
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")  # 2 cores
+def test_a_real_loader_iterates_a_duplicated_stream_without_a_warning_until_its_next_epoch() -> (
+    None
+):
+    loader = loaderdoctor.DataLoader(Counting(), num_workers=3)
+    iterator = iter(loader)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(40):
+            next(iterator)
+    assert caught == []
+    assert [f["kind"] for f in loader.report.data_findings] == ["duplicated-stream"]
+    with pytest.warns(DataWarning, match=r"\[duplicated-stream\]"):
+        iterator = iter(loader)
+    del iterator
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes")

@@ -14,9 +14,11 @@ main process:
   main process held when the workers started;
 - random generators cloned into every worker (``supervise.worker.rng_states``).
 
-Each is found once per loader, warned (``DataWarning``) with its evidence and fix, and kept for the
-report; ``strict`` (the ``strict_data`` keyword, ``loaderdoctor run --strict``) raises
-``DataError`` instead. The cost is bounded: a fingerprint of a few dozen batches per epoch, one walk
+Each is found once per loader and kept for the report at once; its ``DataWarning`` (evidence and
+fix) is said at the next epoch boundary, when the epoch ends or the next one starts, never between
+two batches: on a run that torch's loader finishes without a warning, none interrupts the epoch (a
+test that asserts no warning while it iterates, as torch's own suite does, passes). ``strict`` (the
+``strict_data`` keyword, ``loaderdoctor run --strict``) raises ``DataError`` at once instead. The cost is bounded: a fingerprint of a few dozen batches per epoch, one walk
 of the dataset's attributes per epoch start.
 """
 
@@ -209,6 +211,7 @@ class DataWatch:
         self.iterable = isinstance(dataset, IterableDataset)
         self.strict = bool(os.environ.get(STRICT_ENV)) if strict is None else strict
         self.findings: list[DataFinding] = []
+        self._untold: list[DataFinding] = []  # found, warned at the next epoch boundary
         self.restarts: list[PersistentRestart] = []
         self._found: set[str] = set()
         self.epoch = -1
@@ -228,6 +231,7 @@ class DataWatch:
     # --- moments ---------------------------------------------------------------------------
     def epoch_started(self, epoch: int) -> None:
         self._epoch_ended()
+        self.tell()
         self.epoch = epoch
         loader = self.owner()
         if loader is None:
@@ -246,6 +250,17 @@ class DataWatch:
         self._stale = []
         if getattr(loader, "persistent_workers", False) and self._attributes_at_start is not None:
             self._stale = _changed(self._attributes_at_start, simple_attributes(self.dataset))
+
+    def epoch_finished(self) -> None:
+        """The epoch's iterator is exhausted: what it showed is said now."""
+        self._epoch_ended()
+        self.tell()
+
+    def tell(self) -> None:
+        """Warn the findings not said yet (at an epoch boundary)."""
+        untold, self._untold = self._untold, []
+        for finding in untold:
+            warnings.warn(finding.message(), DataWarning, stacklevel=user_stacklevel())
 
     def workers_started(self) -> None:
         """A pool (or a replacement worker) started: its copy of the dataset is the main
@@ -308,7 +323,7 @@ class DataWatch:
         self.findings.append(finding)
         if self.strict:
             raise DataError(finding.message())
-        warnings.warn(finding.message(), DataWarning, stacklevel=user_stacklevel())
+        self._untold.append(finding)
 
     def _tell_frozen(self, order: list[tuple[Any, ...]]) -> None:
         from torch.utils.data.distributed import DistributedSampler

@@ -86,9 +86,7 @@ class SupervisedSingleProcessIter(torch_compat.HookedSingleProcessIter):
             return super().ld_next_data()
         except StopIteration:
             take_in_process_events(self._ld_sup)  # a stream's last skips come with its end
-            if self._ld_sup.backoff is not None:
-                self._ld_sup.backoff.epoch_finished()
-            self._ld_sup.tell_watchers("epoch-end")
+            self._ld_sup.epoch_finished()
             raise
         except Exception as error:  # the user's dataset in this process: any exception
             notes = list(getattr(error, "__notes__", []))

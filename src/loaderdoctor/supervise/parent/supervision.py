@@ -271,6 +271,13 @@ class Supervision:
         self.tell_watchers("iter")
         return None if self.plain_torch else self.climb_at_epoch_start()
 
+    def epoch_finished(self) -> None:
+        """The epoch's iterator is exhausted (StopIteration reached the user)."""
+        if self.backoff is not None:
+            self.backoff.epoch_finished()
+        self.data.epoch_finished()
+        self.tell_watchers("epoch-end")
+
     def workers_started(self, pids: set[int], oom_notes: Sequence[str] = ()) -> None:
         """Workers started (a pool, or one replacement): their pids, and why the OOM killer's
         order could not be set where it could not."""

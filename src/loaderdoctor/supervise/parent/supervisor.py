@@ -379,9 +379,7 @@ class Supervisor:
 
     def epoch_done(self) -> None:
         self.parts.events.drain()
-        if self.parts.sup.backoff is not None:
-            self.parts.sup.backoff.epoch_finished()
-        self.parts.sup.tell_watchers("epoch-end")
+        self.parts.sup.epoch_finished()
 
     # --- streams (IterableDataset): positions delivered, culprits skipped ---------------------
     def stream_delivered(self, batch: StreamBatch, indices: Any, counted: bool) -> Any:
