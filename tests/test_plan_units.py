@@ -241,3 +241,25 @@ def test_attempt_while_building_gives_up_or_starts_over(start_state: Any, call: 
     supervisor, planner = _supervisor(Resumed())
     assert supervisor.attempt(_pool_failure, building=True, start_state=start_state) is HANDLED
     assert planner.calls == [call]
+
+
+def test_a_control_whose_probe_cannot_tell_is_counted_and_said_and_the_retry_decides() -> None:
+    recovery, sup = _recovery(probe_finds=4)
+    probed: list[list[Any]] = []
+
+    def probe(snapshot: Any, indices: list[Any], collate: bool = False) -> Any:
+        probed.append(list(indices))
+        return 4 if indices == [4] else "the probe's worker could not start"
+
+    recovery.probe_batch = probe
+    plan = recovery.plan(_failure(**SEGV_AT_4))
+    assert probed[0] == [4] and len(probed) == 2  # the culprit, then one control only
+    [control] = probed[1]
+    assert control not in (4, 5)  # from another batch than the culprit's
+    assert sup.counts.probe_failures == 1
+    assert (
+        f"control: sample {control!r}, loaded whole earlier, could not be re-tried "
+        "(the probe's worker could not start)"
+    ) in plan.diagnosis.evidence
+    # no control spoke against it: sample 4, which failed again alone, is blamed
+    assert (plan.record_as, plan.action.kind) == ("quarantined", ActionKind.QUARANTINE)

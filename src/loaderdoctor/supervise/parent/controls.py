@@ -78,13 +78,8 @@ class Retrier:
         control = parts.sup.control_sample(culprit, ahead)
         if control is None:
             return self._untried_controls(retry)
-        outcome = self.probe(parts.snapshot, [control], collate=retry.collate)
+        outcome = self._probe_control(control, retry, "loaded whole earlier")
         if isinstance(outcome, str):
-            parts.sup.counts.probe_failures += 1
-            diagnosis.evidence.append(
-                f"control: sample {control!r}, loaded whole earlier, could not be re-tried "
-                f"({outcome})"
-            )
             return Retried(True)
         if outcome is None:
             diagnosis.evidence.append(
@@ -102,13 +97,8 @@ class Retrier:
         owed = self.untried if self.untried is not None else untried(parts, retry.culprit)
         failed: list[int] = []
         for control in _spread(owed, UNTRIED_CONTROLS):
-            outcome = self.probe(parts.snapshot, [control], collate=retry.collate)
+            outcome = self._probe_control(control, retry, "not loaded before")
             if isinstance(outcome, str):
-                parts.sup.counts.probe_failures += 1
-                diagnosis.evidence.append(
-                    f"control: sample {control!r}, not loaded before, could not be re-tried "
-                    f"({outcome})"
-                )
                 return Retried(True)
             if outcome is None:
                 before = f" (sample {failed[0]!r}, another, failed too)" if failed else ""
@@ -125,6 +115,17 @@ class Retrier:
             )
             return Retried(True)
         return Retried(True, failed[0], tuple(failed[1:]), loaded_before=False)
+
+    def _probe_control(self, control: int, retry: Retry, chosen: str) -> Any:
+        """``control`` re-tried alone as the culprit was (``chosen``: how it was picked). A
+        probe that could not tell is counted and said: it clears nothing and blames nothing."""
+        outcome = self.probe(self.parts.snapshot, [control], collate=retry.collate)
+        if isinstance(outcome, str):
+            self.parts.sup.counts.probe_failures += 1
+            self.diagnosis.evidence.append(
+                f"control: sample {control!r}, {chosen}, could not be re-tried ({outcome})"
+            )
+        return outcome
 
 
 def loaded_ahead(parts: PoolParts) -> list[int]:
