@@ -145,7 +145,7 @@ def detector_costs(repeats: int = 2000) -> dict[str, float]:
     """µs of each silent-data detector's step, alone: what a supervised loader adds per batch
     (inside the first batches of an epoch that are looked at, and after them), per epoch start
     and per worker start. The epoch figures above include them."""
-    from loaderdoctor.supervise.parent.detectors import DataWatch
+    from loaderdoctor.supervise.detectors import DataWatch
     from loaderdoctor.supervise.worker import rng_states
 
     def per_call(step: Callable[[], object], n: int = repeats) -> float:

@@ -9,7 +9,7 @@ import pytest
 
 from loaderdoctor.forensics import Diagnosis
 from loaderdoctor.supervise.parent.incidents import IncidentLog, build_report
-from loaderdoctor.supervise.parent.pool import Counts
+from loaderdoctor.supervise.parent.ledger import Counts
 
 
 def verdict(cause: str) -> Diagnosis:

@@ -17,7 +17,8 @@ import pytest
 
 from loaderdoctor.recorder import N_FIELDS, NAME_WORDS, Field, FlightRecorder, Stage
 from loaderdoctor.supervise.heal import HealWarning
-from loaderdoctor.supervise.parent.pool import Ledger, Pool
+from loaderdoctor.supervise.parent.ledger import Ledger
+from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.watch import PoolFailure, WorkerWatch
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress
 from loaderdoctor.torch_compat import WorkerLists

@@ -25,7 +25,7 @@ from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
 from loaderdoctor.supervise.parent import repair
 from loaderdoctor.supervise.parent.collect import EventReader
-from loaderdoctor.supervise.parent.pool import Ledger
+from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.recovery import (
     TABLE_FULL_NOTE,
     HandOver,

@@ -25,8 +25,8 @@ import loaderdoctor
 from conftest import FIXTURES, run_python
 from loaderdoctor.report.run_text import format_data_finding
 from loaderdoctor.runner import protocol
-from loaderdoctor.supervise.parent import detectors
-from loaderdoctor.supervise.parent.detectors import (
+from loaderdoctor.supervise import detectors
+from loaderdoctor.supervise.detectors import (
     DataError,
     DataWarning,
     DataWatch,
@@ -412,7 +412,7 @@ def test_run_strict_fails_the_command_and_reports_the_finding(tmp_path: Path) ->
     )
     assert result.returncode == 1, result.stderr[-2000:]
     assert (
-        "loaderdoctor.supervise.parent.detectors.DataError: loaderdoctor: the "
+        "loaderdoctor.supervise.detectors.DataError: loaderdoctor: the "
         "DistributedSampler repeats the same order every epoch [frozen-order]" in result.stderr
     )
     report = json.loads((tmp_path / "report.json").read_text())

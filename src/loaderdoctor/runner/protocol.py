@@ -38,7 +38,7 @@ MAX_DEATHS_ENV = "LOADERDOCTOR_RUN_MAX_DEATHS_IN_A_ROW"
 # The pid of the ``loaderdoctor run`` process: its direct child watches it (``lifeline``), and
 # a ``loaderdoctor run`` started under it sees that it is already supervised.
 SUPERVISOR_ENV = "LOADERDOCTOR_RUN_SUPERVISOR"
-# --strict: wrong data delivered without an error raises (``supervise.parent.detectors`` reads it)
+# --strict: wrong data delivered without an error raises (``supervise.detectors`` reads it)
 STRICT_DATA_ENV = "LOADERDOCTOR_STRICT_DATA"
 # Ray's own variable: the function its driver's ``ray.init`` hands the job's runtime environment
 # to (``runner.ray_hook``); a user's own, which run's replaces, is kept in the second and run first.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from loaderdoctor.supervise.detectors import DataError, DataWarning
 from loaderdoctor.supervise.errors import (
     HealingStoppedError,
     LoaderError,
@@ -10,7 +11,6 @@ from loaderdoctor.supervise.errors import (
     WorkerStartError,
 )
 from loaderdoctor.supervise.loader import DataLoader, Incident
-from loaderdoctor.supervise.parent.detectors import DataError, DataWarning
 
 __all__ = [
     "DataError",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from loaderdoctor.forensics.evidence import Diagnosis
-from loaderdoctor.supervise.parent.pool import Counts
+from loaderdoctor.supervise.parent.ledger import Counts
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,4 @@
-"""The worker processes of one supervised iterator: liveness, a fast stop, what dead ones leave;
-and the books of what they owe (``Ledger``) and what the loader counted (``Counts``).
+"""The worker processes of one supervised iterator: liveness, a fast stop, what dead ones leave.
 
 torch's iterator starts the processes (so a clean run takes torch's own code path); the ``Pool``
 owns them from then on: the supervisor asks it who is alive and how a worker ended, and it stops
@@ -9,12 +8,10 @@ whole pool) is a method on this object, not a change to its callers.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import time
-from collections.abc import Callable, Container
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor import boundary, torch_compat
@@ -158,60 +155,4 @@ def kill_all(processes: list[Any]) -> None:
         process.join(timeout=5)
 
 
-# The ledger of one worker pool: every batch handed to a worker is owed until it is delivered.
-# When a pool is rebuilt, every owed batch is sent again, in order, before the sampler continues;
-# when one worker is replaced, the batches that worker owed are sent again to its replacement. So
-# each healthy sample arrives exactly once: nothing delivered is sent twice, nothing owed is lost.
-class Ledger:
-    def __init__(self) -> None:
-        self._owed: dict[int, Any] = {}  # task number -> the indices of that batch
-
-    def owe(self, task: int, indices: Any) -> None:
-        self._owed[task] = indices
-
-    def settle_handed_over(self, outstanding: Container[int]) -> tuple[int | None, Any]:
-        """The batch torch just took off its books (no longer in ``outstanding``): (task,
-        indices).
-
-        torch pops a task from ``_task_info`` just before it processes the data; the owed task
-        that is not outstanding any more is the one being handed over.
-        """
-        task: int | None = None
-        indices: Any = None
-        for owed_task in [t for t in self._owed if t not in outstanding]:
-            task, indices = owed_task, self._owed.pop(owed_task)
-        return task, indices
-
-    def owes(self, task: int) -> bool:
-        return task in self._owed
-
-    def indices_of(self, task: int) -> Any:
-        return self._owed.get(task)
-
-    def owed_in_order(self) -> list[Any]:
-        return [self._owed[task] for task in sorted(self._owed)]
-
-    def clear(self) -> None:
-        self._owed.clear()
-
-    def __len__(self) -> int:
-        return len(self._owed)
-
-
-@dataclass
-class Counts:
-    """What one loader counted across its iterators: the report's ``counts`` (same keys, same
-    order, as ``as_dict``)."""
-
-    batches: int = 0  # delivered to the user
-    samples: int = 0  # in the delivered batches
-    skipped: int = 0  # left out (quarantined, or skipped by the sample policy)
-    replaced: int = 0  # replaced by a substitute (on_error="replace")
-    resent_batches: int = 0  # owed by a dead worker or a stopped pool, sent again
-    probe_failures: int = 0  # a sample re-tried alone whose probe could not tell
-
-    def as_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
-
-
-__all__ = ["SHUTDOWN_GRACE_S", "Counts", "Ledger", "Pool", "kill_all"]
+__all__ = ["SHUTDOWN_GRACE_S", "Pool", "kill_all"]

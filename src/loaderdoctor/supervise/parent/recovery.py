@@ -112,9 +112,7 @@ class Recovery:
         diagnosis = failure.diagnosis or diagnose(ev)
         at = self._situation(ev, found_alone)
         at = replace(at, batch_died_in_collate_before=batch_died_before, received=received)
-        retrier = Retrier(
-            self.parts, self.repair, self.probe_batch, diagnosis, ev.worker_id, stopping=False
-        )
+        retrier = self._retrier(diagnosis, ev.worker_id, stopping=False)
         decision = POLICY.plan(diagnosis, at, retrier)
         if decision.reproduced:  # its first evidence line says what the policy's note did
             reproduced_alone(diagnosis, at.culprit)
@@ -150,6 +148,11 @@ class Recovery:
         resumes = self.parts.streams is not None and action.kind is not ActionKind.FALL_BACK
         stream = self._stream_culprit(ev, plan) if resumes else None
         return self._healing(plan, decision, ev.in_flight_index if stream is None else None, stream)
+
+    def _retrier(self, diagnosis: Diagnosis, worker_id: int | None, stopping: bool) -> Retrier:
+        """What makes the re-tries alone the policy asks for (``stopping``: a death found while
+        the pool stops: no replacement first, no second stop)."""
+        return Retrier(self.parts, self.repair, self.probe_batch, diagnosis, worker_id, stopping)
 
     def _raised_alone(self, diagnosis: Diagnosis, note: str | None) -> None:
         diagnosis.evidence.extend([note] if note else [])
@@ -190,7 +193,7 @@ class Recovery:
         re-tried alone and quarantined as any other would be; its batches go with the rest."""
         diagnosis = diagnose(ev)
         at = self._situation(ev, found_alone=False)
-        retrier = Retrier(self.parts, self.repair, self.probe_batch, diagnosis, ev.worker_id, True)
+        retrier = self._retrier(diagnosis, ev.worker_id, stopping=True)
         decision = POLICY.plan(diagnosis, at, retrier)
         if decision.reproduced:
             reproduced_alone(diagnosis, at.culprit)

@@ -50,7 +50,8 @@ from loaderdoctor.supervise.heal_policy import Action, ActionKind
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.collect import EventReader
 from loaderdoctor.supervise.parent.incidents import FollowUp, Incident
-from loaderdoctor.supervise.parent.pool import Ledger, Pool
+from loaderdoctor.supervise.parent.ledger import Ledger
+from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
 from loaderdoctor.supervise.parent.watch import TIMEOUT_PREFIX, PoolFailure, WorkerWatch
 from loaderdoctor.supervise.shared_failure import (

@@ -21,17 +21,17 @@ from loaderdoctor import torch_compat
 from loaderdoctor.forensics.evidence import Diagnosis
 from loaderdoctor.supervise import containment
 from loaderdoctor.supervise.batch_count import samples_delivered
+from loaderdoctor.supervise.detectors import DataWatch
 from loaderdoctor.supervise.heal import user_stacklevel
 from loaderdoctor.supervise.heal_policy import MAX_DEATHS_IN_A_ROW, Backoff
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
-from loaderdoctor.supervise.parent.detectors import DataWatch
 from loaderdoctor.supervise.parent.incidents import (
     BackoffStep,
     IncidentLog,
     LoaderReport,
     build_report,
 )
-from loaderdoctor.supervise.parent.pool import Counts
+from loaderdoctor.supervise.parent.ledger import Counts
 from loaderdoctor.supervise.parent.quarantine import (
     QuarantineEntry,
     dataset_length,

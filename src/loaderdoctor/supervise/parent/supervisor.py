@@ -30,11 +30,12 @@ from loaderdoctor.forensics import Diagnosis
 from loaderdoctor.forensics.origin import origin_of
 from loaderdoctor.recorder import Field, FlightRecorder
 from loaderdoctor.supervise import live_quarantine
+from loaderdoctor.supervise.detectors import DataError
 from loaderdoctor.supervise.errors import HealingStoppedError, LoaderError
 from loaderdoctor.supervise.parent import collect, repair
 from loaderdoctor.supervise.parent.collect import EventReader
-from loaderdoctor.supervise.parent.detectors import DataError
-from loaderdoctor.supervise.parent.pool import Ledger, Pool
+from loaderdoctor.supervise.parent.ledger import Ledger
+from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.recovery import HandOver, Outcome, Raise, Recovery, Successor
 from loaderdoctor.supervise.parent.repair import Move, PoolParts
 from loaderdoctor.supervise.parent.single_process import internal_evidence

@@ -26,7 +26,8 @@ from loaderdoctor import boundary, cpython_compat
 from loaderdoctor.forensics import Diagnosis, Evidence
 from loaderdoctor.recorder import FlightRecorder, WorkerSnapshot
 from loaderdoctor.supervise.parent import collect
-from loaderdoctor.supervise.parent.pool import Ledger, Pool
+from loaderdoctor.supervise.parent.ledger import Ledger
+from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.worker_exceptions import ERRNO_PATTERN, exception_line
 from loaderdoctor.supervise.samples import sample_file, sample_shard
 from loaderdoctor.system.limits import open_files, process_open_files
