@@ -18,8 +18,9 @@ Each is found once per loader and kept for the report at once; its ``DataWarning
 fix) is said at the next epoch boundary, when the epoch ends or the next one starts, never between
 two batches: on a run that torch's loader finishes without a warning, none interrupts the epoch (a
 test that asserts no warning while it iterates, as torch's own suite does, passes). ``strict`` (the
-``strict_data`` keyword, ``loaderdoctor run --strict``) raises ``DataError`` at once instead. The cost is bounded: a fingerprint of a few dozen batches per epoch, one walk
-of the dataset's attributes per epoch start.
+``strict_data`` keyword, ``loaderdoctor run --strict``) raises ``DataError`` at once instead. The
+cost is bounded: a fingerprint of a few dozen batches per epoch, one walk of the dataset's
+attributes per epoch start.
 """
 
 from __future__ import annotations
@@ -230,8 +231,7 @@ class DataWatch:
 
     # --- moments ---------------------------------------------------------------------------
     def epoch_started(self, epoch: int) -> None:
-        self._epoch_ended()
-        self.tell()
+        self.epoch_finished()  # the last epoch's, where its iterator was left before its end
         self.epoch = epoch
         loader = self.owner()
         if loader is None:

@@ -2,8 +2,9 @@
 
 ``Recovery.plan(failure)`` names the sample where the worker died on a whole batch, diagnoses the
 failure and asks the policy once (``HealPolicy.plan``: the re-try alone it needs, and its
-control, are made through a ``controls.Retrier``); the answer becomes a ``Plan`` (replace one worker, rebuild the pool with N
-workers and a prefetch, fall back to plain torch, raise), with the incident's action and detail.
+control, are made through a ``controls.Retrier``); the answer becomes a ``Plan`` (replace one
+worker, rebuild the pool with N workers and a prefetch, fall back to plain torch, raise), with the
+incident's action and detail.
 Its ``Repair`` carries the plan out and writes the incident (``repair``); ``handle`` does both.
 What the iterator does next is a value: ``Resumed``, ``HandOver(successor)`` or ``Raise(error)``.
 A death found while the pool stops for another's failure is planned and carried out the same way.
