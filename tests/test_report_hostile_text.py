@@ -256,7 +256,7 @@ def test_report_rerenders_a_run_report_naming_a_non_utf8_file(tmp_path: Path) ->
 
     name = os.fsdecode(b"/data/\xffsample.jpg")
     report = run_report()
-    report.incidents[0].sample_file = name
+    report.incidents[0].diagnosis.sample_file = name
     report.incidents[0].evidence.insert(0, f"ValueError: no image in {name}")
     write_report(report, tmp_path)
     (tmp_path / "report.html").write_text("<old good page>")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from loaderdoctor.cli import main
+from loaderdoctor.forensics.incident import Incident
 from loaderdoctor.report.html.run import format_html
 from loaderdoctor.report.run_text import format_text
 from loaderdoctor.runner.core import load_report, write_report
@@ -19,7 +20,6 @@ from loaderdoctor.runner.model import (
     EndedBy,
     NodeInfo,
     ProcessSummary,
-    RunIncident,
     RunReport,
     RunStatus,
 )
@@ -93,7 +93,7 @@ def node_report(
     rank: int,
     status: RunStatus,
     exit_code: int,
-    incidents: list[RunIncident] = (),  # type: ignore[assignment]
+    incidents: list[Incident] = (),  # type: ignore[assignment]
     *,
     started_wall: float = 1000.0,
     duration_s: float = 10.0,
@@ -117,18 +117,20 @@ def node_report(
     )
 
 
-def killed(action: str = "raised", time_s: float = 5.0) -> RunIncident:
-    return RunIncident(
-        cause="killed-by-signal",
-        action=action,
-        worker_id=0,
-        pid=4242,
-        signal="SIGKILL",
-        indices=[5],
-        batch=2,
-        title="Something outside the worker killed it",
-        rank=1,
-        time_s=time_s,
+def killed(action: str = "raised", time_s: float = 5.0) -> Incident:
+    return Incident.from_dict(
+        dict(
+            cause="killed-by-signal",
+            action=action,
+            worker_id=0,
+            pid=4242,
+            signal="SIGKILL",
+            indices=[5],
+            batch=2,
+            title="Something outside the worker killed it",
+            rank=1,
+            time_s=time_s,
+        )
     )
 
 

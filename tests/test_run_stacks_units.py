@@ -15,11 +15,11 @@ import pytest
 import torch.utils.data
 
 from loaderdoctor.forensics import Evidence, diagnose
+from loaderdoctor.forensics.incident import Incident
 from loaderdoctor.forensics.verdict_text import format_subject
 from loaderdoctor.report.html.run import format_html
 from loaderdoctor.report.run_text import format_where
 from loaderdoctor.runner import core, patch, protocol, subclasses
-from loaderdoctor.runner.model import RunIncident
 from loaderdoctor.supervise.exception_facts import exception_facts
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.incidents import FollowUp
@@ -131,7 +131,7 @@ def test_no_loader_note_says_what_failed(tmp_path: Path) -> None:
 def test_a_stream_culprits_key_learnt_later_reaches_the_report(tmp_path: Path) -> None:
     directory = protocol.incidents_dir(tmp_path)
     Path(directory).mkdir()
-    incident = {"diagnosis": {"cause": "killed-by-signal"}, "action": "skipped", "worker_id": 2}
+    incident = {"cause": "killed-by-signal", "action": "skipped", "worker_id": 2}
     first = {**incident, "position": 7, "key": None, "evidence": ["died"]}
     line = {"time": 1.0, "pid": 4000, "image": 0, "rank": None}
     protocol.append_incident(directory, 4000, {**line, "id": 3, "incident": first})
@@ -150,8 +150,8 @@ def test_a_stream_culprits_key_learnt_later_reaches_the_report(tmp_path: Path) -
 
 
 def test_format_where_of_a_map_style_incident_is_unchanged() -> None:
-    incident = RunIncident(
-        cause="sample-error", action="raised", worker_id=1, indices=[37], batch=4
+    incident = Incident.from_dict(
+        dict(cause="sample-error", action="raised", worker_id=1, indices=[37], batch=4)
     )
     assert format_where(incident) == "worker 1, sample 37, batch 4"
 

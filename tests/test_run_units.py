@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from loaderdoctor.forensics.incident import Incident
 from loaderdoctor.report.html.chart import (
     Chart,
     Line,
@@ -22,14 +23,18 @@ from loaderdoctor.report.html.chart import (
 from loaderdoctor.report.html.page import INCIDENT_COLOR, PALETTE
 from loaderdoctor.report.html.run import format_html, memory_lines, write_html
 from loaderdoctor.report.run_text import format_headline, format_text, summary_stack
-from loaderdoctor.runner.core import RunUsageError, exit_code_of, resolve_command
+from loaderdoctor.runner.core import (
+    RunUsageError,
+    exit_code_of,
+    incident_from_record,
+    resolve_command,
+)
 from loaderdoctor.runner.memory import MiB, find_memory_growth, linear_growth
 from loaderdoctor.runner.model import (
     Delivered,
     MemoryReport,
     ProcessMemory,
     ProcessSummary,
-    RunIncident,
     RunReport,
     run_status,
 )
@@ -46,23 +51,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def sample_report() -> RunReport:
-    incident = RunIncident(
-        cause="native-crash",
-        action="raised",
-        worker_id=1,
-        pid=4242,
-        signal="SIGSEGV",
-        indices=[21],
-        epoch=0,
-        batch=5,
-        evidence=["the worker died of SIGSEGV"],
-        fixes=["Look at the Python stack"],
-        title="The worker crashed in native code",
-        docs="docs/causes/native-crash.md",
-        rank=1,
-        process_pid=4000,
-        time_s=2.5,
-        diagnosis={"python_stack": "File 'x.py', line 3 in __getitem__ <b>"},
+    incident = Incident.from_dict(
+        dict(
+            cause="native-crash",
+            action="raised",
+            worker_id=1,
+            pid=4242,
+            signal="SIGSEGV",
+            indices=[21],
+            epoch=0,
+            batch=5,
+            evidence=["the worker died of SIGSEGV"],
+            fixes=["Look at the Python stack"],
+            title="The worker crashed in native code",
+            docs="docs/causes/native-crash.md",
+            rank=1,
+            process_pid=4000,
+            time_s=2.5,
+            diagnosis={"python_stack": "File 'x.py', line 3 in __getitem__ <b>"},
+        )
     )
     memory = MemoryReport(
         interval_s=0.5,
@@ -118,7 +125,7 @@ def test_incident_from_a_sink_record() -> None:
             "diagnosis": {"title": "A sample raised", "docs": "docs/causes/sample-error.md"},
         },
     }
-    incident = RunIncident.from_sink_record(record, started_at=1000.0)
+    incident = incident_from_record(record, started_wall=1000.0)
     assert (incident.cause, incident.indices, incident.rank, incident.process_pid) == (
         "sample-error",
         [3],
@@ -141,7 +148,9 @@ def test_incident_from_a_sink_record() -> None:
     ],
 )
 def test_run_status(exit_code: int, actions: list[str], status: str) -> None:
-    incidents = [RunIncident(cause="sample-error", action=action) for action in actions]
+    incidents = [
+        Incident.from_dict({"cause": "sample-error", "action": action}) for action in actions
+    ]
     assert run_status(exit_code, incidents) == status
     # Healing that delivered not one sample healed nothing; a run without incidents is ok.
     assert run_status(exit_code, incidents, 0) == ("crashed" if incidents else status)

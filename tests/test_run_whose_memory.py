@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from conftest import charged_baseline, in_cgroup, memory_cgroup, run_python
+from loaderdoctor.forensics.incident import Incident
 from loaderdoctor.report.run_text import format_verdict
 from loaderdoctor.runner.memory import MiB, find_memory_growth, judge_oom_kills
 from loaderdoctor.runner.model import (
     Delivered,
     MemoryReport,
     ProcessMemory,
-    RunIncident,
     RunReport,
 )
 
@@ -72,15 +72,17 @@ def test_a_worker_killed_for_the_trainers_growth_says_so() -> None:
         processes=processes,
         findings=find_memory_growth(processes),
     )
-    incident = RunIncident(
-        cause="oom-killed",
-        action="raised",
-        worker_id=0,
-        pid=101,
-        signal="SIGKILL",
-        evidence=["memory cgroup oom_kill counter: 0 -> 1"],
-        fixes=["Lower num_workers"],
-        title="The worker was killed by the OOM killer",
+    incident = Incident.from_dict(
+        dict(
+            cause="oom-killed",
+            action="raised",
+            worker_id=0,
+            pid=101,
+            signal="SIGKILL",
+            evidence=["memory cgroup oom_kill counter: 0 -> 1"],
+            fixes=["Lower num_workers"],
+            title="The worker was killed by the OOM killer",
+        )
     )
     report = RunReport(
         status="crashed",

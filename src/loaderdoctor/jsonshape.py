@@ -22,7 +22,8 @@ class ShapeError(ValueError):
 def check_shape(value: object, hint: Any, where: str) -> None:
     """Raise :class:`ShapeError` unless ``value`` (decoded JSON) can be read as ``hint``.
 
-    ``hint`` is a dataclass (its fields with defaults may be absent, unknown keys are ignored),
+    ``hint`` is a dataclass (its fields with defaults may be absent, unknown keys are ignored;
+    one whose ``JSON_FORM`` names a ``TypedDict`` is checked against that), a ``TypedDict``,
     or ``list[...]``, ``tuple[...]`` (a JSON array), ``dict[str, ...]``, a union, a ``Literal``,
     ``int``, ``float`` (an integer will do), ``str``, ``bool``, ``None`` or ``Any``.
     """
@@ -63,6 +64,11 @@ def check_shape(value: object, hint: Any, where: str) -> None:
         for key, item in value.items():
             check_shape(item, args[1] if args else Any, f"{where}.{key}")
         return
+    if isinstance(hint, type) and isinstance(form := getattr(hint, "JSON_FORM", None), type):
+        hint = form  # a type whose JSON form is not its fields (a flat view of a nested one)
+    if typing.is_typeddict(hint):
+        _check_typeddict(value, hint, where)
+        return
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         _check_dataclass(value, hint, where)
         return
@@ -79,6 +85,17 @@ def _check_dataclass(value: object, cls: type, where: str) -> None:
             check_shape(value[field.name], hints[field.name], f"{where}.{field.name}")
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise ShapeError(f"{where}: no {field.name!r}")
+
+
+def _check_typeddict(value: object, cls: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise _error(where, "an object", value)
+    hints = typing.get_type_hints(cls)
+    for name, hint in hints.items():
+        if name in value:
+            check_shape(value[name], hint, f"{where}.{name}")
+        elif name in cls.__required_keys__:
+            raise ShapeError(f"{where}: no {name!r}")
 
 
 def _is_instance(value: object, hint: Any) -> bool:

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from loaderdoctor.forensics.catalog import page_command
+from loaderdoctor.forensics.incident import HEALING_ACTIONS, Incident
 from loaderdoctor.forensics.verdict_text import crashing_thread_first
 from loaderdoctor.report.console import render_plain, terminal, width_for
-from loaderdoctor.runner.model import HEALING_ACTIONS, RunIncident, RunReport
+from loaderdoctor.runner.model import RunReport
 from loaderdoctor.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def format_delivered(report: RunReport) -> str:
     return text
 
 
-def format_where(incident: RunIncident) -> str:
+def format_where(incident: Incident) -> str:
     parts = [incident.node] if incident.node is not None else []
     if incident.rank is not None:
         parts.append(f"rank {incident.rank}")
@@ -246,7 +247,7 @@ def several_loaders(report: RunReport) -> bool:
     return len({i.loader for i in report.incidents if i.loader}) > 1
 
 
-def _incident_details(incident: RunIncident, name_loader: bool = False) -> list[RenderableType]:
+def _incident_details(incident: Incident, name_loader: bool = False) -> list[RenderableType]:
     from rich.text import Text
 
     parts: list[RenderableType] = [Text(f"  {incident.cause}: {incident.title}", style="bold")]
@@ -255,7 +256,7 @@ def _incident_details(incident: RunIncident, name_loader: bool = False) -> list[
     parts.extend(Text(f"    - {line}") for line in incident.evidence[:3])
     # Above the fix, which may say "read the stack above": the crashing (or stuck) thread's
     # frames, innermost last, as many as a terminal screen holds; report.json keeps them all.
-    stack = (incident.diagnosis or {}).get("python_stack")
+    stack = incident.diagnosis.python_stack
     if stack:
         parts.append(Text("    Python stack of the worker:"))
         parts.extend(Text(f"      {line}", style="dim") for line in summary_stack(stack))

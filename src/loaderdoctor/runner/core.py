@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from loaderdoctor.atomic import write_json_atomically
+from loaderdoctor.forensics.incident import FollowUp, Incident
 from loaderdoctor.jsonshape import check_shape
 from loaderdoctor.runner import protocol
 from loaderdoctor.runner.memory import MemorySampler, judge_oom_kills
@@ -35,7 +36,6 @@ from loaderdoctor.runner.model import (
     MemoryReport,
     NodeInfo,
     ProcessSummary,
-    RunIncident,
     RunReport,
     UnsupervisedLoader,
     run_status,
@@ -635,13 +635,21 @@ def unsupervised_reasons(states: list[dict[str, Any]]) -> dict[str, int]:
     return reasons
 
 
-def read_incidents(incidents_dir: str, started_wall: float) -> list[RunIncident]:
+def incident_from_record(record: dict[str, Any], started_wall: float) -> Incident:
+    """A line the child wrote (``Incident.to_dict()`` beside its pid, rank and wall time), with
+    where and when it happened."""
+    data = record.get("incident")
+    check_shape(data, Incident, "incident")
+    incident = Incident.from_dict(cast(dict[str, Any], data))
+    time_s = round(record["time"] - started_wall, 3) if "time" in record else None
+    return dataclasses.replace(
+        incident, rank=record.get("rank"), process_pid=record.get("pid"), time_s=time_s
+    )
+
+
+def read_incidents(incidents_dir: str, started_wall: float) -> list[Incident]:
     """Every incident line with what was learnt about it later (its follow-up lines), in time
     order."""
-    # Imported here, not at the top: run's own process must not import the supervised loader
-    # (and torch) at start, where a run nested in another's would find it half imported.
-    from loaderdoctor.supervise.parent.incidents import FollowUp
-
     records = list(protocol.read_incident_records(incidents_dir))
     follow_ups: dict[tuple[Any, Any, Any], list[FollowUp]] = {}
     for record in records:
@@ -654,14 +662,13 @@ def read_incidents(incidents_dir: str, started_wall: float) -> list[RunIncident]
     for record in records:
         if protocol.FOLLOW_UP in record:
             continue
-        of = record.get("id")
-        for follow_up in follow_ups.get((record.get("pid"), record.get("image"), of), []):
-            record = {**record, "incident": follow_up.merged_into_dict(record.get("incident", {}))}
         try:
-            incident = RunIncident.from_sink_record(record, started_wall)
-            check_shape(dataclasses.asdict(incident), RunIncident, "incident")
+            incident = incident_from_record(record, started_wall)
         except (TypeError, ValueError, AttributeError):  # a line damaged after it was written
             continue
+        of = record.get("id")
+        for follow_up in follow_ups.get((record.get("pid"), record.get("image"), of), []):
+            incident = follow_up.merged_into(incident)
         incidents.append(incident)
     incidents.sort(key=lambda i: i.time_s if i.time_s is not None else 0.0)
     return incidents
@@ -714,7 +721,7 @@ def unsupervised_loaders_of(states: list[dict[str, Any]]) -> list[UnsupervisedLo
 
 
 def process_summaries(
-    states: list[dict[str, Any]], incidents: list[RunIncident]
+    states: list[dict[str, Any]], incidents: list[Incident]
 ) -> list[ProcessSummary]:
     """One summary per process that built a supervised DataLoader, in rank order.
 

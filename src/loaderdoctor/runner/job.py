@@ -14,16 +14,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from loaderdoctor.forensics.incident import HEALING_ACTIONS, Incident
 from loaderdoctor.inputfile import InputFileError, load_json
 from loaderdoctor.runner import protocol
 from loaderdoctor.runner.model import (
-    HEALING_ACTIONS,
     Delivered,
     EndedBy,
     JobSummary,
     NodeInfo,
     NodeSummary,
-    RunIncident,
     RunReport,
     RunStatus,
 )
@@ -197,7 +196,7 @@ def _check_one_job(nodes: list[tuple[Path, RunReport]]) -> None:
         )
 
 
-def _job_incident(incident: RunIncident, report: RunReport, start: float) -> RunIncident:
+def _job_incident(incident: Incident, report: RunReport, start: float) -> Incident:
     """The incident with its node, its time counted from the job's first node's start."""
     offset = _node(report).started_wall - start
     time_s = round(incident.time_s + offset, 3) if incident.time_s is not None else None
@@ -222,7 +221,7 @@ def _node_summary(folder: Path, report: RunReport, directory: Path) -> NodeSumma
     )
 
 
-def ended_by_of(nodes: list[tuple[Path, RunReport]], incidents: list[RunIncident]) -> EndedBy:
+def ended_by_of(nodes: list[tuple[Path, RunReport]], incidents: list[Incident]) -> EndedBy:
     """Who ended a crashed job: the first incident that raised, in job time; else the node whose
     command failed first (its own error, or a rank lost to a peer that died unsupervised)."""
     by_name = {_node(report).name: report for _, report in nodes}

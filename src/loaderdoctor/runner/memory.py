@@ -430,7 +430,9 @@ def judge_oom_kills(report: RunReport) -> None:
     for incident in report.incidents:
         if incident.cause != "oom-killed":
             continue
-        incident.title = "Out of memory: the training process grew, and the kernel killed a worker"
+        incident.diagnosis.title = (
+            "Out of memory: the training process grew, and the kernel killed a worker"
+        )
         incident.evidence[0:0] = [
             f"whose memory: {trainer[0].evidence[0]}, the only large growth of the run; the "
             "workers stayed small",

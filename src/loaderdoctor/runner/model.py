@@ -11,79 +11,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loaderdoctor.forensics.incident import HEALING_ACTIONS, Incident
 from loaderdoctor.jsonshape import ShapeError, check_shape, json_kind
 
 SCHEMA = 1
 RunStatus = Literal["ok", "crashed", "healed", "healed-with-loss"]
 # "running": a live run's report so far (``loaderdoctor report DIR`` shows it, never writes it)
 SupervisorFate = Literal["finished", "died", "running"]
-HEALING_ACTIONS = frozenset(
-    {"skipped", "replaced", "quarantined", "respawned", "backed-off", "fell-back", "lost"}
-)
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in data.items() if k in names}
-
-
-@dataclass
-class RunIncident:
-    """One incident of one loader, in the DESIGN.md shape, plus where and when it happened."""
-
-    cause: str
-    action: str
-    worker_id: int | None = None
-    pid: int | None = None
-    signal: str | None = None
-    exit_code: int | None = None
-    indices: list[Any] = field(default_factory=list)
-    # An IterableDataset's culprit: its position in worker ``worker_id``'s stream, and its key
-    position: int | None = None
-    key: Any = None
-    epoch: int | None = None
-    batch: int | None = None
-    evidence: list[str] = field(default_factory=list)
-    fixes: list[str] = field(default_factory=list)
-    title: str = ""
-    confidence: float | None = None
-    sample_file: str | None = None
-    shard: str | None = None  # the shard file that holds the sample (a Hugging Face Arrow file)
-    docs: str = ""
-    rank: int | None = None
-    process_pid: int | None = None  # the process whose loader saw it (a rank, the script)
-    time_s: float | None = None  # seconds after the command started
-    diagnosis: dict[str, Any] | None = None
-    node: str | None = None  # in a job report: the node folder whose run saw it
-    loader: str | None = None  # where its loader was built, and its name there
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunIncident:
-        return cls(**_known(cls, data))
-
-    @classmethod
-    def from_sink_record(cls, record: dict[str, Any], started_at: float) -> RunIncident:
-        """From a line the child wrote (``Incident.to_dict()`` with pid, rank and time)."""
-        incident = dict(record.get("incident", {}))
-        diagnosis = incident.get("diagnosis") or {}
-        values = _known(cls, incident)
-        values.setdefault("cause", diagnosis.get("cause", "unknown"))
-        values.setdefault("action", "raised")
-        values.update(
-            title=diagnosis.get("title", ""),
-            confidence=diagnosis.get("confidence"),
-            sample_file=diagnosis.get("sample_file"),
-            shard=diagnosis.get("shard"),
-            docs=diagnosis.get("docs", ""),
-            rank=record.get("rank"),
-            process_pid=record.get("pid"),
-            time_s=(round(record["time"] - started_at, 3) if "time" in record else None),
-            diagnosis=diagnosis or None,
-        )
-        return cls(**values)
 
 
 @dataclass
@@ -237,7 +176,7 @@ class RunReport:
     command: list[str]
     exit_code: int
     duration_s: float
-    incidents: list[RunIncident] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)
     quarantine: list[Any] = field(default_factory=list)
     delivered: Delivered = field(default_factory=Delivered)
     ranks: list[ProcessSummary] = field(default_factory=list)
@@ -284,6 +223,7 @@ class RunReport:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        data["incidents"] = [incident.to_dict() for incident in self.incidents]
         head = {key: data.pop(key) for key in ("schema", "status", "incidents", "quarantine")}
         head["delivered"] = data.pop("delivered")
         return {**head, **data}
@@ -299,7 +239,7 @@ class RunReport:
             )
         check_shape(data, cls, "report")
         values = _known(cls, data)
-        values["incidents"] = [RunIncident.from_dict(i) for i in values.get("incidents", [])]
+        values["incidents"] = [Incident.from_dict(i) for i in values.get("incidents", [])]
         values["delivered"] = Delivered(**values.get("delivered", {}))
         values["ranks"] = [
             ProcessSummary(
@@ -331,7 +271,7 @@ UNKNOWN_EXIT_CODE = -1  # ``exit_code`` of a report whose command's end nobody s
 
 
 def run_status(
-    exit_code: int, incidents: list[RunIncident], delivered_samples: int | None = None
+    exit_code: int, incidents: list[Incident], delivered_samples: int | None = None
 ) -> RunStatus:
     """crashed: the command failed or a loader raised, or healing delivered no sample at all
     (skipping every sample heals nothing), or nobody saw the command end (``UNKNOWN_EXIT_CODE``:

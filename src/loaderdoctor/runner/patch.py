@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import torch.utils.data
 import torch.utils.data.dataloader
 
+from loaderdoctor.forensics.incident import FollowUp, Incident
 from loaderdoctor.runner import lifeline, live, protocol, subclasses
 from loaderdoctor.runner.protocol import (
     HANG_TIMEOUT_ENV,
@@ -42,7 +43,6 @@ from loaderdoctor.runner.protocol import (
     RUN_DIR_ENV,
 )
 from loaderdoctor.supervise import loader as supervised
-from loaderdoctor.supervise.parent.incidents import FollowUp, Incident
 
 STATE_EVERY_S = 1.0
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from loaderdoctor.forensics.catalog import page_command
+from loaderdoctor.forensics.incident import Incident
 from loaderdoctor.report.html.chart import Chart, Line, svg_chart
 from loaderdoctor.report.html.job import job_meta, nodes_section
 from loaderdoctor.report.html.page import (
@@ -23,7 +24,6 @@ from loaderdoctor.runner.model import (
     MemoryFinding,
     MemoryReport,
     ProcessMemory,
-    RunIncident,
     RunReport,
 )
 from loaderdoctor.units import MiB, format_bytes, format_seconds
@@ -69,7 +69,7 @@ def memory_lines(memory: MemoryReport, deaths: dict[int, str] | None = None) -> 
     return lines
 
 
-def incident_markers(incidents: Sequence[RunIncident]) -> list[tuple[float, str]]:
+def incident_markers(incidents: Sequence[Incident]) -> list[tuple[float, str]]:
     markers = []
     for incident in incidents:
         if incident.time_s is not None:
@@ -78,7 +78,7 @@ def incident_markers(incidents: Sequence[RunIncident]) -> list[tuple[float, str]
     return markers
 
 
-def _incident_card(incident: RunIncident, page_dir: str | Path | None) -> str:
+def _incident_card(incident: Incident, page_dir: str | Path | None) -> str:
     where = [f"<b>{_e(incident.node)}</b>"] if incident.node is not None else []
     if incident.rank is not None:
         where.append(f"rank {incident.rank}")
@@ -114,7 +114,7 @@ def _incident_card(incident: RunIncident, page_dir: str | Path | None) -> str:
         parts.append("<b>Evidence</b><ul>")
         parts.extend(f"<li>{_e(line)}</li>" for line in incident.evidence)
         parts.append("</ul>")
-    stack = (incident.diagnosis or {}).get("python_stack")
+    stack = incident.diagnosis.python_stack
     if stack:  # open, above the fixes: they say "read the stack above"
         parts.append(
             "<details open><summary>Python stack of the worker</summary>"
@@ -188,7 +188,7 @@ def _optional_bytes(count: int | None) -> str:
     return format_bytes(count) if count is not None else "-"
 
 
-def _deaths(incidents: Sequence[RunIncident]) -> dict[int, str]:
+def _deaths(incidents: Sequence[Incident]) -> dict[int, str]:
     """The pid of each worker an incident names, and what became of it (``native-crash,
     SIGSEGV``)."""
     deaths: dict[int, str] = {}
@@ -198,7 +198,7 @@ def _deaths(incidents: Sequence[RunIncident]) -> dict[int, str]:
     return deaths
 
 
-def _process_table(memory: MemoryReport, incidents: Sequence[RunIncident] = ()) -> str:
+def _process_table(memory: MemoryReport, incidents: Sequence[Incident] = ()) -> str:
     deaths = _deaths(incidents)
 
     def role(process: ProcessMemory) -> str:

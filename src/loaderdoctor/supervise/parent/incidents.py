@@ -1,10 +1,9 @@
 """What a supervised loader saw and did: an append-only log of incidents, and the report built on it.
 
 ``loader.report``, the ``INCIDENT_SINKS`` (``loaderdoctor run`` registers one) and ``loader.incidents``
-all read this one log; nothing else records an incident. An incident is final once written: what
-is learnt about it later (a stream culprit's key, read when its stream resumes; a substitute that
-filled a quarantined sample's place) is a ``FollowUp``, a record of its own that names the
-incident's ``id``, which the log's readers and ``loaderdoctor run``'s report merge.
+all read this one log; nothing else records an incident. An incident is final once written (the
+``Incident`` and ``FollowUp`` types, forensics.incident): what is learnt later is a follow-up the
+log keeps beside it and merges when read.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from loaderdoctor.forensics.evidence import Diagnosis
+from loaderdoctor.forensics.incident import HEALED_ACTIONS, LOSING_ACTIONS, FollowUp, Incident
 from loaderdoctor.supervise.parent.ledger import Counts
 
 logger = logging.getLogger(__name__)
@@ -29,86 +29,6 @@ logger = logging.getLogger(__name__)
 INCIDENT_SINKS: list[Callable[[Any, Incident | FollowUp], None]] = []
 # An incident's ``id``: unique in this process image (``loaderdoctor run`` links by pid and image)
 _incident_ids = itertools.count(1)
-
-# Actions after which the loader carried on: the run is "healed", not "crashed".
-HEALED_ACTIONS = frozenset(
-    {"skipped", "replaced", "quarantined", "respawned", "backed-off", "fell-back"}
-)
-# The loader carried on, but healthy samples were lost (named in the incident's evidence and
-# warning): a stream that cannot be read past an item that killed its worker twice. The run is
-# then "healed-with-loss", never plain "healed".
-LOSING_ACTIONS = frozenset({"lost"})
-
-
-@dataclass
-class Incident:
-    """One failure seen by a loader and what was done about it."""
-
-    diagnosis: Diagnosis
-    # "raised"; healing adds skipped, replaced, quarantined, respawned, backed-off,
-    # "fell-back" (loaderdoctor's own machinery failed: plain torch loading took over), and
-    # "lost" (carried on, but the healthy samples its evidence names are lost).
-    action: str
-    # Where its loader was built, and the name the user's line gave it (``call_site``)
-    loader: str | None = None
-    # What its ``FollowUp`` records name (set by the log that writes it)
-    id: int = field(default=0, compare=False, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = self.diagnosis
-        return {
-            "loader": self.loader,
-            "cause": d.cause,
-            "worker_id": d.worker_id,
-            "pid": d.pid,
-            "signal": d.signal,
-            "exit_code": d.exit_code,
-            "indices": list(d.indices),
-            "position": d.position,  # a stream's culprit: (worker_id, position[, key])
-            "key": d.key,
-            "epoch": d.epoch,
-            "batch": d.batch,
-            "action": self.action,
-            "evidence": list(d.evidence),
-            "fixes": list(d.fixes),
-            "diagnosis": d.to_dict(),
-        }
-
-
-@dataclass(frozen=True)
-class FollowUp:
-    """What was learnt about incident ``of`` after it was written: evidence lines, and the key
-    of a stream's culprit (only where the incident named none)."""
-
-    of: int
-    evidence: tuple[str, ...] = ()
-    key: Any = None
-
-    def merged_into(self, incident: Incident) -> Incident:
-        d = incident.diagnosis
-        key = d.key if d.key is not None or self.key is None else self.key
-        merged = dataclasses.replace(d, key=key, evidence=[*d.evidence, *self.evidence])
-        return dataclasses.replace(incident, diagnosis=merged)
-
-    def merged_into_dict(self, incident: dict[str, Any]) -> dict[str, Any]:
-        """The same merge on ``Incident.to_dict()``'s form (an incident line ``run`` read)."""
-        merged = dict(incident)
-        diagnosis = merged.get("diagnosis")
-        places = [merged] + ([dict(diagnosis)] if isinstance(diagnosis, dict) else [])
-        for place in places:
-            if place.get("key") is None and self.key is not None:
-                place["key"] = self.key
-            place["evidence"] = [*(place.get("evidence") or []), *self.evidence]
-        if len(places) == 2:
-            merged["diagnosis"] = places[1]
-        return merged
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"of": self.of, "evidence": list(self.evidence), "key": self.key}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> FollowUp:
-        return cls(int(data["of"]), tuple(str(line) for line in data["evidence"]), data.get("key"))
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import torch
 
 from loaderdoctor import boundary, torch_compat
 from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
+from loaderdoctor.forensics.incident import FollowUp, Incident
 from loaderdoctor.forensics.verdict_text import format_death_headline, format_verdict
 from loaderdoctor.recorder import FlightRecorder
 from loaderdoctor.supervise import sharing
@@ -49,7 +50,6 @@ from loaderdoctor.supervise.heal import (
 from loaderdoctor.supervise.heal_policy import Action, ActionKind
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.collect import EventReader
-from loaderdoctor.supervise.parent.incidents import FollowUp, Incident
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.pool import Pool
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Supervision
