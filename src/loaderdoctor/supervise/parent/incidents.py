@@ -23,9 +23,10 @@ from loaderdoctor.supervise.parent.ledger import Counts
 logger = logging.getLogger(__name__)
 
 # Callables told of every incident of every supervised loader in this process, as it happens:
-# ``sink(loader, incident)``, and of every ``FollowUp`` to one, linked by the incident's ``id``. ``loaderdoctor run`` registers one that appends to the run's report;
-# a sink that raises is logged and counted (``counts["sink_failures"]``), never raised: a report
-# writer must not break training.
+# ``sink(loader, incident)``, and of every ``FollowUp`` to one, linked by the incident's ``id``.
+# ``loaderdoctor run`` registers one that appends to the run's report; a sink that raises is
+# logged and counted (``counts["sink_failures"]``), never raised: a report writer must not break
+# training.
 INCIDENT_SINKS: list[Callable[[Any, Incident | FollowUp], None]] = []
 # An incident's ``id``: unique in this process image (``loaderdoctor run`` links by pid and image)
 _incident_ids = itertools.count(1)
