@@ -163,21 +163,23 @@ def close_incidents_report():  # type: ignore[no-untyped-def]
 
     report = sample_report()
     first = report.incidents[0]
+
+    def at(time_s: float, cause: str, **verdict: object):  # type: ignore[no-untyped-def]
+        changed = dataclasses.replace(
+            first.diagnosis,
+            cause=cause,
+            title=CAUSES[cause].title,
+            fixes=list(CAUSES[cause].fixes),
+            **verdict,  # type: ignore[arg-type]
+        )
+        return dataclasses.replace(first, diagnosis=changed, time_s=time_s)
+
     report.incidents = [
-        dataclasses.replace(
-            first, cause="sample-error", title=CAUSES["sample-error"].title, signal=None,
-            indices=[17], time_s=2.50, fixes=list(CAUSES["sample-error"].fixes), diagnosis={},
-            pid=4242,
-        ),
-        dataclasses.replace(
-            first, cause="killed-by-signal", title=CAUSES["killed-by-signal"].title,
-            signal="SIGKILL", indices=[142], time_s=2.55,
-            fixes=list(CAUSES["killed-by-signal"].fixes), diagnosis={}, pid=4243,
-        ),
-        dataclasses.replace(
-            first, cause="worker-hang", title=CAUSES["worker-hang"].title, signal=None,
-            indices=[7], time_s=2.62, fixes=list(CAUSES["worker-hang"].fixes), pid=4244,
-            diagnosis={"python_stack": 'File "data.py", line 12 in __getitem__\n  time.sleep(600)'},
+        at(2.50, "sample-error", signal=None, indices=[17], pid=4242, python_stack=None),
+        at(2.55, "killed-by-signal", signal="SIGKILL", indices=[142], pid=4243, python_stack=None),
+        at(
+            2.62, "worker-hang", signal=None, indices=[7], pid=4244,
+            python_stack='File "data.py", line 12 in __getitem__\n  time.sleep(600)',
         ),
     ]  # fmt: skip
     report.duration_s = 9.0
