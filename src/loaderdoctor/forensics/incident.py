@@ -67,26 +67,9 @@ class IncidentJSON(_IncidentNeeds, total=False):
     loader: str | None
 
 
-# The verdict's fields the flat form repeats, in the order it writes them
-_FLAT = (
-    "cause",
-    "worker_id",
-    "pid",
-    "signal",
-    "exit_code",
-    "indices",
-    "position",
-    "key",
-    "epoch",
-    "batch",
-    "evidence",
-    "fixes",
-    "title",
-    "confidence",
-    "sample_file",
-    "shard",
-    "docs",
-)
+# The JSON form's keys, in the order it writes them, and those of them that are the verdict's
+_KEYS = tuple(IncidentJSON.__annotations__)
+_FLAT = tuple(name for name in _KEYS if name in {f.name for f in dataclasses.fields(Diagnosis)})
 # What a verdict needs where a report written by hand (or by an older loaderdoctor) has only the
 # flat fields
 _UNSAID: dict[str, Any] = {
@@ -195,16 +178,8 @@ class Incident:
         """The JSON form (``IncidentJSON``): a line of run's incident log, an entry of
         ``report.json`` and of ``loader.report``."""
         verdict = self.diagnosis.to_dict()
-        data: dict[str, Any] = {"cause": verdict["cause"], "action": self.action}
-        data.update((name, verdict[name]) for name in _FLAT[1:])
-        data.update(
-            rank=self.rank,
-            process_pid=self.process_pid,
-            time_s=self.time_s,
-            diagnosis=verdict,
-            node=self.node,
-            loader=self.loader,
-        )
+        data = {name: verdict[name] if name in verdict else getattr(self, name) for name in _KEYS}
+        data["diagnosis"] = verdict  # the verdict as data, not the object
         return data
 
     @classmethod

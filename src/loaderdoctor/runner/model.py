@@ -222,7 +222,8 @@ class RunReport:
         return cls.from_dict(json.loads(text))
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        # The incidents in their own JSON form, not asdict's (which would copy each one first)
+        data = dataclasses.asdict(dataclasses.replace(self, incidents=[]))
         data["incidents"] = [incident.to_dict() for incident in self.incidents]
         head = {key: data.pop(key) for key in ("schema", "status", "incidents", "quarantine")}
         head["delivered"] = data.pop("delivered")
