@@ -265,6 +265,40 @@ def test_new_workers_or_a_shared_value_are_never_stale() -> None:
     assert _quiet(restarted, lambda w: _stale_epochs(w, raise_difficulty, new_pool=True)) == []
 
 
+def test_a_worker_replaced_alone_leaves_its_siblings_stale() -> None:
+    """One dead worker replaced alone copies the dataset anew; the pool's other workers still
+    hold the copy they started with, so a change made before the replacement is still said."""
+    from loaderdoctor.supervise.parent.supervision import Settings, Supervision
+
+    dataset = Table()
+    loader = torch.utils.data.DataLoader(dataset, num_workers=2, persistent_workers=True)
+    settings = Settings.from_keywords(None, True, "raise", None, None, False)
+
+    def epochs(rebuilt: bool) -> list[str]:
+        dataset.difficulty = 1
+        supervision = Supervision(settings, dataset, lambda: loader)
+
+        def steps(_: DataWatch) -> None:
+            supervision.epoch_started()
+            supervision.workers_started({101, 102})
+            supervision.delivered([0], torch.zeros(1))
+            dataset.difficulty = 3
+            supervision.epoch_started()
+            if rebuilt:
+                supervision.workers_started({103, 104})
+            else:
+                supervision.worker_replaced(103)
+            supervision.delivered([1], torch.zeros(1))
+
+        return _quiet(supervision.data, steps)
+
+    replaced = epochs(rebuilt=False)
+    assert [said.split("\n")[1] for said in replaced] == [
+        "  self.difficulty: 1 when the workers started, 3 now in the main process"
+    ]
+    assert epochs(rebuilt=True) == []  # a new pool: every worker copied the dataset anew
+
+
 def test_simple_attributes_reach_a_transform_in_a_list() -> None:
     class Resize:
         def __init__(self) -> None:

@@ -215,18 +215,16 @@ def worker_loop_args(
     worker_id: int,
     index_queue: Any,
     *,
-    dataset: Any = None,
     worker_init_fn: Any = None,
 ) -> tuple[Any, ...]:
     """The arguments torch's iterator gives ``_worker_loop`` for worker ``worker_id``.
 
     A replacement worker started with them takes the dead one's place exactly: same
     ``worker_id``, same ``base_seed`` (so ``torch.initial_seed()`` is ``base_seed + worker_id``
-    again), the iterator's result queue and done event. ``dataset`` and ``worker_init_fn``
-    replace the iterator's own (an updated quarantine, a per-worker resume).
+    again), the iterator's dataset, result queue and done event. ``worker_init_fn`` replaces the
+    iterator's own (a per-worker resume).
     """
-    if dataset is None:
-        dataset = iterator._dataset
+    dataset = iterator._dataset
     return (
         iterator._dataset_kind,
         [dataset] if DATASET_IN_HOLDER else dataset,
@@ -678,11 +676,9 @@ class IteratorBooks:
         stop_sigchld_checks(self._it)
 
     def worker_loop_args(
-        self, worker_id: int, index_queue: Any, *, dataset: Any = None, worker_init_fn: Any = None
+        self, worker_id: int, index_queue: Any, *, worker_init_fn: Any = None
     ) -> tuple[Any, ...]:
-        return worker_loop_args(
-            self._it, worker_id, index_queue, dataset=dataset, worker_init_fn=worker_init_fn
-        )
+        return worker_loop_args(self._it, worker_id, index_queue, worker_init_fn=worker_init_fn)
 
     def shut_down(self) -> None:
         """torch's own shutdown of the iterator's workers, queues and threads; then the batches

@@ -104,11 +104,7 @@ class Recovery:
         ):
             batch_died_before = self.parts.sup.collate_death(ev.batch_indices)
             found_alone = self._name_in_batch(ev, collating=True)
-        elif (
-            ev.kind == "death"
-            and ev.stage == "fetch"
-            and ev.worker_id in self.repair.batched_workers
-        ):
+        elif ev.kind == "death" and ev.stage == "fetch" and self.repair.batched:
             found_alone = self._name_in_batch(ev)
         diagnosis = failure.diagnosis or diagnose(ev)
         at = self._situation(ev, found_alone)

@@ -61,7 +61,6 @@ from loaderdoctor.supervise.shared_failure import (
 )
 from loaderdoctor.supervise.streams import StreamBatch, StreamProgress
 from loaderdoctor.supervise.worker.datasets import SupervisedBatchedMapDataset
-from loaderdoctor.supervise.worker.loader_view import wrap_dataset
 from loaderdoctor.supervise.worker.sample_policy import HealedBatch
 
 # How long a respawn waits for the result queue's writer lock before it calls the queue poisoned
@@ -371,18 +370,17 @@ class Repair:
         self.stopped = False
         self.phase = Phase.RUNNING
         self.queue_poisoned = False  # a worker died mid-write: the result queue is unusable
-        # Workers whose dataset loads a whole batch with its own ``__getitems__`` (Hugging Face
-        # ``datasets.Dataset``): their recorder names the batch in flight, not the sample.
-        self.batched_workers: set[int] = set()
+        # The pool's dataset loads a whole batch with its own ``__getitems__`` (Hugging Face
+        # ``datasets.Dataset``): its workers' recorders name the batch in flight, not the sample.
+        self.batched = False
         # Plans a death found while stopping (``recovery`` sets it): executed as any plan
         self.plan_beside: Callable[[Evidence, int], Plan] | None = None
 
     # --- what the workers know ---------------------------------------------------------------
     def learns(self, dataset: Any) -> None:
-        """The pool's workers load ``dataset`` (a view with the sample policy)."""
-        batched = isinstance(dataset, SupervisedBatchedMapDataset)
-        num_workers = self.parts.snapshot.num_workers
-        self.batched_workers = set(range(num_workers)) if batched else set()
+        """The pool's workers load ``dataset`` (a view with the sample policy); so does a
+        worker replaced alone, which learns every later quarantine from the live table."""
+        self.batched = isinstance(dataset, SupervisedBatchedMapDataset)
 
     def watches(self, pool: Pool, watch: WorkerWatch | None = None) -> None:
         """torch's ``__init__`` started the workers: from now on ``pool`` owns them, and
@@ -564,31 +562,24 @@ class Repair:
 
     def replace_now(self, worker_id: int | None) -> Replacement | None:
         """Replace the dead worker ``worker_id`` alone where this pool can (None where not): a
-        stream worker resumes its stream; any other loads the dataset as it is now."""
+        stream worker resumes its stream; any other loads the pool's own view of the dataset, as
+        its siblings do (what was quarantined since the pool started it reads from the live
+        table, whole: a quarantine the table cannot take rebuilds the pool instead)."""
         if not self.can_replace(worker_id):
             return None
         assert worker_id is not None
         if self.parts.streams is not None:
             return self._replace_stream_worker(worker_id)
-        return self.replace(worker_id, dataset=self.current_dataset())
+        return self.replace(worker_id)
 
-    def current_dataset(self) -> Any:
-        """The user's dataset wrapped with the sample policy as it is now (the quarantine)."""
-        policy = self.parts.sup.sample_policy(self.parts.books.drop_last)
-        return wrap_dataset(
-            self.parts.snapshot.dataset, torch_compat.dataset_kind(self.parts.snapshot), policy
-        )
-
-    def replace(
-        self, worker_id: int, worker_init_fn: Any = None, dataset: Any = None
-    ) -> Replacement:
+    def replace(self, worker_id: int, worker_init_fn: Any = None) -> Replacement:
         """Start a new process in place of the dead worker ``worker_id``; the others run on.
 
         First every complete batch is taken off the result queue into torch's reorder buffer,
         under the queue's writer lock: a worker killed while writing holds that lock for ever
         (and may have left half a message in the pipe); the replacement is then refused and the
-        caller rebuilds the whole pool. ``worker_init_fn`` or ``dataset`` replace the pool's own
-        (a per-worker resume, a grown quarantine). The owed batches are re-sent by
+        caller rebuilds the whole pool. ``worker_init_fn`` replaces the pool's own (a stream
+        worker's resume). The owed batches are re-sent by
         ``resend_owed`` once the policy has decided (a probe may quarantine the sample in flight
         meanwhile).
         """
@@ -612,7 +603,6 @@ class Repair:
                 functools.partial(
                     self.parts.books.worker_loop_args,
                     worker_id,
-                    dataset=dataset,
                     worker_init_fn=worker_init_fn,
                 ),
             )
@@ -625,13 +615,8 @@ class Repair:
                 ),
             )
         if new_pid is not None:
-            self.parts.sup.workers_started({new_pid})
+            self.parts.sup.worker_replaced(new_pid)
         self.parts.books.worker_alive(worker_id)
-        if dataset is not None:  # a new view: does its recorder name the sample or the batch?
-            if isinstance(dataset, SupervisedBatchedMapDataset):
-                self.batched_workers.add(worker_id)
-            else:
-                self.batched_workers.discard(worker_id)
         return Replacement(worker_id, old_pid, new_pid)
 
     def _replace_stream_worker(self, worker_id: int) -> Replacement:

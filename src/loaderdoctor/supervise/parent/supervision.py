@@ -279,11 +279,16 @@ class Supervision:
         self.tell_watchers("epoch-end")
 
     def workers_started(self, pids: set[int], oom_notes: Sequence[str] = ()) -> None:
-        """Workers started (a pool, or one replacement): their pids, and why the OOM killer's
-        order could not be set where it could not."""
+        """A pool's workers started: their pids, and why the OOM killer's order could not be
+        set where it could not; each holds a copy of the dataset as it is now."""
         self.worker_pids |= pids
         self.oom_notes.extend(oom_notes)
         self.data.workers_started()
+
+    def worker_replaced(self, pid: int) -> None:
+        """One dead worker replaced alone: its pid. The data detectors are not told: the pool's
+        other workers hold their copies of the dataset from the pool's start still."""
+        self.worker_pids.add(pid)
 
     def starts_workers_instead(self, start_method: str | None) -> None:
         """Workers cannot start as the loader asks, and healing is on: fork them instead
