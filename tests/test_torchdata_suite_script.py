@@ -123,6 +123,7 @@ def test_the_run_side_is_labelled_and_its_report_summed_up(tmp_path: Path) -> No
 def test_the_swap_makes_torchdatas_names_loaderdoctors_in_a_new_interpreter(
     tmp_path: Path,
 ) -> None:
+    pytest.importorskip("torchdata", reason="torchdata is an extra (the eco extra has it)")
     (tmp_path / "sitecustomize.py").write_text(torchdata_suite.SWAP_SITECUSTOMIZE)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *sys.path])
