@@ -10,7 +10,7 @@ from loaderdoctor.forensics.catalog import page_command
 from loaderdoctor.forensics.incident import HEALING_ACTIONS, Incident
 from loaderdoctor.forensics.verdict_text import crashing_thread_first
 from loaderdoctor.report.console import render_plain, terminal, width_for
-from loaderdoctor.runner.model import RunReport
+from loaderdoctor.runner.model import ProcessDeath, RunReport
 from loaderdoctor.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -102,6 +102,8 @@ def format_verdict(report: RunReport) -> str:
         if report.status == "healed-with-loss":
             return f"verdict: {count} healed, with healthy samples lost ({causes})"
         return f"verdict: {count} healed ({causes})"
+    if report.process_deaths:
+        return _unsupervised_death(report)
     # A loader that ran unsupervised may have lost a worker that nothing of ours saw (torch's own
     # "DataLoader worker ... exited unexpectedly", above the summary): only the supervised ones
     # are vouched for, and the failure is not called the command's own.
@@ -128,6 +130,17 @@ def format_verdict(report: RunReport) -> str:
             return f"verdict: no DataLoader worker died; {ended.node}'s command failed on its own"
         return "verdict: no DataLoader worker died; the command failed on its own"
     return "verdict: no DataLoader worker died"
+
+
+def _unsupervised_death(report: RunReport) -> str:
+    """The first death in the tree that no supervised DataLoader saw, uncollected."""
+    death, others = report.process_deaths[0], len(report.process_deaths) - 1
+    more = f" (+{others} more)" if others else ""
+    return (
+        f"verdict: no DataLoader worker died, but a process the command started did: pid "
+        f"{death.pid} ({death.name}) {death.ended}, never collected by its parent (pid "
+        f"{death.parent_pid}){more}"
+    )
 
 
 def _trainer_growth(report: RunReport) -> str | None:
@@ -280,6 +293,44 @@ def summary_stack(dump: str) -> list[str]:
     return lines
 
 
+def format_process_death(death: ProcessDeath) -> str:
+    """``pid 4242 (python), started by pid 4200 (python train.py): killed by SIGSEGV at 1.5 s,
+    still uncollected 28 s later``."""
+    parent = f"pid {death.parent_pid}"
+    if death.parent_command:
+        parent += f" ({_shortened(death.parent_command)})"
+    where = f"{death.node}: " if death.node else ""
+    return (
+        f"{where}pid {death.pid} ({death.name}), started by {parent}: {death.ended} at "
+        f"{format_seconds(death.seen_s)}, still uncollected {format_seconds(death.uncollected_s)} "
+        "later"
+    )
+
+
+def _shortened(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _death_lines(report: RunReport) -> list[RenderableType]:
+    from rich.text import Text
+
+    if not report.process_deaths:
+        return []
+    parts: list[RenderableType] = [
+        Text(
+            "  process(es) of the command that died outside any supervised DataLoader, and that "
+            "their parent never collected (a pool that waits for one waits for ever):",
+            style="bold yellow",
+        )
+    ]
+    for death in report.process_deaths[:MAX_DETAILED_INCIDENTS]:
+        parts.append(Text(f"    - {format_process_death(death)}"))
+        parts.extend(Text(f"      kernel: {line}", style="dim") for line in death.kernel_log[-1:])
+    if len(report.process_deaths) > MAX_DETAILED_INCIDENTS:
+        parts.append(Text(f"    (+{len(report.process_deaths) - MAX_DETAILED_INCIDENTS} more)"))
+    return parts
+
+
 def _memory_lines(report: RunReport) -> list[RenderableType]:
     from rich.text import Text
 
@@ -314,6 +365,7 @@ def build_summary(report: RunReport, html: Path | None = None) -> RenderableType
     if report.quarantine:
         shown = ", ".join(repr(i) for i in report.quarantine[:20])
         parts.append(Text(f"  quarantined samples: {shown}"))
+    parts.extend(_death_lines(report))
     parts.extend(_memory_lines(report))
     if report.oom_protection is not None:
         parts.append(Text(f"  OOM protection: {report.oom_protection}"))

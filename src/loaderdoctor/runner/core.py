@@ -29,12 +29,14 @@ from loaderdoctor.atomic import write_json_atomically
 from loaderdoctor.forensics.incident import FollowUp, Incident
 from loaderdoctor.jsonshape import check_shape
 from loaderdoctor.runner import protocol
+from loaderdoctor.runner.deaths import DeathWatch
 from loaderdoctor.runner.memory import MemorySampler, judge_oom_kills
 from loaderdoctor.runner.model import (
     UNKNOWN_EXIT_CODE,
     Delivered,
     MemoryReport,
     NodeInfo,
+    ProcessDeath,
     ProcessSummary,
     RunReport,
     UnsupervisedLoader,
@@ -229,7 +231,8 @@ def run_command(settings: RunSettings) -> RunReport:
         _discard_run_files(report_dir)
         raise RunUsageError(f"cannot start {command[0]}: {error.strerror or error}") from None
     interrupted: list[int] = []
-    sampler = MemorySampler(process.pid, started, settings.memory_interval_s)
+    deaths = DeathWatch()
+    sampler = MemorySampler(process.pid, started, settings.memory_interval_s, on_process=deaths.saw)
     memory: MemoryReport | None = None
     try:
         with forwarding_signals(process, interrupted):
@@ -240,7 +243,9 @@ def run_command(settings: RunSettings) -> RunReport:
         if process.poll() is None:  # we are being torn down by an exception of our own
             process.kill()
             returncode = process.wait()
-        report = _finish(report_dir, record, returncode, started, memory, bool(interrupted))
+        report = _finish(
+            report_dir, record, returncode, started, memory, bool(interrupted), deaths.deaths()
+        )
     return report
 
 
@@ -251,6 +256,7 @@ def _finish(
     started: float,
     memory: MemoryReport | None,
     interrupted: bool,
+    process_deaths: Sequence[ProcessDeath] = (),
 ) -> RunReport:
     """The command ended: its exit status in the journal first (should run be killed between
     here and its report, ``loaderdoctor report DIR`` has it), then the report, then the clean-up
@@ -268,6 +274,7 @@ def _finish(
         duration_s=record.duration_s,
         memory=memory,
         interrupted=interrupted,
+        process_deaths=process_deaths,
     )
     as_node(report, record.node)
     report.notes.extend(children_unwritten(report_dir))
@@ -503,9 +510,12 @@ def merge(
     duration_s: float,
     memory: MemoryReport | None,
     interrupted: bool,
+    process_deaths: Sequence[ProcessDeath] = (),
 ) -> RunReport:
     """The report of what the command's processes wrote under ``report_dir``; ``returncode``
-    None: nobody saw the command end (its exit status is said to be unknown, not guessed)."""
+    None: nobody saw the command end (its exit status is said to be unknown, not guessed).
+    ``process_deaths``: what ``run`` saw die uncollected in the tree (a worker an incident
+    names is not repeated there)."""
     incidents_dir = protocol.incidents_dir(report_dir)
     states = protocol.read_states(incidents_dir)
     incidents = read_incidents(incidents_dir, started_wall)
@@ -537,6 +547,7 @@ def merge(
         report_dir=str(report_dir),
         notes=run_notes(states, ranks, unsupervised_loaders, exit_code, unreached),
         unsupervised_loaders=unsupervised_loaders,
+        process_deaths=unnamed_deaths(process_deaths, incidents),
         unreached=unreached,
         data_findings=data_findings_of(states),
         oom_protection=protocol.weakest_protection(
@@ -549,6 +560,12 @@ def merge(
     )
     judge_oom_kills(report)
     return report
+
+
+def unnamed_deaths(deaths: Sequence[ProcessDeath], incidents: list[Incident]) -> list[ProcessDeath]:
+    """The deaths ``run`` saw in the tree that no incident names (a supervised worker's is one)."""
+    named = {incident.pid for incident in incidents}
+    return [death for death in deaths if death.pid not in named]
 
 
 def data_findings_of(states: list[dict[str, Any]]) -> list[dict[str, Any]]:

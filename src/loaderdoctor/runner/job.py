@@ -23,6 +23,7 @@ from loaderdoctor.runner.model import (
     JobSummary,
     NodeInfo,
     NodeSummary,
+    ProcessSummary,
     RunReport,
     RunStatus,
 )
@@ -127,11 +128,7 @@ def merge_job(directory: Path) -> RunReport:
         ),
         key=lambda i: i.time_s if i.time_s is not None else 0.0,
     )
-    ranks = [
-        dataclasses.replace(rank, node=_node(report).name)
-        for _, report in nodes
-        for rank in report.ranks
-    ]
+    ranks: list[ProcessSummary] = _with_node(nodes, "ranks")
     quarantine: list[Any] = []
     for _, report in nodes:
         quarantine.extend(q for q in report.quarantine if q not in quarantine)
@@ -160,6 +157,7 @@ def merge_job(directory: Path) -> RunReport:
         notes=[f"{_node(r).name}: {note}" for _, r in nodes for note in _node_notes(r)],
         supervisor="died" if any(r.supervisor == "died" for _, r in nodes) else "finished",
         unsupervised_loaders=[u for _, r in nodes for u in r.unsupervised_loaders],
+        process_deaths=_with_node(nodes, "process_deaths"),
         data_findings=_each_once(f for _, r in nodes for f in r.data_findings),
         oom_protection=protocol.weakest_protection(
             [(_node(r).name, r.oom_protection) for _, r in nodes if r.oom_protection is not None]
@@ -172,6 +170,16 @@ def merge_job(directory: Path) -> RunReport:
 def _node(report: RunReport) -> NodeInfo:
     assert report.node is not None  # read_node_report refuses a report without one
     return report.node
+
+
+def _with_node(nodes: list[tuple[Path, RunReport]], entries: str) -> list[Any]:
+    """Each node report's ``entries`` (its ranks, its deaths), each with its node's name: a pid
+    is a node's own."""
+    return [
+        dataclasses.replace(entry, node=_node(report).name)
+        for _, report in nodes
+        for entry in getattr(report, entries)
+    ]
 
 
 def _node_order(node: NodeInfo) -> tuple[bool, int, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from loaderdoctor.runner.model import MemoryFinding, MemoryReport, ProcessMemory, RunReport
@@ -47,6 +48,8 @@ class MemorySampler:
     started: float  # time.monotonic() at the command's start
     interval_s: float = 0.5
     shm_path: str = "/dev/shm"
+    # Told of every process of the tree on every tick, with the time (``deaths.DeathWatch``)
+    on_process: Callable[[int, float], None] | None = None
     _tracks: dict[int, _Track] = field(default_factory=dict)
     _shm: list[tuple[float, int]] = field(default_factory=list)
     _shm_stride: int = 1
@@ -92,6 +95,8 @@ class MemorySampler:
         except psutil.Error:
             return
         for process in processes:
+            if self.on_process is not None:
+                self.on_process(process.pid, now)
             try:
                 self._sample(process, now)
             except psutil.Error:

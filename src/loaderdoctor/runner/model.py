@@ -43,6 +43,35 @@ class UnsupervisedLoader:
 
 
 @dataclass
+class ProcessDeath:
+    """A process of the command that died, by a signal or with a failing exit code, and that the
+    process which started it left uncollected (a zombie), seen by ``run`` from outside: not a
+    DataLoader worker (their deaths are incidents, or torch's own error), but a process of a
+    pool we do not supervise (torchdata.nodes' process workers, a ``multiprocessing`` pool, a
+    tool's helper). ``uncollected_s``: how long ``run`` saw it uncollected; its parent still
+    waiting for it then may wait for ever."""
+
+    pid: int
+    parent_pid: int
+    name: str  # the kernel's name of the process (comm)
+    command: str  # its command line, read while it lived ("" where it never was)
+    parent_command: str
+    signal: str | None  # "SIGSEGV", where a signal ended it
+    exit_code: int | None  # where it exited by itself
+    seen_s: float  # when ``run`` first saw it dead, in seconds since the command started
+    uncollected_s: float
+    kernel_log: list[str] = field(default_factory=list)  # the kernel's lines that name it
+    node: str | None = None  # in a job report: the node it died on (pids are per node)
+
+    @property
+    def ended(self) -> str:
+        """``killed by SIGSEGV`` or ``exited with code 3``."""
+        if self.signal is not None:
+            return f"killed by {self.signal}"
+        return f"exited with code {self.exit_code}"
+
+
+@dataclass
 class ProcessSummary:
     """One process of the command that created supervised DataLoaders (a script, a rank)."""
 
@@ -196,6 +225,9 @@ class RunReport:
     # printed and the HTML page say so where report.json itself could not
     unwritten: list[str] = field(default_factory=list)
     unsupervised_loaders: list[UnsupervisedLoader] = field(default_factory=list)
+    # Processes of the command that died outside any supervised DataLoader and were left
+    # uncollected by their parent (a pool that waits for them waits for ever)
+    process_deaths: list[ProcessDeath] = field(default_factory=list)
     # Processes whose DataLoaders run may not have reached, each with the reason (a Ray cluster
     # joined whose workers wrote nothing): a worker death there is torch's own error, unseen
     unreached: list[str] = field(default_factory=list)
@@ -251,6 +283,9 @@ class RunReport:
         values["unsupervised_loaders"] = [
             UnsupervisedLoader(**_known(UnsupervisedLoader, u))
             for u in values.get("unsupervised_loaders", [])
+        ]
+        values["process_deaths"] = [
+            ProcessDeath(**_known(ProcessDeath, d)) for d in values.get("process_deaths", [])
         ]
         if values.get("memory") is not None:
             values["memory"] = MemoryReport.from_dict(values["memory"])

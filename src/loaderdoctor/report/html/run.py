@@ -285,6 +285,27 @@ def _ranks_table(report: RunReport) -> list[str]:
     ]
 
 
+def _deaths_section(report: RunReport) -> list[str]:
+    """The processes of the command that died outside any supervised DataLoader, uncollected."""
+    if not report.process_deaths:
+        return []
+    rows = "".join(
+        f"<tr{DIED}><td>{d.pid}</td><td>{_e(d.name)}</td><td>{d.parent_pid}</td>"
+        f"<td><code>{_e(d.parent_command)}</code></td><td>{_e(d.ended)}</td>"
+        f"<td>{format_seconds(d.seen_s)}</td><td>{format_seconds(d.uncollected_s)}</td>"
+        f"<td>{'<br>'.join(_e(line) for line in d.kernel_log)}</td></tr>"
+        for d in report.process_deaths
+    )
+    return [
+        "<h2>Processes that died outside the supervised DataLoaders</h2>",
+        '<p class="muted">Each was left uncollected by the process that started it (seen from '
+        "outside, as a zombie): a pool that waits for one of them waits for ever.</p>",
+        "<table><tr><th>pid</th><th>name</th><th>parent</th><th>parent's command</th>"
+        "<th>ended</th><th>at</th><th>uncollected for</th><th>kernel</th></tr>"
+        f"{rows}</table>",
+    ]
+
+
 def format_html(report: RunReport, page_dir: str | Path | None = None) -> str:
     """The page; ``page_dir``, the folder it is written to, lets it link the cause pages."""
     incidents = [_incident_card(incident, page_dir) for incident in report.incidents] or [
@@ -296,6 +317,7 @@ def format_html(report: RunReport, page_dir: str | Path | None = None) -> str:
         *nodes_section(report),
         "<h2>Incidents</h2>",
         *incidents,
+        *_deaths_section(report),
         *_memory_section(report),
         *_ranks_table(report),
         *(f'<p class="muted">Note: {_e(note)}</p>' for note in report.notes),
