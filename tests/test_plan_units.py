@@ -21,7 +21,7 @@ from loaderdoctor.supervise.parent.supervision import (
     Settings,
     Supervision,
 )
-from loaderdoctor.supervise.parent.supervisor import HANDLED, NO_RESTART, Supervisor
+from loaderdoctor.supervise.parent.supervisor import HANDLED, Supervisor
 from loaderdoctor.supervise.parent.watch import PoolFailure
 from test_recovery import _setup
 
@@ -159,8 +159,8 @@ class FakePlanner:
         self.calls.append(("give_up", failure.evidence.kind))
         return self.outcome
 
-    def restart(self, failure: PoolFailure, start_state: Any) -> Any:
-        self.calls.append(("restart", start_state))
+    def restart(self, failure: PoolFailure, restart: Any) -> Any:
+        self.calls.append(("restart", restart()))
         return self.outcome
 
 
@@ -234,12 +234,16 @@ def test_attempt_raises_on_purpose_what_was_raised_on_purpose() -> None:
     assert planner.calls == [] and supervisor.raising is None
 
 
+def _state() -> str:
+    return "state"
+
+
 @pytest.mark.parametrize(
-    ("start_state", "call"), [(NO_RESTART, ("give_up", "death")), ("state", ("restart", "state"))]
+    ("restart", "call"), [(None, ("give_up", "death")), (_state, ("restart", "state"))]
 )
-def test_attempt_while_building_gives_up_or_starts_over(start_state: Any, call: Any) -> None:
+def test_attempt_while_building_gives_up_or_starts_over(restart: Any, call: Any) -> None:
     supervisor, planner = _supervisor(Resumed())
-    assert supervisor.attempt(_pool_failure, building=True, start_state=start_state) is HANDLED
+    assert supervisor.attempt(_pool_failure, building=True, restart=restart) is HANDLED
     assert planner.calls == [call]
 
 

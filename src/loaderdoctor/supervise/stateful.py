@@ -30,7 +30,6 @@ from loaderdoctor.supervise.loader import (
 from loaderdoctor.supervise.parent.iterator import probe_alone
 from loaderdoctor.supervise.parent.supervision import LoaderSnapshot, Settings, Supervision
 from loaderdoctor.supervise.parent.supervisor import (
-    NO_RESTART,
     SupervisedPool,
     Supervisor,
     supervisor_of,
@@ -166,7 +165,9 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
                 built = supervisor.attempt(
                     functools.partial(super().__init__, supervisor.view(snapshot), next_iter_state),
                     building=fresh,
-                    start_state=next_iter_state if fresh and sampler_tail is None else NO_RESTART,
+                    restart=functools.partial(
+                        resume.restart_point, weakref.ref(self), next_iter_state, sampler_tail
+                    ),
                 )
                 if streams and built is None:
                     torchdata_compat.count_fast_forward_once(self, next_iter_state)
@@ -204,8 +205,9 @@ class SupervisedStatefulIter(SupervisedPool, torchdata_compat.HookedStatefulIter
             return
         # A worker that dies while torchdata's reset waits for its resume replies (one that died
         # idle before is found by the loader's ``__iter__``): the verdict, never a bare failure.
+        # Nothing of the new epoch was delivered: a new pool starts it over.
         reset = functools.partial(super().ld_reset, loader, first_iter, prime_prefetch)
-        self._ld.attempt(reset, building=True)
+        self._ld.attempt(reset, building=True, restart=resume.epoch_start)
 
     def ld_process_data(self, data: Any, worker_id: int, state_dict: Any) -> Any:
         raw = data

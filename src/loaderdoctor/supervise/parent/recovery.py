@@ -210,10 +210,10 @@ class Recovery:
             handled=handled,
         )
 
-    def restart(self, failure: PoolFailure, start_state: Any) -> Outcome:
+    def restart(self, failure: PoolFailure, restart: Callable[[], Any]) -> Outcome:
         """A worker failed while the pool was being built (torchdata's ``__init__`` waits for
-        its workers to start): nothing was delivered, so with healing a new pool starts over
-        from the state this one was given (``start_state``; None: the epoch's start)."""
+        its workers to start, its reset for their resume replies): nothing was delivered, so
+        with healing a new pool starts over from ``restart()``'s resume point."""
         ev = failure.evidence
         diagnosis = failure.diagnosis or diagnose(ev)
         decision = POLICY.plan(diagnosis, self._situation(ev, found_alone=False))
@@ -224,7 +224,7 @@ class Recovery:
         diagnosis.evidence.append(
             f"worker {ev.worker_id} died while the pool started: a new pool starts over"
         )
-        return self.repair.start_over(diagnosis, ev.worker_id, start_state)
+        return self.repair.start_over(diagnosis, ev.worker_id, restart())
 
     def idle_death(self) -> bool:
         """Before a persistent pool of a loader that resumes from its own state starts another

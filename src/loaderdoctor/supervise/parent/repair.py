@@ -512,9 +512,12 @@ class Repair:
         self.stop()
         return Raise(error_type(message, diagnosis), (message, diagnosis))
 
-    def start_over(self, diagnosis: Diagnosis, worker_id: int | None, start_state: Any) -> HandOver:
-        """A worker died while the pool was being built: a new pool starts over from the state
-        this one was given (``start_state``; None: the epoch's start)."""
+    def start_over(
+        self, diagnosis: Diagnosis, worker_id: int | None, resume_point: Any
+    ) -> HandOver:
+        """A worker died while the pool was being built: a new pool starts over from
+        ``resume_point`` (the state this one was given, and the sampler tail and streams it
+        went on with)."""
         self.parts.sup.history.deaths_in_a_row += 1
         record(self.parts.sup, diagnosis, "respawned")
         self.stop(beside=worker_id)
@@ -525,7 +528,7 @@ class Repair:
             False,
             self.respawns + 1,
             None,
-            (start_state, None, None),
+            resume_point,
         )
         return HandOver(self.build_successor(plan))
 

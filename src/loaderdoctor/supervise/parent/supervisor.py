@@ -50,9 +50,6 @@ from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SkippedBatc
 
 # What ``Supervisor.attempt`` returns for a step whose failure was handled (never a batch).
 HANDLED = object()
-# ``Supervisor.attempt``'s ``start_state`` when a pool that fails while it is built cannot start
-# over (the failure is raised)
-NO_RESTART = object()
 
 
 class Supervisor:
@@ -302,15 +299,20 @@ class Supervisor:
             return data
 
     def attempt(
-        self, step: Callable[[], Any], *, building: bool = False, start_state: Any = NO_RESTART
+        self,
+        step: Callable[[], Any],
+        *,
+        building: bool = False,
+        restart: Callable[[], Any] | None = None,
     ) -> Any:
         """Run a step of the library's own code that may meet a failed worker (a ``PoolFailure``
         out of the watch, or an exception of loaderdoctor's own code): its value, or
         ``HANDLED`` once ``Recovery`` has dealt with the failure and the pool goes on (or hands
         over); a failure that is the user's answer is raised from here. The one place a pool
-        failure is caught. ``building``: inside the iterator's ``__init__``, before a batch was
-        delivered: there is nothing to resume from yet, unless ``start_state`` says where a new
-        pool starts over (the state this one was given)."""
+        failure is caught. ``building``: inside the iterator's ``__init__`` (or a persistent pool's
+        reset for a new epoch), before a batch was delivered: there is nothing to resume from
+        yet; ``restart`` says where a new pool starts over (a resume point: the state this one
+        was given, the sampler tail and streams it went on with), None where none can."""
         failure: PoolFailure | None = None
         try:
             return step()
@@ -330,10 +332,10 @@ class Supervisor:
             recovery = self.recovery
             if not building:
                 outcome = recovery.handle(failure)
-            elif start_state is NO_RESTART:
+            elif restart is None:
                 outcome = recovery.give_up(failure)
             else:
-                outcome = recovery.restart(failure, start_state)
+                outcome = recovery.restart(failure, restart)
             self.carry_out(outcome)
         finally:
             # An exception kept in a local of this frame holds the frame (and so this

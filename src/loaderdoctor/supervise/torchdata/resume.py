@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor.supervise.parent.recovery import Successor
-from loaderdoctor.supervise.torchdata.sampler_tail import SamplerTail
+from loaderdoctor.supervise.torchdata.sampler_tail import InStep, SamplerTail
 from loaderdoctor.supervise.torchdata.streams import plan_resumes
 
 
@@ -24,6 +24,24 @@ def resume_point(ref: weakref.ref[Any]) -> tuple[Any, SamplerTail, Any]:
     return state, tail, plan_resumes(iterator, state)
 
 
+def restart_point(
+    ref: weakref.ref[Any], state: Any, tail: SamplerTail | None
+) -> tuple[Any, SamplerTail | None, None]:
+    """Where a new pool starts over when one dies while it is built: the state it was given
+    and, for a pool that went on from a stopped one, that pool's sampler tail whole: the index
+    batches the dead start drew from it first (torchdata's ``__init__`` sends the first ones),
+    then what it left."""
+    iterator = ref()
+    if tail is None or iterator is None or not isinstance(iterator.ld_sampler_iter, InStep):
+        return state, tail, None  # it drew nothing of the tail yet
+    return state, SamplerTail(list(iterator._ld_drawn), iterator.ld_sampler_iter.pending), None
+
+
+def epoch_start() -> tuple[None, None, None]:
+    """A persistent pool's new epoch, before its first batch: a new pool starts it afresh."""
+    return None, None, None
+
+
 def successor(iterator_class: Callable[..., Any], plan: Successor) -> Any:
     """The pool that goes on from a stopped one (an ``iterator_class``, torchdata's supervised
     iterator), at its ``resume_point``; it counts the batches it yields itself."""
@@ -33,4 +51,4 @@ def successor(iterator_class: Callable[..., Any], plan: Successor) -> Any:
     return successor
 
 
-__all__ = ["resume_point", "successor"]
+__all__ = ["epoch_start", "restart_point", "resume_point", "successor"]

@@ -24,11 +24,11 @@ class SamplerTail:
         """The resumed pool's sampler iterator: the same pass from draw ``yielded`` on, keeping
         torchdata's ``restored`` iterator in step for the state a later ``state_dict()`` saves."""
         pending = itertools.chain([index for n, index in self.drawn if n > yielded], self.rest)
-        kind = _StatefulInStep if has_own_state(restored) else _InStep
+        kind = _StatefulInStep if has_own_state(restored) else InStep
         return kind(pending, restored)
 
 
-class _InStep:
+class InStep:
     """Draws from ``pending``; advances ``restored`` (torchdata's own resumed sampler iterator,
     a new pass that only fast-forwards to the same count) in step, so that its state, which a
     ``state_dict()`` saves, counts what was drawn."""
@@ -48,7 +48,7 @@ class _InStep:
         return index
 
 
-class _StatefulInStep(_InStep):
+class _StatefulInStep(InStep):
     def state_dict(self) -> Any:
         return self.restored.state_dict()
 
@@ -56,4 +56,4 @@ class _StatefulInStep(_InStep):
         self.restored.load_state_dict(state)
 
 
-__all__ = ["SamplerTail"]
+__all__ = ["InStep", "SamplerTail"]
