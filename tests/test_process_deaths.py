@@ -69,6 +69,16 @@ def _until_zombie(child: subprocess.Popen[bytes], watch: DeathWatch | None = Non
     pytest.fail(f"pid {child.pid} did not end within 60 s")
 
 
+def _until_running(pid: int, code: str) -> None:
+    """Wait until ``pid`` runs ``code`` (its exec done), at most 60 s."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if code.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return
+        time.sleep(0.02)
+    pytest.fail(f"pid {pid} did not start {code!r} within 60 s")
+
+
 @pytest.mark.slow
 @linux_proc
 def test_a_real_zombie_killed_by_sigsegv_is_read_from_outside() -> None:
@@ -88,15 +98,20 @@ def test_a_real_zombie_killed_by_sigsegv_is_read_from_outside() -> None:
 def test_an_uncollected_death_is_said_once_and_reported() -> None:
     said: list[str] = []
     watch = DeathWatch(say_after_s=10, say=said.append)
-    code = "import time, ctypes; time.sleep(0.5); ctypes.string_at(0)"
-    child = _child(code)
+    code = "import sys, ctypes; sys.stdin.readline(); ctypes.string_at(0)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
     try:
+        _until_running(child.pid, code)
+        watch.saw(child.pid, 0.0)  # alive, its command line read
+        assert child.stdin is not None
+        child.stdin.write(b"crash now\n")
+        child.stdin.flush()
         now = _until_zombie(child, watch)
         for later in (now, now + 1, now + 11, now + 12):  # the time is the watch's, not ours
             watch.saw(child.pid, later)
     finally:
         child.kill()
-        child.wait(timeout=30)
+        child.communicate(timeout=30)  # collected, its stdin closed
     [death] = watch.deaths()
     assert (death.pid, death.signal, death.exit_code) == (child.pid, "SIGSEGV", None)
     assert code in death.command  # read while it lived

@@ -6,7 +6,7 @@ parent waits on a queue for ever, and the job hangs without a word. The dead wor
 zombie until its parent collects it, and a zombie's exit status is readable from outside
 (``system.zombie``). ``run``'s sampler walks the tree every tick and hands each process here:
 
-* a live process's command line is read once (a zombie's is gone);
+* a live process's command line is read on each tick (an exec changes it; a zombie's is gone);
 * a zombie that died by a signal or with a failing exit code, seen uncollected on two ticks
   (a parent that watches its children collects them at once: torch, our own re-tries alone, a
   ``ProcessPoolExecutor``), is a death to report, with the kernel's lines that name it;
@@ -56,10 +56,8 @@ class DeathWatch:
         if stat is None:
             return
         key = (pid, stat.start_ticks)
-        if not stat.zombie:  # its command line now: a zombie's is gone
-            known = self._commands.get(pid)
-            fresh = known is None or known[0] != stat.start_ticks
-            if fresh and len(self._commands) < MAX_COMMANDS:
+        if not stat.zombie:  # its command line now (an exec changes it): a zombie's is gone
+            if pid in self._commands or len(self._commands) < MAX_COMMANDS:
                 self._commands[pid] = (stat.start_ticks, _command_line(pid))
             return
         death = self._dead.get(key)
