@@ -61,6 +61,11 @@ def format_seconds(seconds: float, *, decimals: int = 1) -> str:
     return f"{seconds:.{decimals}f} s"
 
 
+def shortened(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ``...`` ending what was cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def format_ms(seconds: float, *, decimals: int = 1) -> str:
     """Seconds as a number of milliseconds for a column headed "ms": ``0.0125`` -> ``"12.5"``."""
     return f"{seconds * 1000:.{decimals}f}"

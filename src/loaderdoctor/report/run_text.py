@@ -11,7 +11,7 @@ from loaderdoctor.forensics.incident import HEALING_ACTIONS, Incident
 from loaderdoctor.forensics.verdict_text import crashing_thread_first
 from loaderdoctor.report.console import render_plain, terminal, width_for
 from loaderdoctor.runner.model import ProcessDeath, RunReport
-from loaderdoctor.units import format_bytes, format_seconds
+from loaderdoctor.units import format_bytes, format_seconds, shortened
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -298,17 +298,13 @@ def format_process_death(death: ProcessDeath) -> str:
     still uncollected 28 s later``."""
     parent = f"pid {death.parent_pid}"
     if death.parent_command:
-        parent += f" ({_shortened(death.parent_command)})"
+        parent += f" ({shortened(death.parent_command, 60)})"
     where = f"{death.node}: " if death.node else ""
     return (
         f"{where}pid {death.pid} ({death.name}), started by {parent}: {death.ended} at "
         f"{format_seconds(death.seen_s)}, still uncollected {format_seconds(death.uncollected_s)} "
         "later"
     )
-
-
-def _shortened(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _death_lines(report: RunReport) -> list[RenderableType]:

@@ -55,6 +55,7 @@ from loaderdoctor.runner.protocol import (
     RUN_RECORD_NAME,
     SUPERVISOR_ENV,
 )
+from loaderdoctor.system.zombie import signal_name
 
 DEFAULT_REPORT_DIR = "loaderdoctor-report"
 DEFAULT_HANG_TIMEOUT_S = 300.0
@@ -480,12 +481,7 @@ def prepare_report_dir(path: Path) -> Path:
 def exit_code_of(returncode: int) -> tuple[int, str | None]:
     """A shell's convention: death by signal N is 128 + N."""
     if returncode < 0:
-        number = -returncode
-        try:
-            name: str | None = signal.Signals(number).name
-        except ValueError:
-            name = f"signal {number}"
-        return 128 + number, name
+        return 128 - returncode, signal_name(-returncode)
     return returncode, None
 
 
@@ -522,9 +518,9 @@ def merge(
     ranks = process_summaries(states, incidents)
     quarantine = quarantine_of(states, incidents)
     if returncode is None:
-        exit_code, signal_name = UNKNOWN_EXIT_CODE, None
+        exit_code, ended_by = UNKNOWN_EXIT_CODE, None
     else:
-        exit_code, signal_name = exit_code_of(returncode)
+        exit_code, ended_by = exit_code_of(returncode)
     unsupervised_loaders = unsupervised_loaders_of(states)
     unreached = unreached_ray_workers(states)
     delivered = Delivered(
@@ -540,7 +536,7 @@ def merge(
         delivered=delivered,
         ranks=ranks,
         memory=memory,
-        signal=signal_name,
+        signal=ended_by,
         interrupted=interrupted,
         exit_known=returncode is not None,
         started_at=datetime.datetime.fromtimestamp(started_wall).isoformat(timespec="seconds"),

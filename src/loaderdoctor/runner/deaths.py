@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from loaderdoctor.runner.model import ProcessDeath
 from loaderdoctor.system import kmsg
 from loaderdoctor.system.zombie import process_stat
+from loaderdoctor.units import shortened
 
 WORKER_NAME = "pt_data_worker"  # torch names its worker processes so (worker.py, _worker_loop)
 SAY_AFTER_S = 10.0
@@ -115,7 +116,7 @@ def _kernel_lines(pid: int) -> list[str]:
 
 def _live_line(death: ProcessDeath) -> str:
     parent = f"pid {death.parent_pid}" + (
-        f" ({_short(death.parent_command)})" if death.parent_command else ""
+        f" ({shortened(death.parent_command, 80)})" if death.parent_command else ""
     )
     return (
         f"loaderdoctor run: pid {death.pid} ({death.name}), started by {parent}, was "
@@ -123,10 +124,6 @@ def _live_line(death: ProcessDeath) -> str:
         "a pool that waits for it waits for ever. The command runs on (Ctrl-C ends it); the "
         "report names this death."
     )
-
-
-def _short(command: str, limit: int = 80) -> str:
-    return command if len(command) <= limit else command[: limit - 3] + "..."
 
 
 __all__ = ["SAY_AFTER_S", "DeathWatch", "say_on_stderr"]

@@ -28,6 +28,14 @@ class ProcessStat:
     exit_code: int | None = None
 
 
+def signal_name(number: int) -> str:
+    """``11`` -> ``"SIGSEGV"``; a number this Python does not name, ``"signal 77"``."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def process_stat(pid: int, proc: str = "/proc") -> ProcessStat | None:
     """``pid``'s line of ``/proc``; None where there is none (gone, not Linux, not ours)."""
     try:
@@ -61,11 +69,7 @@ def parse_stat(pid: int, text: str) -> ProcessStat | None:
     if status is None:  # alive, or a kernel before 3.5
         return found
     if os.WIFSIGNALED(status):
-        code = os.WTERMSIG(status)
-        try:
-            named = signal.Signals(code).name
-        except ValueError:
-            named = f"signal {code}"
+        named = signal_name(os.WTERMSIG(status))
         return ProcessStat(pid, parent_pid, name, start_ticks, True, signal=named)
     if os.WIFEXITED(status):
         return ProcessStat(
@@ -74,4 +78,4 @@ def parse_stat(pid: int, text: str) -> ProcessStat | None:
     return found
 
 
-__all__ = ["ProcessStat", "parse_stat", "process_stat"]
+__all__ = ["ProcessStat", "parse_stat", "process_stat", "signal_name"]

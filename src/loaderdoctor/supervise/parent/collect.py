@@ -11,7 +11,6 @@ import os
 import pickle
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -127,13 +126,6 @@ def make_log_dir() -> str:
         if owner.isdigit() and not psutil.pid_exists(int(owner)):
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{LOG_DIR_PREFIX}{os.getpid()}-")
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def read_stack_log(log_dir: str | None, worker_id: int, pid: int | None) -> str | None:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor import boundary, torch_compat
-from loaderdoctor.supervise.parent import collect
 from loaderdoctor.system.oom_priority import raise_oom_score
+from loaderdoctor.system.zombie import signal_name
 
 SHUTDOWN_GRACE_S = 2.0
 
@@ -63,7 +63,7 @@ class Pool:
         """(signal name, None) for a killed worker, (None, exit code) for one that exited."""
         code = self.lists.processes[worker_id].exitcode
         if code is not None and code < 0:
-            return collect.signal_name(-code), None
+            return signal_name(-code), None
         return None, code
 
     def kill(self, worker_id: int) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from loaderdoctor import inputfile
 from loaderdoctor.atomic import write_json_atomically
+from loaderdoctor.units import shortened
 
 SCHEMA = 1
 
@@ -152,8 +153,7 @@ def _entry(item: object, where: str) -> QuarantineEntry:
 
 def json_text(value: object, limit: int = 60) -> str:
     """``value`` as the JSON text a user wrote (``true``, not ``True``), cut to ``limit``."""
-    text = json.dumps(value, default=repr)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shortened(json.dumps(value, default=repr), limit)
 
 
 _warned_past_the_end: set[str] = set()
