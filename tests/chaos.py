@@ -16,7 +16,8 @@ writes what it saw; ``check`` holds it to the promise:
   and a warning);
 * an early ``break`` or a resumed ``state_dict`` never doubles a sample;
 * healing never raises where it could go on (the only raise allowed is a ``HealingStoppedError``
-  that names its limit);
+  at ``max_deaths_in_a_row`` that the plan itself earned: the harness killed workers, or planted
+  deaths that strike once, as many times as the error counts, with no batch between);
 * the run ends within its time (never a hang), and leaves no worker behind;
 * the report's counts equal the ledger's.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -59,6 +61,10 @@ SAMPLE_FAULTS = (
 ALWAYS = frozenset(f for f in SAMPLE_FAULTS if f.endswith("-always"))
 KILL_MOMENTS = ("starting", "after-iter", "between-epochs", "mid-epoch")
 HANG_TIMEOUT_S = 4.0
+STOPPED_AT_LIMIT = re.compile(
+    r"HealingStoppedError: (?:loaderdoctor )?healing stopped: (\d+) worker deaths in a row .*"
+    r"max_deaths_in_a_row="
+)
 # A plan's run must end within this (a hang past it fails the plan: never a hang).
 PLAN_TIMEOUT_S = 150.0
 
@@ -171,7 +177,7 @@ def stream_position(plan: dict[str, Any], item: int) -> tuple[int, int]:
 def check(plan: dict[str, Any], result: dict[str, Any]) -> list[str]:
     """What the run broke of the promise; empty when it kept it."""
     problems: list[str] = []
-    if result.get("error"):
+    if result.get("error") and not earned_stop(plan, result):
         problems.append(f"raised: {result['error']}")
     healthy = healthy_items(plan)
     lost_from = _lost_streams(plan, result)
@@ -230,6 +236,21 @@ def check(plan: dict[str, Any], result: dict[str, Any]) -> list[str]:
             f"workers left running after the loader's end: {result['leftover_workers']}"
         )
     return problems
+
+
+def earned_stop(plan: dict[str, Any], result: dict[str, Any]) -> bool:
+    """Healing stopped at ``max_deaths_in_a_row``, and the plan accounts for every death the error
+    counts: the workers the harness killed since the loop's last batch, plus at most one death
+    for each fault planted to strike once (a sample, the collate_fn, the worker_init_fn). A
+    random killer faster than a worker's start earns it; a stop the plan cannot account for is
+    a broken promise."""
+    found = STOPPED_AT_LIMIT.match(result.get("error") or "")
+    if found is None:
+        return False
+    planted = [*plan["faults"].values(), (plan["collate_fault"] or {}).get("mode")]
+    once = sum(1 for mode in planted if mode and mode.endswith("-once") and mode != "raise-once")
+    once += plan["init_fault"] == "segv-once"
+    return result.get("kills_since_batch", 0) + once >= int(found[1])
 
 
 def _lost_streams(plan: dict[str, Any], result: dict[str, Any]) -> list[tuple[int, int]]:
