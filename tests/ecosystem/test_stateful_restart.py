@@ -1,7 +1,8 @@
 """A ``StatefulDataLoader`` pool that loses a worker before its first batch starts over, under
 heal: the pool built to go on from a stopped one (torchdata's state and the stopped pool's
 sampler tail), and a persistent pool's reset for a new epoch (which waits for every worker's
-resume reply). Each delivers every healthy sample exactly once; before, both raised."""
+resume reply). Each delivers every healthy sample exactly once; before, both raised. Pools that
+die each time they start over stop at ``max_deaths_in_a_row``, with the error that names it."""
 
 from __future__ import annotations
 
@@ -114,3 +115,38 @@ def test_a_death_while_a_persistent_pool_resets_for_a_new_epoch_starts_it_over(
     assert [Counter(epoch) for epoch in epochs] == [Counter(range(SAMPLES))] * 3
     assert [i.action for i in loader.incidents] == ["respawned"]
     assert loader.report.status == "healed"
+
+
+class StreamsDyingOnReset(Streams):
+    """Worker 0 is killed each time it starts a stream after the first epoch's."""
+
+    def __iter__(self) -> Iterator[int]:
+        info = torch.utils.data.get_worker_info()
+        assert info is not None
+        started = self.flags / f"started-{info.id}"
+        if info.id == 0 and started.exists():
+            quiet_result_queue()
+            os.kill(os.getpid(), signal.SIGKILL)
+        started.touch()
+        return iter(range(info.id, SAMPLES, info.num_workers))
+
+
+def test_pools_that_die_as_they_start_over_stop_at_the_deaths_limit(tmp_path: Path) -> None:
+    loader = loaderdoctor.StatefulDataLoader(
+        StreamsDyingOnReset(tmp_path),
+        batch_size=BATCH,
+        num_workers=2,
+        persistent_workers=True,
+        heal=True,
+        max_deaths_in_a_row=2,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HealWarning)
+        assert len([i for batch in loader for i in batch.tolist()]) == SAMPLES
+        with pytest.raises(loaderdoctor.HealingStoppedError) as stopped:
+            list(loader)
+    assert str(stopped.value).startswith(
+        "loaderdoctor healing stopped: 3 worker deaths in a row with no batch delivered between "
+        "them and no sample to blame (max_deaths_in_a_row=2"
+    )
+    assert [i.action for i in loader.incidents] == ["respawned", "respawned", "raised"]

@@ -216,8 +216,11 @@ class Recovery:
         with healing a new pool starts over from ``restart()``'s resume point."""
         ev = failure.evidence
         diagnosis = failure.diagnosis or diagnose(ev)
-        decision = POLICY.plan(diagnosis, self._situation(ev, found_alone=False))
-        if decision.action.kind not in (ActionKind.RESPAWN, ActionKind.BACK_OFF):
+        action = POLICY.plan(diagnosis, self._situation(ev, found_alone=False)).action
+        if action.stops_healing:  # pools that die as they start, past the deaths limit
+            self._raised_alone(diagnosis, action.note)
+            return self.repair.raise_failure(failure, diagnosis, action.note)
+        if action.kind not in (ActionKind.RESPAWN, ActionKind.BACK_OFF):
             return self.give_up(failure)
         if ev.kind != "death":
             return self.give_up(failure)
