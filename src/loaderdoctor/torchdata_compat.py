@@ -105,6 +105,21 @@ def fast_forwards(state: Any) -> bool:
     return False
 
 
+def without_dataset_states(state: Any) -> Any:
+    """``state`` with every worker's dataset state (and its iterator's) left out, so that
+    torchdata resumes the streams by re-reading them from their start (``fast_forwards``)."""
+    snapshot = dict(state[StatefulMultiProcessingIter._SNAPSHOT])
+    workers = {}
+    for worker_id, worker_state in snapshot[StatefulMultiProcessingIter._WORKER_SNAPSHOTS].items():
+        if worker_state is not None:
+            fetcher = worker_state[_FETCHER_STATE]
+            fetcher = None if fetcher is None else {**fetcher, _DATASET_ITER_STATE: None}
+            worker_state = {**worker_state, _DATASET_STATE: None, _FETCHER_STATE: fetcher}
+        workers[worker_id] = worker_state
+    snapshot[StatefulMultiProcessingIter._WORKER_SNAPSHOTS] = workers
+    return {**state, StatefulMultiProcessingIter._SNAPSHOT: snapshot}
+
+
 def count_fast_forward_once(iterator: Any, state: Any) -> None:
     """torchdata 0.11 counts the batches of a fast-forward twice: its ``__init__`` sets
     ``_num_yielded`` to the state's step, then yields that many batches again, each counted, so a

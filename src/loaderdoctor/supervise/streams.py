@@ -41,12 +41,42 @@ def item_key(item: Any) -> Any:
     return None
 
 
+# Streams whose own state does not resume them exactly, matched along the dataset's MRO by the
+# (module, class) that defines the behaviour: a re-started worker replays them instead (replay
+# is exact where the stream is deterministic, as these are). Hugging Face datasets'
+# IterableDataset saves no shuffle buffer's content in its state_dict() (its docs: "examples
+# from shuffle buffers are lost when resuming"; measured with datasets 5.2.0, a worker killed
+# mid-epoch and resumed from its state: 3 items delivered twice and 11 lost, without a word),
+# re-applies a loaded state at every later epoch of the same number (a persistent worker's next
+# epoch, without set_epoch(), began where the dead one stood: 10 items lost), and in a worker,
+# where two workers share a shuffled stream, raises IndexError loading a state it saved.
+INEXACT_STATE: dict[tuple[str, str], str] = {
+    ("datasets.iterable_dataset", "IterableDataset"): (
+        "Hugging Face datasets' IterableDataset does not save its shuffle buffer's content, and "
+        "re-applies a loaded state at later epochs"
+    ),
+}
+
+
+def inexact_state(dataset: Any) -> str | None:
+    """Why the dataset's own state does not resume its stream exactly (``INEXACT_STATE``), or
+    None."""
+    for cls in type(dataset).__mro__:
+        reason = INEXACT_STATE.get((cls.__module__, cls.__qualname__))
+        if reason is not None:
+            return reason
+    return None
+
+
 def is_stateful(dataset: Any) -> bool:
     """The dataset speaks torchdata's ``Stateful`` protocol: ``state_dict()`` with no argument,
-    ``load_state_dict(state)``. Libraries with methods of those names and another protocol (MosaicML
-    ``streaming``'s ``state_dict(num_samples, from_beginning)``, litdata's ``state_dict(
-    num_samples_yielded, num_workers, batch_size)``, both meant for their own loader's main
-    process) are not called: their streams resume by replay, as any other stream's."""
+    ``load_state_dict(state)``, and its state resumes it exactly (``INEXACT_STATE``). Libraries
+    with methods of those names and another protocol (MosaicML ``streaming``'s ``state_dict(
+    num_samples, from_beginning)``, litdata's ``state_dict(num_samples_yielded, num_workers,
+    batch_size)``, both meant for their own loader's main process) are not called: their streams
+    resume by replay, as any other stream's."""
+    if inexact_state(dataset) is not None:
+        return False
     state_dict = getattr(dataset, "state_dict", None)
     load_state_dict = getattr(dataset, "load_state_dict", None)
     if not callable(state_dict) or not callable(load_state_dict):
@@ -322,11 +352,13 @@ def new_stream_progress(loader: Any) -> StreamProgress | None:
 
 __all__ = [
     "CHECKED_KEYS",
+    "INEXACT_STATE",
     "REPLAYABLE_ATTRIBUTE",
     "StreamBatch",
     "StreamProgress",
     "StreamResume",
     "declared_replayable",
+    "inexact_state",
     "is_stateful",
     "item_key",
     "new_stream_progress",

@@ -9,7 +9,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from loaderdoctor import torchdata_compat
 from loaderdoctor.supervise.parent.recovery import Successor
+from loaderdoctor.supervise.streams import inexact_state
 from loaderdoctor.supervise.torchdata.sampler_tail import InStep, SamplerTail
 from loaderdoctor.supervise.torchdata.streams import plan_resumes
 
@@ -20,6 +22,8 @@ def resume_point(ref: weakref.ref[Any]) -> tuple[Any, SamplerTail, Any]:
     iterator = ref()
     assert iterator is not None  # asked by its own Recovery, while it handles a failure
     state = iterator._ld_resumed_from or iterator.state_dict()  # died while resuming: again
+    if inexact_state(iterator._ld.parts.snapshot.dataset) is not None:
+        state = torchdata_compat.without_dataset_states(state)  # its streams are re-read
     tail = SamplerTail(list(iterator._ld_drawn), iterator.ld_sampler_iter)
     return state, tail, plan_resumes(iterator, state)
 

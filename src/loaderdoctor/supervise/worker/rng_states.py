@@ -23,6 +23,12 @@ EVENT_KIND = boundary.RNG_STATES_EVENT
 DEPTH = 2  # dataset.rng, dataset.transform.rng
 MAX_ATTRIBUTES = 64  # per object: a dataset with a huge __dict__ is not searched whole
 _SCALARS = (str, bytes, int, float, bool, type(None))
+# Modules whose objects hold a generator that starts alike in every worker on purpose, and that
+# the library sets apart per worker itself when the stream starts: not compared. Hugging Face
+# datasets' IterableDataset shuffles its shards with one seed in every worker (so that the
+# workers agree on who reads which shard) and then shifts each worker's example generators by
+# its worker id (shift_ex_examples_rngs); re-seeding them per worker would break the first.
+SET_APART_BY_THEIR_LIBRARY = frozenset({"datasets.iterable_dataset"})
 
 
 def _digest(data: bytes) -> str:
@@ -73,11 +79,13 @@ def dataset_generators(dataset: Any, depth: int = DEPTH) -> dict[str, tuple[str,
     for _ in range(depth):
         below = []
         for path, owner in level:
+            own = type(owner).__module__ not in SET_APART_BY_THEIR_LIBRARY
             for name, value in _attributes(owner):
                 where = f"{path}.{name}"
                 state = generator_state(value)
                 if state is not None:
-                    found[where] = (state[0], _digest(state[1]))
+                    if own:
+                        found[where] = (state[0], _digest(state[1]))
                 elif not isinstance(value, _SCALARS) and not callable(value):
                     below.append((where, value))
         level = below
