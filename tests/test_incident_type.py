@@ -153,3 +153,15 @@ def test_a_follow_up_merges_into_the_incident_it_names() -> None:
     assert merged.key == "s2-0007" and merged.id == 7
     assert merged.evidence[-1] == "item #7 has key 's2-0007'"
     assert incident.evidence[-1] == "sample 21 was in flight"  # the written one is unchanged
+    assert merged.action == "skipped"
+
+
+def test_a_follow_up_that_learns_a_loss_turns_the_action_and_survives_its_json() -> None:
+    incident = Incident(whole_verdict(), "respawned", id=7)
+    said = "stream of worker 1 is not replayable: up to 44 items may be duplicated or lost"
+    learnt = FollowUp.from_dict(
+        json.loads(json.dumps(FollowUp(7, (said,), None, "lost").to_dict()))
+    )
+    merged = learnt.merged_into(incident)
+    assert (merged.action, merged.evidence[-1]) == ("lost", said)
+    assert FollowUp(7, (said,)).to_dict() == {"of": 7, "evidence": [said], "key": None}

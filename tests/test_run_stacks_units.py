@@ -20,6 +20,7 @@ from loaderdoctor.forensics.verdict_text import format_subject
 from loaderdoctor.report.html.run import format_html
 from loaderdoctor.report.run_text import format_where
 from loaderdoctor.runner import core, patch, protocol, subclasses
+from loaderdoctor.runner.model import run_status
 from loaderdoctor.supervise.exception_facts import exception_facts
 from loaderdoctor.supervise.parent import collect
 from loaderdoctor.supervise.parent.incidents import FollowUp
@@ -147,6 +148,21 @@ def test_a_stream_culprits_key_learnt_later_reaches_the_report(tmp_path: Path) -
     assert format_where(merged) == "worker 2, item #7, key 's2-0007'"
     page = format_html(merge(tmp_path))
     assert '<p class="where">worker 2 · item #7 · key <code>&#x27;s2-0007&#x27;</code>' in page
+
+
+def test_a_loss_learnt_later_makes_the_run_healed_with_loss(tmp_path: Path) -> None:
+    directory = protocol.incidents_dir(tmp_path)
+    Path(directory).mkdir()
+    first = {"cause": "killed-by-signal", "action": "respawned", "worker_id": 1, "evidence": []}
+    line = {"time": 1.0, "pid": 4000, "image": 0, "rank": None}
+    protocol.append_incident(directory, 4000, {**line, "id": 3, "incident": first})
+    assert run_status(0, merge(tmp_path).incidents, delivered_samples=90) == "healed"
+    said = "stream of worker 1 is not replayable: up to 44 items may be duplicated or lost"
+    learnt = FollowUp(3, (said,), None, "lost")
+    protocol.append_incident(directory, 4000, {**line, "follow_up": learnt.to_dict()})
+    (incident,) = merge(tmp_path).incidents
+    assert (incident.action, incident.evidence) == ("lost", [said])
+    assert run_status(0, [incident], delivered_samples=90) == "healed-with-loss"
 
 
 def test_format_where_of_a_map_style_incident_is_unchanged() -> None:

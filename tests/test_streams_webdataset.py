@@ -178,3 +178,42 @@ def test_a_stage_that_drops_items_leaves_the_items_after_it_unnamed_never_misnam
     selected = plain.select(lambda sample: sample["cls"] != b"2").to_tuple("cls", "txt")
     assert names_by_position(selected) == [*every[:2], *every[3:]]
     assert plain.pipeline == stages  # the user's pipeline is left as it was
+
+
+class KillAtItem:
+    """SIGKILLs its worker at the worker's ``at``-th item (counted from 0), once: by then the
+    user has received the worker's first batch (a worker is sent batch 3's task only once its
+    batch 1 arrived)."""
+
+    def __init__(self, flag: str, at: int) -> None:
+        self.flag, self.at, self.seen = flag, at, 0
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        self.seen += 1
+        if self.seen > self.at and not os.path.exists(self.flag):
+            Path(self.flag).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return sample
+
+
+@pytest.mark.slow
+def test_a_shuffled_stream_that_replays_otherwise_is_healed_with_loss(tmp_path: Path) -> None:
+    """WebDataset's ``.shuffle(n)`` seeds its buffer from the pid and the clock: the replacement
+    re-reads its stream in another order, so items may arrive twice or not at all. That is
+    said, and the loader's status (and the death's action) say the loss, never plain healed."""
+    urls = write_shards(tmp_path)
+    pipeline = (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .shuffle(8)
+        .map(KillAtItem(str(tmp_path / "fired"), at=9))
+    )
+    loader = loaderdoctor.DataLoader(pipeline, batch_size=3, num_workers=1, heal=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", HealWarning)
+        keys = [key for batch in loader for key in batch["__key__"]]
+    assert (tmp_path / "fired").exists() and len(keys) > PER_SHARD
+    said = [str(w.message) for w in caught if "is not replayable" in str(w.message)]
+    assert len(said) == 1, [str(w.message) for w in caught]
+    assert [i.action for i in loader.incidents] == ["lost"]
+    assert loader.incidents[0].diagnosis.evidence[-1] == said[0].removeprefix("loaderdoctor: ")
+    assert loader.report.status == "healed-with-loss"

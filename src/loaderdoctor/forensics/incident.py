@@ -26,8 +26,9 @@ HEALED_ACTIONS = frozenset(
     {"skipped", "replaced", "quarantined", "respawned", "backed-off", "fell-back"}
 )
 # The loader carried on, but healthy samples were lost (named in the incident's evidence and
-# warning): a stream that cannot be read past an item that killed its worker twice. The run is
-# then "healed-with-loss", never plain "healed".
+# warning): a stream that cannot be read past an item that killed its worker twice, or one whose
+# replay did not match what was delivered (learnt later: ``FollowUp.action``). The run is then
+# "healed-with-loss", never plain "healed".
 LOSING_ACTIONS = frozenset({"lost"})
 # Every action after which the loader carried on
 HEALING_ACTIONS = HEALED_ACTIONS | LOSING_ACTIONS
@@ -203,25 +204,37 @@ class Incident:
 
 @dataclass(frozen=True)
 class FollowUp:
-    """What was learnt about incident ``of`` after it was written: evidence lines, and the key
-    of a stream's culprit (only where the incident named none)."""
+    """What was learnt about incident ``of`` after it was written: evidence lines, the key of a
+    stream's culprit (only where the incident named none), and the action it turned out to be
+    (``lost``: the stream its death resumed was not replayed as delivered, so items may have
+    been duplicated or lost, and the run is "healed-with-loss", never plain "healed")."""
 
     of: int
     evidence: tuple[str, ...] = ()
     key: Any = None
+    action: str | None = None
 
     def merged_into(self, incident: Incident) -> Incident:
         d = incident.diagnosis
         key = d.key if d.key is not None or self.key is None else self.key
         merged = dataclasses.replace(d, key=key, evidence=[*d.evidence, *self.evidence])
-        return dataclasses.replace(incident, diagnosis=merged)
+        return dataclasses.replace(
+            incident, diagnosis=merged, action=self.action or incident.action
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"of": self.of, "evidence": list(self.evidence), "key": self.key}
+        data = {"of": self.of, "evidence": list(self.evidence), "key": self.key}
+        return {**data, "action": self.action} if self.action is not None else data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FollowUp:
-        return cls(int(data["of"]), tuple(str(line) for line in data["evidence"]), data.get("key"))
+        action = data.get("action")
+        return cls(
+            int(data["of"]),
+            tuple(str(line) for line in data["evidence"]),
+            data.get("key"),
+            str(action) if action is not None else None,
+        )
 
 
 __all__ = [

@@ -24,6 +24,12 @@ from typing import Any
 
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 
+# What was learnt about an incident after it was written: (its id, an evidence line, a stream
+# culprit's key or None, the action it turned out to be or None): ``repair.follow_up``
+Learnt = tuple[int, str, Any, str | None]
+# The action of a death whose stream was not replayed as delivered (items may be duplicated or
+# lost): the run is then "healed-with-loss"
+NOT_REPLAYED = "lost"
 # The last few delivered items of each worker whose keys a replay is checked against.
 CHECKED_KEYS = 64
 REPLAYABLE_ATTRIBUTE = "loaderdoctor_replayable"
@@ -215,7 +221,7 @@ class StreamProgress:
         self.notes: list[str] = []  # non-replay findings not yet warned about
         self.incident: int | None = None  # the id of the last death's incident healed by a resume
         # What was learnt about incidents written before: (incident id, evidence line, key)
-        self.learnt: list[tuple[int, str, Any]] = []
+        self.learnt: list[Learnt] = []
         # The resumes of the next re-started pool, where its loader decides them (torchdata)
         self.planned: dict[int, StreamResume] | None = None
 
@@ -239,19 +245,20 @@ class StreamProgress:
                     f"item #{position} of worker {batch.worker_id}'s stream has key {key!r} "
                     "(read again when the stream resumed)"
                 )
-                self.learnt.append((stream.culprit_incidents.pop(position), line, key))
+                self.learnt.append((stream.culprit_incidents.pop(position), line, key, None))
         return batch.items
 
     def say_notes(self) -> None:
-        """Warn of each finding not said yet (a replay that did not match); it is learnt about
-        the last death a resume healed."""
+        """Warn of each finding not said yet (a replay that did not match, a stream that says it
+        cannot be replayed); it is learnt about the last death a resume healed, whose action it
+        turns to ``NOT_REPLAYED``."""
         for note in self.notes:
             warnings.warn(f"loaderdoctor: {note}", HealWarning, stacklevel=user_stacklevel())
             if self.incident is not None:
-                self.learnt.append((self.incident, note, None))
+                self.learnt.append((self.incident, note, None, NOT_REPLAYED))
         self.notes.clear()
 
-    def take_learnt(self) -> list[tuple[int, str, Any]]:
+    def take_learnt(self) -> list[Learnt]:
         """What was learnt about incidents since the last call (``repair.follow_up``)."""
         learnt, self.learnt = self.learnt, []
         return learnt
@@ -353,7 +360,9 @@ def new_stream_progress(loader: Any) -> StreamProgress | None:
 __all__ = [
     "CHECKED_KEYS",
     "INEXACT_STATE",
+    "NOT_REPLAYED",
     "REPLAYABLE_ATTRIBUTE",
+    "Learnt",
     "StreamBatch",
     "StreamProgress",
     "StreamResume",

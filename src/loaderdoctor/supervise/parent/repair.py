@@ -59,7 +59,7 @@ from loaderdoctor.supervise.shared_failure import (
     ragged_diagnosis,
     stop_diagnosis,
 )
-from loaderdoctor.supervise.streams import StreamBatch, StreamProgress
+from loaderdoctor.supervise.streams import Learnt, StreamBatch, StreamProgress
 from loaderdoctor.supervise.worker.datasets import SupervisedBatchedMapDataset
 from loaderdoctor.supervise.worker.sample_policy import HealedBatch
 
@@ -111,11 +111,12 @@ def record(
     return incident
 
 
-def follow_up(supervision: Supervision, learnt: Iterable[tuple[int, str, Any]]) -> None:
+def follow_up(supervision: Supervision, learnt: Iterable[Learnt]) -> None:
     """Link what was learnt after an incident was written to it: (its id, an evidence line,
-    a stream culprit's key or None), each a ``FollowUp`` record of its own."""
-    for of, line, key in learnt:
-        supervision.log.follow_up(FollowUp(of, (line,), key))
+    a stream culprit's key or None, the action it turned out to be or None), each a
+    ``FollowUp`` record of its own."""
+    for of, line, key, action in learnt:
+        supervision.log.follow_up(FollowUp(of, (line,), key, action))
 
 
 # --- what the workers decided alone: a sample skipped or replaced ---------------------------
@@ -228,7 +229,7 @@ def _note_substitute(supervision: Supervision, index: Any, substitute: Any) -> N
                     f"{SUBSTITUTE_NOTE} {supervision.epoch} was filled by sample "
                     f"{substitute!r}, which so arrives twice"
                 )
-                follow_up(supervision, [(incident.id, line, None)])
+                follow_up(supervision, [(incident.id, line, None, None)])
             return
 
 

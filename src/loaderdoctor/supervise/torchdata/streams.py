@@ -16,7 +16,12 @@ from typing import Any
 
 from loaderdoctor import torchdata_compat
 from loaderdoctor.supervise.parent.repair import follow_up
-from loaderdoctor.supervise.streams import StreamBatch, StreamProgress, StreamResume
+from loaderdoctor.supervise.streams import (
+    NOT_REPLAYED,
+    StreamBatch,
+    StreamProgress,
+    StreamResume,
+)
 
 
 class SnapshotPositions:
@@ -77,7 +82,7 @@ def plan_resumes(iterator: Any, state: Any) -> tuple[StreamProgress, dict[int, i
             "the dataset says loaderdoctor_replayable=False, and torchdata resumes it by "
             "re-reading each worker's stream from its start: items may be duplicated or lost"
         )
-        follow_up(iterator._ld.parts.sup, [(progress.incident, line, None)])
+        follow_up(iterator._ld.parts.sup, [(progress.incident, line, None, NOT_REPLAYED)])
     return progress, bases
 
 
