@@ -11,7 +11,9 @@ moves one of these names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 try:
@@ -118,6 +120,29 @@ def without_dataset_states(state: Any) -> Any:
         workers[worker_id] = worker_state
     snapshot[StatefulMultiProcessingIter._WORKER_SNAPSHOTS] = workers
     return {**state, StatefulMultiProcessingIter._SNAPSHOT: snapshot}
+
+
+# torchdata's warning when it resumes a stream by re-reading it from its start
+_FAST_FORWARD_LOG = "Neither dataset nor iter(dataset) defines state_dict"
+
+
+class _NoFastForwardNote(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_FAST_FORWARD_LOG)
+
+
+@contextlib.contextmanager
+def quiet_fast_forward() -> Iterator[None]:
+    """Leave out torchdata's log warning that it re-reads a stream ("Neither dataset nor
+    iter(dataset) defines state_dict ... naively fast-forwarding"): a pool that healing resumes
+    is healing's to say, and for a dataset whose state healing left out the line is false."""
+    logger = logging.getLogger(StatefulMultiProcessingIter.__module__)
+    quiet = _NoFastForwardNote()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def count_fast_forward_once(iterator: Any, state: Any) -> None:

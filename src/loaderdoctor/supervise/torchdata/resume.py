@@ -50,7 +50,10 @@ def successor(iterator_class: Callable[..., Any], plan: Successor) -> Any:
     """The pool that goes on from a stopped one (an ``iterator_class``, torchdata's supervised
     iterator), at its ``resume_point``; it counts the batches it yields itself."""
     state, tail, streams = plan.resume_point
-    successor = iterator_class(plan.snapshot, state, plan.supervision, plan.respawns, tail, streams)
+    with torchdata_compat.quiet_fast_forward():
+        successor = iterator_class(
+            plan.snapshot, state, plan.supervision, plan.respawns, tail, streams
+        )
     successor._ld_serves = 1
     return successor
 
