@@ -54,8 +54,8 @@ def item_key(item: Any) -> Any:
 # from shuffle buffers are lost when resuming"; measured with datasets 5.2.0, a worker killed
 # mid-epoch and resumed from its state: 3 items delivered twice and 11 lost, without a word),
 # re-applies a loaded state at every later epoch of the same number (a persistent worker's next
-# epoch, without set_epoch(), began where the dead one stood: 10 items lost), and in a worker,
-# where two workers share a shuffled stream, raises IndexError loading a state it saved.
+# epoch, without set_epoch(), began where the dead one stood: 8 to 12 items lost), and in a
+# worker, where two workers share a shuffled stream, raises IndexError loading a state it saved.
 INEXACT_STATE: dict[tuple[str, str], str] = {
     ("datasets.iterable_dataset", "IterableDataset"): (
         "Hugging Face datasets' IterableDataset does not save its shuffle buffer's content, and "
@@ -220,7 +220,7 @@ class StreamProgress:
         self.replayable = replayable
         self.notes: list[str] = []  # non-replay findings not yet warned about
         self.incident: int | None = None  # the id of the last death's incident healed by a resume
-        # What was learnt about incidents written before: (incident id, evidence line, key)
+        # What was learnt about incidents written before (``Learnt``)
         self.learnt: list[Learnt] = []
         # The resumes of the next re-started pool, where its loader decides them (torchdata)
         self.planned: dict[int, StreamResume] | None = None
