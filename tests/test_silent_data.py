@@ -338,6 +338,23 @@ def test_generators_are_fingerprinted_without_drawing() -> None:
     assert rng_states.dataset_generators(augment)["self.np_rng"] != found["self.np_rng"]
 
 
+def test_a_callable_transform_object_is_searched_and_code_is_not() -> None:
+    class Flip:  # an augmentation pipeline is an object with __call__
+        def __init__(self) -> None:
+            self.rng = np.random.default_rng(0)
+
+        def __call__(self, image: Any) -> Any:
+            return image
+
+    class Crops:
+        def __init__(self) -> None:
+            self.transform = Flip()
+            self.module = random  # its _inst is the global generator: torch seeds that one
+            self.function = random.random
+
+    assert list(rng_states.dataset_generators(Crops())) == ["self.transform.rng"]
+
+
 def _event(worker: int, states: dict[str, list[str]]) -> dict[str, Any]:
     return {"kind": rng_states.EVENT_KIND, "worker": worker, "dataset": "Crops", "states": states}
 
@@ -360,6 +377,24 @@ def test_workers_starting_from_one_generator_state_are_found() -> None:
         "  fix: create or seed self.rng in each worker: in worker_init_fn (e.g. from "
         "torch.utils.data.get_worker_info().seed), or lazily at the first __getitem__"
     ]
+    two = _watch(loader)  # one finding for an object's generators, each named
+
+    def start_two(w: DataWatch) -> None:
+        w.epoch_started(0)
+        w.workers_started()
+        states = {"self.t.rng": ["numpy", "x"], "self.t.py": ["random", "y"]}
+        w.worker_random_states(_event(0, states))
+        w.worker_random_states(_event(1, states))
+
+    (said,) = _quiet(two, start_two)
+    assert said.splitlines()[0] == (
+        "loaderdoctor: workers 0, 1 start with the same random state (Crops's t.rng, t.py) "
+        "[cloned-randomness]"
+    )
+    assert said.splitlines()[-1] == (
+        "  fix: create or seed self.t.rng, self.t.py in each worker: in worker_init_fn (e.g. "
+        "from torch.utils.data.get_worker_info().seed), or lazily at the first __getitem__"
+    )
     watch = _watch(loader)  # each pool compares its own workers: a replacement is no clone
     watch.worker_random_states(_event(1, {"self.rng": ["numpy", "x"]}))
     watch.workers_started()

@@ -293,6 +293,8 @@ class DataWatch:
         states = event.get("states")
         if not isinstance(worker, int) or not isinstance(states, dict):
             return
+        # one finding per object: an augmentation pipeline may hold several generators
+        cloned: dict[str, list[tuple[str, str, list[int]]]] = {}
         for name, kind_and_print in states.items():
             try:
                 kind, fingerprint = kind_and_print
@@ -301,7 +303,10 @@ class DataWatch:
             seen = self._rng.setdefault(name, {}).setdefault(str(fingerprint), set())
             seen.add(worker)
             if len(seen) >= 2:
-                self._tell_cloned(name, str(kind), str(event.get("dataset")), sorted(seen))
+                owner = name.rpartition(".")[0] if name.startswith("self.") else name
+                cloned.setdefault(owner, []).append((name, str(kind), sorted(seen)))
+        for generators in cloned.values():
+            self._tell_cloned(generators, str(event.get("dataset")))
 
     # --- findings ------------------------------------------------------------------------------
     def _epoch_ended(self) -> None:
@@ -425,29 +430,33 @@ class DataWatch:
             ),
         )
 
-    def _tell_cloned(self, name: str, kind: str, dataset: str, workers: list[int]) -> None:
-        where = f"{dataset}'s {name[len('self.') :]}" if name.startswith("self.") else kind
-        if name.startswith("self."):
+    def _tell_cloned(self, generators: list[tuple[str, str, list[int]]], dataset: str) -> None:
+        """(name, kind, workers) of generators of one object that start alike in workers."""
+        names = [name for name, _, _ in generators]
+        workers = ", ".join(map(str, generators[0][2]))
+        if names[0].startswith("self."):
+            where = f"{dataset}'s {', '.join(name[len('self.') :] for name in names)}"
             fix = (
-                f"create or seed {name} in each worker: in worker_init_fn (e.g. from "
+                f"create or seed {', '.join(names)} in each worker: in worker_init_fn (e.g. from "
                 "torch.utils.data.get_worker_info().seed), or lazily at the first __getitem__"
             )
         else:
+            where = generators[0][1]
             fix = (
                 "seed each worker apart in worker_init_fn (torch.initial_seed() differs per "
                 "worker), never with a constant"
             )
         self._found_once(
-            f"cloned-randomness:{name}",
+            f"cloned-randomness:{','.join(names)}",
             DataFinding(
                 "cloned-randomness",
-                f"workers {', '.join(map(str, workers))} start with the same random state "
-                f"({where})",
+                f"workers {workers} start with the same random state ({where})",
                 self.epoch,
                 [
                     f"{name} ({kind}) has the same state in workers "
-                    f"{', '.join(map(str, workers))} at their start: they draw the same "
-                    '"random" augmentations',
+                    f"{', '.join(map(str, seen))} at their start: they draw the same "
+                    '"random" augmentations'
+                    for name, kind, seen in generators
                 ],
                 fix,
             ),

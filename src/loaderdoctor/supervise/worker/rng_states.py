@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import random
 import sys
+import types
 from typing import Any
 
 from loaderdoctor import boundary
@@ -23,6 +24,15 @@ EVENT_KIND = boundary.RNG_STATES_EVENT
 DEPTH = 2  # dataset.rng, dataset.transform.rng
 MAX_ATTRIBUTES = 64  # per object: a dataset with a huge __dict__ is not searched whole
 _SCALARS = (str, bytes, int, float, bool, type(None))
+# Not searched: values, and code (a transform object is searched: callable, but an instance)
+_NOT_SEARCHED = (
+    *_SCALARS,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.ModuleType,
+    type,
+)
 # Modules whose objects hold a generator that starts alike in every worker on purpose, and that
 # the library sets apart per worker itself when the stream starts: not compared. Hugging Face
 # datasets' IterableDataset shuffles its shards with one seed in every worker (so that the
@@ -86,7 +96,7 @@ def dataset_generators(dataset: Any, depth: int = DEPTH) -> dict[str, tuple[str,
                 if state is not None:
                     if own:
                         found[where] = (state[0], _digest(state[1]))
-                elif not isinstance(value, _SCALARS) and not callable(value):
+                elif not isinstance(value, _NOT_SEARCHED):
                     below.append((where, value))
         level = below
     return found
