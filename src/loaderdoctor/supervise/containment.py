@@ -11,6 +11,7 @@ the parent share only the event's format, owned here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from loaderdoctor import boundary
@@ -64,13 +65,20 @@ COORDINATED_STREAMS: dict[tuple[str, str], str] = {
 }
 
 
-def cannot_resume_alone(dataset: Any) -> str | None:
-    """Why a dead worker of a loader over ``dataset`` cannot be replaced alone, or None."""
+def listed(dataset: Any, table: Mapping[tuple[str, str], str]) -> str | None:
+    """What ``table`` says of the first class along the dataset's MRO that it lists by
+    (module, class), or None: a library is named by the class that defines the behaviour, so a
+    user's subclass is found too."""
     for cls in type(dataset).__mro__:
-        reason = COORDINATED_STREAMS.get((cls.__module__, cls.__qualname__))
+        reason = table.get((cls.__module__, cls.__qualname__))
         if reason is not None:
             return reason
     return None
+
+
+def cannot_resume_alone(dataset: Any) -> str | None:
+    """Why a dead worker of a loader over ``dataset`` cannot be replaced alone, or None."""
+    return listed(dataset, COORDINATED_STREAMS)
 
 
 __all__ = [
@@ -79,5 +87,6 @@ __all__ = [
     "FEATURES",
     "cannot_resume_alone",
     "event",
+    "listed",
     "warning_text",
 ]

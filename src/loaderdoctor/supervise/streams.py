@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from loaderdoctor.supervise.containment import listed
 from loaderdoctor.supervise.heal import HealWarning, user_stacklevel
 
 # What was learnt about an incident after it was written: (its id, an evidence line, a stream
@@ -67,11 +68,7 @@ INEXACT_STATE: dict[tuple[str, str], str] = {
 def inexact_state(dataset: Any) -> str | None:
     """Why the dataset's own state does not resume its stream exactly (``INEXACT_STATE``), or
     None."""
-    for cls in type(dataset).__mro__:
-        reason = INEXACT_STATE.get((cls.__module__, cls.__qualname__))
-        if reason is not None:
-            return reason
-    return None
+    return listed(dataset, INEXACT_STATE)
 
 
 def is_stateful(dataset: Any) -> bool:
