@@ -197,17 +197,24 @@ class KillAtItem:
 
 
 @pytest.mark.slow
-def test_a_shuffled_stream_that_replays_otherwise_is_healed_with_loss(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loader_class", ["DataLoader", "StatefulDataLoader"])
+def test_a_shuffled_stream_that_replays_otherwise_is_healed_with_loss(
+    tmp_path: Path, loader_class: str
+) -> None:
     """WebDataset's ``.shuffle(n)`` seeds its buffer from the pid and the clock: the replacement
     re-reads its stream in another order, so items may arrive twice or not at all. That is
-    said, and the loader's status (and the death's action) say the loss, never plain healed."""
+    said, and the loader's status (and the death's action) say the loss, never plain healed;
+    under ``StatefulDataLoader`` too, where torchdata re-reads the stream and drops what was
+    delivered."""
+    if loader_class == "StatefulDataLoader":
+        pytest.importorskip("torchdata", reason="the eco extra installs torchdata")
     urls = write_shards(tmp_path)
     pipeline = (
         wds.WebDataset(urls, shardshuffle=False, empty_check=False)
         .shuffle(8)
         .map(KillAtItem(str(tmp_path / "fired"), at=9))
     )
-    loader = loaderdoctor.DataLoader(pipeline, batch_size=3, num_workers=1, heal=True)
+    loader = getattr(loaderdoctor, loader_class)(pipeline, batch_size=3, num_workers=1, heal=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", HealWarning)
         keys = [key for batch in loader for key in batch["__key__"]]

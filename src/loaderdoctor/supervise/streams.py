@@ -36,6 +36,17 @@ CHECKED_KEYS = 64
 REPLAYABLE_ATTRIBUTE = "loaderdoctor_replayable"
 
 
+def not_replayed_note(
+    worker_id: Any, position: int, delivered: Any, replayed: Any, items: int
+) -> str:
+    """What is said of a stream whose replay read another item where one was delivered."""
+    return (
+        f"stream of worker {worker_id} is not replayable: its item #{position} was "
+        f"{delivered!r} when delivered and {replayed!r} when replayed, so up to {items} items "
+        "may be duplicated or lost"
+    )
+
+
 def item_key(item: Any) -> Any:
     """A cheap name for a stream item: a WebDataset ``__key__``, a file name, a small scalar."""
     if isinstance(item, dict):
@@ -245,6 +256,22 @@ class StreamProgress:
                 self.learnt.append((stream.culprit_incidents.pop(position), line, key, None))
         return batch.items
 
+    def replayed(self, batch: StreamBatch) -> None:
+        """A batch read again while the loader fast-forwards the streams it resumes (torchdata
+        drops it): an item whose key differs from the one delivered at its position shows the
+        stream is not replayable, said as a replay found so by its worker is."""
+        stream = self._of(batch.worker_id)
+        delivered = dict(stream.keys)
+        for position, key in () if stream.unreplayable else batch.keys:
+            if position in delivered and delivered[position] != key:
+                stream.unreplayable = True
+                self.notes.append(
+                    not_replayed_note(
+                        batch.worker_id, position, delivered[position], key, stream.delivered_end
+                    )
+                )
+                return
+
     def say_notes(self) -> None:
         """Warn of each finding not said yet (a replay that did not match, a stream that says it
         cannot be replayed); it is learnt about the last death a resume healed, whose action it
@@ -368,4 +395,5 @@ __all__ = [
     "is_stateful",
     "item_key",
     "new_stream_progress",
+    "not_replayed_note",
 ]

@@ -258,6 +258,8 @@ class Supervisor:
             finally:
                 failure = None  # type: ignore[assignment]  # no cycle via its traceback
         if self.replaying:  # delivered before the state this pool resumed from
+            if isinstance(data, StreamBatch) and self.parts.streams is not None:
+                self.parts.streams.replayed(data)  # torchdata re-read it: is it the same?
             return data.batch if isinstance(data, HealedBatch) else data
         if isinstance(data, StreamBatch):
             return self.stream_delivered(data, indices, counted=task is not None)

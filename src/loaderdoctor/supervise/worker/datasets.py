@@ -33,6 +33,7 @@ from loaderdoctor.supervise.streams import (
     StreamResume,
     is_stateful,
     item_key,
+    not_replayed_note,
 )
 from loaderdoctor.supervise.worker.context import EventOutbox, WorkerContext, _failure
 from loaderdoctor.supervise.worker.exception_tags import record_exit, tag_exception
@@ -508,11 +509,8 @@ class _SupervisedIterator:
         key = self._key(position, item)
         if key != expected:
             self.expected.clear()  # said once
-            self.notes.append(
-                f"stream of worker {self.worker_id} is not replayable: its item #{position} "
-                f"was {expected!r} when delivered and {key!r} when replayed, so up to "
-                f"{self.resume.skip if self.resume else 0} items may be duplicated or lost"
-            )
+            skip = self.resume.skip if self.resume else 0
+            self.notes.append(not_replayed_note(self.worker_id, position, expected, key, skip))
 
     def _go_on_after(self, position: int, error: BaseException, report: bool) -> None:
         """After a bad item: record the skip, and re-open a generator that the error ended."""
