@@ -142,15 +142,15 @@ def test_a_loader_with_its_own_iterator_is_said_unsupervised_and_runs_as_stock()
 
 
 def test_a_stream_whose_library_coordinates_its_workers_declines_healing_at_once() -> None:
-    from loaderdoctor.supervise.containment import cannot_resume_alone
+    from loaderdoctor.supervise.containment import COORDINATED_STREAMS, listed
     from loaderdoctor.supervise.heal_policy import ActionKind, HealPolicy, Situation
 
     # named as MosaicML's class is named; a user's subclass is found along its MRO
     mosaic = type("StreamingDataset", (), {"__module__": "streaming.base.dataset"})
     planted = type("Planted", (mosaic,), {"__module__": "train"})
-    reason = cannot_resume_alone(planted())
+    reason = listed(planted(), COORDINATED_STREAMS)
     assert reason is not None and reason.startswith("MosaicML streaming's StreamingDataset")
-    assert cannot_resume_alone(Numbers()) is None
+    assert listed(Numbers(), COORDINATED_STREAMS) is None
     at = Situation(
         heal=True, iterable=True, deaths_in_a_row=0, num_workers=2, prefetch_factor=2, kind="death"
     )

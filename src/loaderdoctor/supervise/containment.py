@@ -68,7 +68,8 @@ COORDINATED_STREAMS: dict[tuple[str, str], str] = {
 def listed(dataset: Any, table: Mapping[tuple[str, str], str]) -> str | None:
     """What ``table`` says of the first class along the dataset's MRO that it lists by
     (module, class), or None: a library is named by the class that defines the behaviour, so a
-    user's subclass is found too."""
+    user's subclass is found too. ``listed(dataset, COORDINATED_STREAMS)``: why a dead worker of
+    a loader over ``dataset`` cannot be replaced alone."""
     for cls in type(dataset).__mro__:
         reason = table.get((cls.__module__, cls.__qualname__))
         if reason is not None:
@@ -76,16 +77,10 @@ def listed(dataset: Any, table: Mapping[tuple[str, str], str]) -> str | None:
     return None
 
 
-def cannot_resume_alone(dataset: Any) -> str | None:
-    """Why a dead worker of a loader over ``dataset`` cannot be replaced alone, or None."""
-    return listed(dataset, COORDINATED_STREAMS)
-
-
 __all__ = [
     "COORDINATED_STREAMS",
     "EVENT_KIND",
     "FEATURES",
-    "cannot_resume_alone",
     "event",
     "listed",
     "warning_text",

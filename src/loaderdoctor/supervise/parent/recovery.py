@@ -25,7 +25,7 @@ from loaderdoctor.forensics import Diagnosis, Evidence, diagnose
 from loaderdoctor.forensics.reproduced import reproduced_alone
 from loaderdoctor.forensics.rules import oom_ruled_out
 from loaderdoctor.supervise import sharing
-from loaderdoctor.supervise.containment import cannot_resume_alone
+from loaderdoctor.supervise.containment import COORDINATED_STREAMS, listed
 from loaderdoctor.supervise.heal_policy import (
     POLICY,
     ActionKind,
@@ -283,7 +283,7 @@ class Recovery:
             sharing_strategy=sharing.current(),
             isolated_probe=True,
             loaded_fine_alone_before=sup.history.loaded_fine_alone,
-            not_resumable=cannot_resume_alone(sup.dataset),
+            not_resumable=listed(sup.dataset, COORDINATED_STREAMS),
             stream_delivered=self.parts.streams is not None and self.parts.streams.any_delivered(),
         )
         if self.parts.iterable:
