@@ -273,3 +273,38 @@ def test_recovery_of_a_fake_pool_warns_nothing_when_it_raises() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert isinstance(recovery.handle(_death()), Raise)
+
+
+def _hang_while_building() -> PoolFailure:
+    return PoolFailure(
+        Evidence(
+            kind="hang",
+            worker_id=0,
+            pid=100,
+            stage="fetch",
+            in_flight_index=4,
+            batch_indices=[4, 5],
+            batch=2,
+        )
+    )
+
+
+@pytest.mark.parametrize(("probe_finds", "action"), [(4, "quarantined"), (None, "respawned")])
+def test_a_worker_stuck_while_the_pool_is_built_starts_it_over(
+    probe_finds: Any, action: str
+) -> None:
+    # torchdata's __init__ re-reads batches: a sample stuck there is re-tried alone first, and
+    # quarantined where it gets stuck again; either way a new pool starts over
+    recovery, _, _, sup, probed = _setup(probe_finds=probe_finds)
+    with pytest.warns(HealWarning, match=rf"-> {action}"):
+        outcome = recovery.restart(_hang_while_building(), lambda: "the resume point")
+    assert isinstance(outcome, HandOver)
+    successor, plan = outcome.successor
+    assert (successor, plan.resume_point) == ("successor", "the resume point")
+    assert probed[0] == [4]
+    assert list(sup.quarantine) == ([4] if probe_finds == 4 else [])
+    assert [incident.action for incident in sup.log] == [action]
+    assert (
+        "got stuck while the pool started: a new pool starts over"
+        in (sup.log[0].diagnosis.evidence[-1])
+    )

@@ -216,18 +216,28 @@ class Recovery:
         with healing a new pool starts over from ``restart()``'s resume point."""
         ev = failure.evidence
         diagnosis = failure.diagnosis or diagnose(ev)
-        action = POLICY.plan(diagnosis, self._situation(ev, found_alone=False)).action
+        at = self._situation(ev, found_alone=False)
+        # a sample in flight (torchdata's __init__ re-reads the batches since its snapshot) is
+        # re-tried alone first, as one found while a pool stops is
+        retrier = self._retrier(diagnosis, ev.worker_id, stopping=True)
+        decision = POLICY.plan(diagnosis, at, retrier)
+        action = decision.action
         if action.stops_healing:  # pools that die as they start, past the deaths limit
             self._raised_alone(diagnosis, action.note)
             return self.repair.raise_failure(failure, diagnosis, action.note)
-        if action.kind not in (ActionKind.RESPAWN, ActionKind.BACK_OFF):
+        quarantine = action.kind is ActionKind.QUARANTINE and not self.parts.iterable
+        if not quarantine and action.kind not in (ActionKind.RESPAWN, ActionKind.BACK_OFF):
             return self.give_up(failure)
-        if ev.kind != "death":
+        if ev.kind not in ("death", "hang"):
             return self.give_up(failure)
+        if decision.reproduced:
+            reproduced_alone(diagnosis, at.culprit)
         diagnosis.evidence.append(
-            f"worker {ev.worker_id} died while the pool started: a new pool starts over"
+            f"worker {ev.worker_id} {'died' if ev.kind == 'death' else 'got stuck'} while the "
+            "pool started: a new pool starts over"
         )
-        return self.repair.start_over(diagnosis, ev.worker_id, restart())
+        culprit = at.culprit if quarantine else None
+        return self.repair.start_over(diagnosis, ev.worker_id, restart(), culprit)
 
     def idle_death(self) -> bool:
         """Before a persistent pool of a loader that resumes from its own state starts another

@@ -514,13 +514,18 @@ class Repair:
         return Raise(error_type(message, diagnosis), (message, diagnosis))
 
     def start_over(
-        self, diagnosis: Diagnosis, worker_id: int | None, resume_point: Any
+        self, diagnosis: Diagnosis, worker_id: int | None, resume_point: Any, culprit: Any = None
     ) -> HandOver:
-        """A worker died while the pool was being built: a new pool starts over from
-        ``resume_point`` (the state this one was given, and the sampler tail and streams it
-        went on with)."""
-        self.parts.sup.history.deaths_in_a_row += 1
-        record(self.parts.sup, diagnosis, "respawned")
+        """A worker died (or got stuck) while the pool was being built: a new pool starts over
+        from ``resume_point`` (the state this one was given, and the sampler tail and streams it
+        went on with); ``culprit``: a sample that failed again alone, quarantined first (the new
+        pool's workers start knowing it)."""
+        if culprit is not None:
+            self._quarantine(culprit, diagnosis)
+            record(self.parts.sup, diagnosis, "quarantined", f"quarantined (sample {culprit!r})")
+        else:
+            self.parts.sup.history.deaths_in_a_row += 1
+            record(self.parts.sup, diagnosis, "respawned")
         self.stop(beside=worker_id)
         self.parts.ledger.clear()
         plan = Successor(
