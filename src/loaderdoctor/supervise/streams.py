@@ -261,8 +261,10 @@ class StreamProgress:
         drops it): an item whose key differs from the one delivered at its position shows the
         stream is not replayable, said as a replay found so by its worker is."""
         stream = self._of(batch.worker_id)
+        if stream.unreplayable or not batch.keys:  # said once
+            return
         delivered = dict(stream.keys)
-        for position, key in () if stream.unreplayable else batch.keys:
+        for position, key in batch.keys:
             if position in delivered and delivered[position] != key:
                 stream.unreplayable = True
                 self.notes.append(

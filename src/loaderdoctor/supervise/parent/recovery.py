@@ -215,6 +215,8 @@ class Recovery:
         its workers to start, its reset for their resume replies): nothing was delivered, so
         with healing a new pool starts over from ``restart()``'s resume point."""
         ev = failure.evidence
+        if ev.kind not in ("death", "hang"):  # (the deaths limit counts only these)
+            return self.give_up(failure)
         diagnosis = failure.diagnosis or diagnose(ev)
         at = self._situation(ev, found_alone=False)
         # a sample in flight (torchdata's __init__ re-reads the batches since its snapshot) is
@@ -227,8 +229,6 @@ class Recovery:
             return self.repair.raise_failure(failure, diagnosis, action.note)
         quarantine = action.kind is ActionKind.QUARANTINE and not self.parts.iterable
         if not quarantine and action.kind not in (ActionKind.RESPAWN, ActionKind.BACK_OFF):
-            return self.give_up(failure)
-        if ev.kind not in ("death", "hang"):
             return self.give_up(failure)
         if decision.reproduced:
             reproduced_alone(diagnosis, at.culprit)
