@@ -26,10 +26,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.ecosystem]
 SAMPLES, BATCH = 64, 4
 
 
+def _first_to_make(flag: Path) -> bool:
+    """Make ``flag``; False where it was there. Atomic: a new pool's workers run the same
+    worker_init_fn at once, and an exists-then-touch lets both of them through."""
+    try:
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def _kill_once(flag: Path) -> None:
     """SIGKILL this worker, the first time ``flag`` is not there yet."""
-    if not flag.exists():
-        flag.touch()
+    if _first_to_make(flag):
         quiet_result_queue()
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -58,9 +67,7 @@ class KilledWhileStarting:
     def __call__(self, worker_id: int) -> None:
         if not (self.flags / "sample").exists():
             return
-        retry = self.flags / "re-try"
-        if not retry.exists():
-            retry.touch()
+        if _first_to_make(self.flags / "re-try"):
             return
         _kill_once(self.flags / "init")
 
