@@ -144,6 +144,45 @@ def test_a_bad_first_sample_is_cleared_by_an_untried_control() -> None:
     assert len(controls) == 1, incident.diagnosis.evidence
 
 
+class BadFirstAndLast(torch.utils.data.Dataset):
+    """Sample 0 segfaults its worker; 6 and 7, the untried controls picked first (the owed
+    batch's last and middle), raise: bad samples of their own, which fail another way."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> int:
+        if index == 0:
+            import ctypes
+
+            ctypes.string_at(0)
+        if index in (6, 7):
+            raise ValueError(f"bad sample {index}")
+        return index
+
+
+def test_untried_controls_that_fail_another_way_are_bad_samples_not_a_shared_failure() -> None:
+    loader = loaderdoctor.DataLoader(BadFirstAndLast(), batch_size=4, num_workers=1, heal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        delivered = sorted(int(v) for batch in loader for v in batch)
+    assert delivered == [1, 2, 3, 4, 5]
+    assert [(i.diagnosis.cause, i.action) for i in loader.incidents] == [
+        ("native-crash", "quarantined"),
+        ("sample-error", "skipped"),
+        ("sample-error", "skipped"),
+    ]
+    evidence = loader.incidents[0].diagnosis.evidence
+    assert [line for line in evidence if line.startswith("control:")] == [
+        "control: sample 7, not loaded before, failed alone another way (sample-error, where "
+        "sample 0's was native-crash): a bad sample of its own, it clears nothing",
+        "control: sample 6, not loaded before, failed alone another way (sample-error, where "
+        "sample 0's was native-crash): a bad sample of its own, it clears nothing",
+        "control: sample 4, not loaded before (no sample had loaded whole yet), loaded fine "
+        "alone the same way",
+    ]
+
+
 class Slow(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return 12

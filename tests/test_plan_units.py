@@ -14,6 +14,7 @@ import pytest
 from loaderdoctor.forensics import Evidence
 from loaderdoctor.supervise.errors import HealingStoppedError
 from loaderdoctor.supervise.heal_policy import POLICY, ActionKind, HealPolicy, Retried
+from loaderdoctor.supervise.parent.controls import ProbeFailure
 from loaderdoctor.supervise.parent.recovery import HandOver, Raise, Recovery, Resumed
 from loaderdoctor.supervise.parent.repair import Move
 from loaderdoctor.supervise.parent.supervision import (
@@ -253,7 +254,11 @@ def test_a_control_whose_probe_cannot_tell_is_counted_and_said_and_the_retry_dec
 
     def probe(snapshot: Any, indices: list[Any], collate: bool = False) -> Any:
         probed.append(list(indices))
-        return 4 if indices == [4] else "the probe's worker could not start"
+        return (
+            ProbeFailure(4, "native-crash")
+            if indices == [4]
+            else "the probe's worker could not start"
+        )
 
     recovery.probe_batch = probe
     plan = recovery.plan(_failure(**SEGV_AT_4))

@@ -25,6 +25,7 @@ from loaderdoctor.supervise.heal import HealWarning
 from loaderdoctor.supervise.live_quarantine import LiveQuarantine
 from loaderdoctor.supervise.parent import repair
 from loaderdoctor.supervise.parent.collect import EventReader
+from loaderdoctor.supervise.parent.controls import ProbeFailure
 from loaderdoctor.supervise.parent.ledger import Ledger
 from loaderdoctor.supervise.parent.recovery import (
     TABLE_FULL_NOTE,
@@ -137,8 +138,9 @@ def _setup(
     def probe(snapshot: LoaderSnapshot, indices: list[Any], collate: bool = False) -> Any:
         probed.append(list(indices))
         # a failure found follows its sample: the control (another sample) loads fine
-        follows = not isinstance(probe_finds, int) or probe_finds in indices
-        return probe_finds if follows else None
+        if not isinstance(probe_finds, int):
+            return probe_finds
+        return ProbeFailure(probe_finds, "killed-by-signal") if probe_finds in indices else None
 
     parts = PoolParts(
         sup,

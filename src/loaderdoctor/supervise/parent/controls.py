@@ -2,13 +2,15 @@
 
 A sample whose worker failed is re-tried alone in a fresh worker (``Retrier.alone``); failing
 again, a control is re-tried the same way: a sample loaded whole earlier (delivered, or waiting in
-torch's reorder buffer), else, where none has loaded whole yet, up to two samples owed in other
-batches. A control that fails too shows the failure is what the workers share, not the sample's.
+torch's reorder buffer), else, where none has loaded whole yet, samples owed in other batches,
+two of which must fail as the culprit did (one cause). A control that fails too shows the failure
+is what the workers share, not the sample's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from loaderdoctor import torch_compat
@@ -19,6 +21,14 @@ from loaderdoctor.supervise.streams import StreamBatch
 from loaderdoctor.supervise.worker.sample_policy import HealedBatch, SkippedBatch
 
 UNTRIED_CONTROLS = 2  # the untried samples that must fail too before a failure is shared
+
+
+@dataclass(frozen=True)
+class ProbeFailure:
+    """A sample that failed again alone in a fresh worker: which one, and its verdict's cause."""
+
+    index: Any
+    cause: str
 
 
 class Retrier:
@@ -65,9 +75,9 @@ class Retrier:
         if found is None:
             parts.sup.history.loaded_fine_alone += 1
             return Retried(False)
-        return self._control(retry)
+        return self._control(retry, found)
 
-    def _control(self, retry: Retry) -> Retried:
+    def _control(self, retry: Retry, failure: ProbeFailure) -> Retried:
         """Before a sample is blamed: a sample loaded whole earlier in this run, re-tried alone the
         same way (a fresh worker, the same start method and timeout). Failing too, it shows the
         failure is what the workers share (a lock held at fork, a leaked semaphore, a handle the
@@ -77,7 +87,7 @@ class Retrier:
         ahead = self.loaded_ahead if self.loaded_ahead is not None else loaded_ahead(parts)
         control = parts.sup.control_sample(culprit, ahead)
         if control is None:
-            return self._untried_controls(retry)
+            return self._untried_controls(retry, failure)
         outcome = self._probe_control(control, retry, "loaded whole earlier")
         if isinstance(outcome, str):
             return Retried(True)
@@ -88,15 +98,17 @@ class Retrier:
             return Retried(True)
         return Retried(True, control)
 
-    def _untried_controls(self, retry: Retry) -> Retried:
+    def _untried_controls(self, retry: Retry, failure: ProbeFailure) -> Retried:
         """With no sample loaded whole yet (a lock held before the first batch), samples not
         tried yet stand in as controls, from batches other than the culprit's: one that loads
-        fine alone clears the rest; when two in a row fail too, the failure is shared. (A
-        second, because an untried control can be a bad sample itself.)"""
+        fine alone clears the rest; when two fail too, and alike, the failure is shared. (Two,
+        because an untried control can be a bad sample itself; alike, because one that fails
+        another way is one: it clears nothing and shares nothing, and the next is tried.)"""
         parts, diagnosis = self.parts, self.diagnosis
         owed = self.untried if self.untried is not None else untried(parts, retry.culprit)
         failed: list[int] = []
-        for control in _spread(owed, UNTRIED_CONTROLS):
+        controls = _spread(owed, UNTRIED_CONTROLS + 1)
+        for control in controls:
             outcome = self._probe_control(control, retry, "not loaded before")
             if isinstance(outcome, str):
                 return Retried(True)
@@ -107,11 +119,23 @@ class Retrier:
                     f"yet), loaded fine alone the same way{before}"
                 )
                 return Retried(True)
+            if outcome.cause != failure.cause:  # a shared failure is one cause
+                diagnosis.evidence.append(
+                    f"control: sample {control!r}, not loaded before, failed alone another way "
+                    f"({outcome.cause}, where sample {retry.culprit!r}'s was "
+                    f"{failure.cause}): a bad sample of its own, it clears nothing"
+                )
+                continue
             failed.append(control)
+            if len(failed) == UNTRIED_CONTROLS:
+                break
         if len(failed) < UNTRIED_CONTROLS:
             diagnosis.evidence.append(
-                "no control: no sample was loaded whole before this one, nor another sample "
-                "owed, to re-try the same way and clear the rest"
+                "no control cleared the rest: each sample owed re-tried alone failed too, but "
+                f"not twice as sample {retry.culprit!r} did"
+                if controls
+                else "no control: no sample was loaded whole before this one, nor another "
+                "sample owed, to re-try the same way and clear the rest"
             )
             return Retried(True)
         return Retried(True, failed[0], tuple(failed[1:]), loaded_before=False)

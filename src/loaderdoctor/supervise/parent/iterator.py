@@ -18,6 +18,7 @@ import torch
 
 from loaderdoctor import torch_compat
 from loaderdoctor.forensics import Diagnosis
+from loaderdoctor.supervise.parent.controls import ProbeFailure
 from loaderdoctor.supervise.parent.pool import kill_all
 from loaderdoctor.supervise.parent.recovery import Successor
 from loaderdoctor.supervise.parent.repair import record
@@ -143,7 +144,7 @@ def probe_batch(
     collate: bool = False,
 ) -> Any:
     """Load ``indices`` one by one, alone, in a fresh worker (of a supervised ``pool``): the
-    first one that fails again (None when all load). ``collate``: each is collated alone too,
+    first one that fails again, with its cause (None when all load). ``collate``: each is collated alone too,
     by the loader's ``collate_fn`` (a batch of one), as where a worker died collating.
 
     A string says why the probe itself could not tell (its worker could not start, or
@@ -179,7 +180,7 @@ def probe_batch(
         for incident in supervision.log:
             found = [i for i in indices if _fails_at(incident.diagnosis, i)]
             if found:
-                return found[0]
+                return ProbeFailure(found[0], incident.diagnosis.cause)
         what = f"sample {indices[0]!r}" if len(indices) == 1 else f"samples {indices!r}"
         logger.warning("loaderdoctor: %s could not be re-tried alone", what, exc_info=True)
         return f"{type(error).__name__}: {error}"

@@ -333,10 +333,11 @@ class Recovery:
         elif outcome is None:
             ev.notes.append(f"{head}; {alone}")
         else:
-            ev.in_flight_index = outcome
-            ev.sample_file = sample_file(self.parts.snapshot.dataset, outcome)
+            ev.in_flight_index = outcome.index
+            ev.sample_file = sample_file(self.parts.snapshot.dataset, outcome.index)
             ev.notes.append(
-                f"{head}; re-tried one by one in a fresh worker, sample {outcome!r} killed it again"
+                f"{head}; re-tried one by one in a fresh worker, sample {outcome.index!r} killed "
+                "it again"
             )
             return True
         return False
